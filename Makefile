@@ -1,0 +1,34 @@
+# The two commands a new user needs: `make demo` and `make test`.
+# Both create .venv and install everything they need on a fresh machine.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SECONDS ?= 60
+ARGS ?=
+
+.PHONY: venv test demo fuzz bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest tests
+
+demo: $(STAMP)
+	$(PY) -m antkv.demo
+
+fuzz: $(STAMP)
+	$(PY) -m fuzz --seconds $(SECONDS)
+
+bench: $(STAMP)
+	$(PY) -m bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

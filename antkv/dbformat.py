@@ -1,0 +1,58 @@
+"""The internal key: what every layer of antkv sorts, stores and compares.
+
+An *internal key* is a user key plus a *trailer* of a 56-bit sequence number and an 8-bit
+kind.  Internal keys are ordered by user key ascending (bytewise), then sequence number
+descending, so the newest version of a key comes first::
+
+    +-----------------+--------------------------------------+
+    | user key (n B)  | trailer: u64 = (seq << 8) | kind     |
+    +-----------------+--------------------------------------+
+
+In memory antkv never concatenates the two: hot paths carry ``(user_key, seq, kind)``
+separately, and sorted structures use the tuple ``(user_key, -seq)`` (``SortKey``) whose
+comparison CPython does in C.  On disk the trailer is stored as a little-endian u64 next to
+the key (see ``docs/format.md``).
+
+The ``Kind`` values are PART OF THE FILE FORMAT: they are written into the WAL, the SST data
+blocks and range-tombstone blocks.  DO NOT CHANGE THEM.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+
+MAX_SEQUENCE = (1 << 56) - 1
+"""The largest sequence number; a read at MAX_SEQUENCE sees everything."""
+
+
+class Kind(IntEnum):
+    """What an internal key records.  PART OF THE FILE FORMAT: never renumber."""
+
+    DELETION = 0
+    VALUE = 1
+    RANGE_DELETION = 2
+    VALUE_POINTER = 3  # the value lives in the value log; see antkv/vlog/pointer.py
+
+
+# Plain-int aliases for hot paths (attribute lookups on an IntEnum cost more than a global).
+DELETION = 0
+VALUE = 1
+RANGE_DELETION = 2
+VALUE_POINTER = 3
+
+TRAILER = struct.Struct("<Q")
+
+
+def pack_trailer(seq: int, kind: int) -> int:
+    """The u64 trailer of an internal key.  REQUIRES: 0 <= seq <= MAX_SEQUENCE."""
+    return (seq << 8) | kind
+
+
+def unpack_trailer(trailer: int) -> tuple[int, int]:
+    """``(seq, kind)`` of a trailer."""
+    return trailer >> 8, trailer & 0xFF
+
+
+def is_valid_kind(kind: int) -> bool:
+    return 0 <= kind <= 3

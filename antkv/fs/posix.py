@@ -1,0 +1,217 @@
+"""The real file system: POSIX calls, with every ``OSError`` raised as ``antkv.IOError``."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import threading
+
+from ..errors import IOError as AntIOError
+from ..errors import LockError
+from . import FileLock, FileSystem, RandomAccessFile, WritableFile
+
+
+def _io_error(op: str, path: str, e: OSError) -> AntIOError:
+    return AntIOError(f"{op} failed: {e.strerror or e}", e, path)
+
+
+class _OSWritableFile(WritableFile):
+    __slots__ = ("path", "size", "_fd")
+
+    def __init__(self, path: str, fd: int):
+        self.path = path
+        self.size = 0
+        self._fd = fd
+
+    def append(self, data: bytes) -> None:
+        try:
+            n = os.write(self._fd, data)
+            if n != len(data):  # short write: only on a full disk or a signal
+                view = memoryview(data)
+                while n < len(data):
+                    n += os.write(self._fd, view[n:])
+        except OSError as e:
+            raise _io_error("write", self.path, e) from e
+        self.size += len(data)
+
+    def sync(self) -> None:
+        try:
+            os.fsync(self._fd)
+        except OSError as e:
+            raise _io_error("fsync", self.path, e) from e
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            try:
+                os.close(fd)
+            except OSError as e:
+                raise _io_error("close", self.path, e) from e
+
+
+class _OSRandomAccessFile(RandomAccessFile):
+    __slots__ = ("path", "_fd")
+
+    def __init__(self, path: str, fd: int):
+        self.path = path
+        self._fd = fd
+
+    def read(self, offset: int, n: int) -> bytes:
+        try:
+            data = os.pread(self._fd, n, offset)
+            if len(data) < n:  # pread may return short reads before EOF; loop to be exact
+                parts = [data]
+                got = len(data)
+                while got < n:
+                    more = os.pread(self._fd, n - got, offset + got)
+                    if not more:
+                        break
+                    parts.append(more)
+                    got += len(more)
+                data = b"".join(parts)
+            return data
+        except OSError as e:
+            raise _io_error("read", self.path, e) from e
+
+    def size(self) -> int:
+        try:
+            return os.fstat(self._fd).st_size
+        except OSError as e:
+            raise _io_error("fstat", self.path, e) from e
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            try:
+                os.close(fd)
+            except OSError as e:
+                raise _io_error("close", self.path, e) from e
+
+
+class _OSFileLock(FileLock):
+    def __init__(self, path: str, fd: int):
+        self.path = path
+        self.fd = fd
+
+
+class OSFileSystem(FileSystem):
+    """The operating system's file system."""
+
+    _instance: "OSFileSystem | None" = None
+    _instance_lock = threading.Lock()
+
+    @classmethod
+    def instance(cls) -> "OSFileSystem":
+        with cls._instance_lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    def create(self, path: str) -> WritableFile:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise _io_error("create", path, e) from e
+        return _OSWritableFile(path, fd)
+
+    def open_random(self, path: str) -> RandomAccessFile:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise _io_error("open", path, e) from e
+        return _OSRandomAccessFile(path, fd)
+
+    def read_all(self, path: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise _io_error("read", path, e) from e
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def listdir(self, path: str) -> list[str]:
+        try:
+            return sorted(os.listdir(path))
+        except OSError as e:
+            raise _io_error("listdir", path, e) from e
+
+    def size(self, path: str) -> int:
+        try:
+            return os.stat(path).st_size
+        except OSError as e:
+            raise _io_error("stat", path, e) from e
+
+    def remove(self, path: str) -> None:
+        try:
+            os.remove(path)
+        except OSError as e:
+            raise _io_error("remove", path, e) from e
+
+    def rename(self, src: str, dst: str) -> None:
+        try:
+            os.replace(src, dst)
+        except OSError as e:
+            raise _io_error("rename", src, e) from e
+
+    def link(self, src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError as e:
+            raise _io_error("link", src, e) from e
+
+    def truncate(self, path: str, size: int) -> None:
+        try:
+            os.truncate(path, size)
+        except OSError as e:
+            raise _io_error("truncate", path, e) from e
+
+    def mkdirs(self, path: str) -> None:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise _io_error("mkdir", path, e) from e
+
+    def rmdir(self, path: str) -> None:
+        try:
+            os.rmdir(path)
+        except OSError as e:
+            raise _io_error("rmdir", path, e) from e
+
+    def sync_dir(self, path: str) -> None:
+        try:
+            fd = os.open(path or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise _io_error("fsync directory", path, e) from e
+
+    def lock(self, path: str) -> FileLock:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise _io_error("open lock file", path, e) from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise LockError(f"{path} is held by another opener of the database") from None
+            raise _io_error("lock", path, e) from e
+        return _OSFileLock(path, fd)
+
+    def unlock(self, lock: FileLock) -> None:
+        assert isinstance(lock, _OSFileLock)
+        if lock.fd >= 0:
+            fd, lock.fd = lock.fd, -1
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)

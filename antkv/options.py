@@ -1,0 +1,152 @@
+"""``Options`` and ``WriteOptions``: every tunable of antkv, validated on construction.
+
+Field names follow RocksDB's where the concept is the same.  An unknown field name is a
+``TypeError`` (as for any dataclass); a value of the wrong type or out of range raises
+:class:`~antkv.errors.InvalidArgumentError` naming the field.  ``docs/tuning.md`` explains
+every default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import InvalidArgumentError
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+@dataclass
+class Options:
+    """Options of one database, fixed when it is opened."""
+
+    # --- opening ---
+    create_if_missing: bool = True
+    error_if_exists: bool = False
+    paranoid_checks: bool = True
+
+    # --- memtables ---
+    write_buffer_size: int = 64 * MiB
+    max_write_buffer_number: int = 2
+    write_buffer_manager: Any = None  # antkv.WriteBufferManager shared by many databases
+    memtable_max_range_deletions: int = 0  # 0 = no limit
+
+    # --- tables ---
+    block_cache: Any = None  # antkv.Cache; None = a private 32 MiB cache
+    block_size: int = 4 * KiB
+    bloom_bits_per_key: int = 10  # 0 = no filter
+    compression: str | None = None  # "zstd" or None
+
+    # --- leveled compaction ---
+    level0_file_num_compaction_trigger: int = 4
+    level0_slowdown_writes_trigger: int = 20
+    level0_stop_writes_trigger: int = 36
+    max_bytes_for_level_base: int = 256 * MiB
+    max_bytes_for_level_multiplier: float = 10.0
+    target_file_size_base: int = 64 * MiB
+    num_levels: int = 7
+    max_manifest_file_size: int = 1 * GiB
+    max_background_jobs: int = 2  # 0 = flush and compaction run inline, deterministically
+
+    # --- value log (key-value separation) ---
+    enable_blob_files: bool = True
+    min_blob_size: int = 4 * KiB
+    blob_file_size: int = 256 * MiB
+    blob_compression: str | None = None  # "zstd" or None
+    blob_gc_threshold: float = 0.5
+    blob_readahead: int = 8  # values prefetched ahead of a scan; 0 = off
+
+    # --- internals a user rarely changes ---
+    file_system: Any = field(default=None, repr=False)  # antkv.fs.FileSystem; None = the OS
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def replace(self, **changes: Any) -> "Options":
+        """A copy with ``changes`` applied (validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Per-write options.
+
+    ``disable_wal=True`` skips the write-ahead log, as Flink and Spark configure RocksDB:
+    UNSAFE -- such writes are lost on any crash until the memtable holding them is flushed.
+    """
+
+    sync: bool = False
+    disable_wal: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("sync", "disable_wal"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidArgumentError(f"WriteOptions.{name} must be a bool")
+
+
+_BOOLS = ("create_if_missing", "error_if_exists", "paranoid_checks", "enable_blob_files")
+# field -> smallest allowed value
+_INTS = {
+    "write_buffer_size": 1,
+    "max_write_buffer_number": 1,
+    "memtable_max_range_deletions": 0,
+    "block_size": 1,
+    "bloom_bits_per_key": 0,
+    "level0_file_num_compaction_trigger": 1,
+    "level0_slowdown_writes_trigger": 1,
+    "level0_stop_writes_trigger": 1,
+    "max_bytes_for_level_base": 1,
+    "target_file_size_base": 1,
+    "num_levels": 2,
+    "max_manifest_file_size": 1,
+    "max_background_jobs": 0,
+    "min_blob_size": 0,
+    "blob_file_size": 1,
+    "blob_readahead": 0,
+}
+_COMPRESSIONS = (None, "zstd")
+
+
+def _fail(name: str, why: str) -> None:
+    raise InvalidArgumentError(f"Options.{name}: {why}")
+
+
+def _validate(o: Options) -> None:
+    for name in _BOOLS:
+        if not isinstance(getattr(o, name), bool):
+            _fail(name, f"must be a bool, not {type(getattr(o, name)).__name__}")
+    for name, lowest in _INTS.items():
+        v = getattr(o, name)
+        if isinstance(v, bool) or not isinstance(v, int):
+            _fail(name, f"must be an int, not {type(v).__name__}")
+        if v < lowest:
+            _fail(name, f"must be >= {lowest}, got {v}")
+    if o.num_levels > 64:
+        _fail("num_levels", f"must be <= 64, got {o.num_levels}")
+    m = o.max_bytes_for_level_multiplier
+    if isinstance(m, bool) or not isinstance(m, (int, float)) or not m >= 1:
+        _fail("max_bytes_for_level_multiplier", f"must be a number >= 1, got {m!r}")
+    g = o.blob_gc_threshold
+    if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0.0 < g <= 1.0:
+        _fail("blob_gc_threshold", f"must be a number in (0, 1], got {g!r}")
+    for name in ("compression", "blob_compression"):
+        if getattr(o, name) not in _COMPRESSIONS:
+            _fail(name, f"must be 'zstd' or None, got {getattr(o, name)!r}")
+    if o.block_cache is not None:
+        from .cache import Cache
+
+        if not isinstance(o.block_cache, Cache):
+            _fail("block_cache", "must be an antkv.Cache or None")
+    if o.write_buffer_manager is not None:
+        from .write_buffer_manager import WriteBufferManager
+
+        if not isinstance(o.write_buffer_manager, WriteBufferManager):
+            _fail("write_buffer_manager", "must be an antkv.WriteBufferManager or None")
+    if o.file_system is not None:
+        from .fs import FileSystem
+
+        if not isinstance(o.file_system, FileSystem):
+            _fail("file_system", "must be an antkv.fs.FileSystem or None")

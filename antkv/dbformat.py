@@ -9,8 +9,14 @@ descending, so the newest version of a key comes first::
     +-----------------+--------------------------------------+
 
 In memory antkv never concatenates the two: hot paths carry ``(user_key, seq, kind)``
-separately, and sorted structures use the tuple ``(user_key, -seq)`` (``SortKey``) whose
-comparison CPython does in C.  On disk the trailer is stored as a little-endian u64 next to
+separately.  Iterators of every layer (memtable, table, level, merge) yield *entry tuples*::
+
+    (user_key: bytes, neg_seq: int, kind: int, value: bytes)      # neg_seq == -seq
+
+whose natural tuple order IS the internal-key order (user key ascending, sequence descending),
+so ``heapq.merge`` and ``bisect`` compare them in C.  A user key appears at most once per
+sequence number in the whole database, so two entry tuples never compare equal on their first
+two fields.  Reverse iterators yield the same tuples in exactly the opposite order.  On disk the trailer is stored as a little-endian u64 next to
 the key (see ``docs/format.md``).
 
 The ``Kind`` values are PART OF THE FILE FORMAT: they are written into the WAL, the SST data

@@ -1,0 +1,280 @@
+"""TableBuilder: writes one SST file from entries given in internal-key order.
+
+The builder buffers the entries of the current data block in parallel lists, computing each
+key's shared prefix with its restart key as it goes (see ``block.py``); when the block's
+estimated size reaches ``block_size`` it is encoded, compressed if asked, checksummed and
+appended.  Its index entry is written once the next block's first key is known, so the index
+key can be a short *separator* (LevelDB's FindShortestSeparator): a user key ``s`` with
+``last <= s < next`` for the last key of the block and the first key of the next one, paired
+with ``MAX_SEQUENCE`` -- or, when nothing shorter exists (or both keys are the same user key,
+whose versions span the two blocks), the block's exact last internal key.  So for every block
+``i``: every entry of block ``i`` <= index key ``i`` < every entry of block ``i + 1`` (in
+internal order); the last index key is the table's exact last internal key.
+
+``finish`` appends the filter, range-del, index and properties blocks and the footer (layout in
+``format.py``).  The builder never syncs or closes the file: its owner does.
+"""
+
+from __future__ import annotations
+
+from ..dbformat import MAX_SEQUENCE, RANGE_DELETION, VALUE
+from ..errors import InvalidArgumentError
+from .block import DEFAULT_RESTART_INTERVAL, encode_block, encode_entries, shared_lengths, shared_prefix_len
+from .bloom import HASH_SEED, build_filter, hash64
+from .format import (
+    BLOCK_HANDLE,
+    BLOCK_TRAILER_SIZE,
+    NO_COMPRESSION,
+    compression_name,
+    compression_type,
+    encode_footer,
+    write_block,
+)
+from .properties import TableProperties, encode_properties
+
+_POINT_KINDS = (0, 1, 3)  # DELETION, VALUE, VALUE_POINTER
+_ENTRY_OVERHEAD = 8  # estimated column bytes per entry (ends, shared, seq, kind)
+_BLOCK_OVERHEAD = 9 + BLOCK_TRAILER_SIZE
+
+
+def _as_bytes(x, what: str) -> bytes:
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    raise TypeError(f"{what} must be bytes, not {type(x).__name__}")
+
+
+def separator(last_key: bytes, last_seq: int, next_key: bytes) -> tuple[bytes, int]:
+    """A short index key ``(user key, seq)`` between a block's last entry and the next block.
+
+    REQUIRES: ``(last_key, -last_seq) < (next_key, -next_seq)`` for the next block's first entry.
+    """
+    if last_key != next_key:
+        p = shared_prefix_len(last_key, next_key)
+        if p + 1 < len(last_key):
+            c = last_key[p]
+            if c < 0xFF and c + 1 < next_key[p]:
+                return last_key[:p] + bytes((c + 1,)), MAX_SEQUENCE
+    return last_key, last_seq
+
+
+class TableBuilder:
+    """Builds one table.  Not thread-safe: one thread adds, then finishes or abandons."""
+
+    def __init__(
+        self,
+        file,
+        *,
+        file_number: int,
+        block_size: int = 4096,
+        bloom_bits_per_key: int = 10,
+        compression: str | None = None,
+    ):
+        if not isinstance(block_size, int) or not isinstance(bloom_bits_per_key, int):
+            raise TypeError("block_size and bloom_bits_per_key must be int")
+        if block_size < 1:
+            raise InvalidArgumentError(f"block_size must be >= 1, got {block_size}")
+        if bloom_bits_per_key < 0:
+            raise InvalidArgumentError(f"bloom_bits_per_key must be >= 0, got {bloom_bits_per_key}")
+        self.file = file
+        self.file_number = file_number
+        self.num_entries = 0
+        self._block_size = block_size
+        self._bloom_bits = bloom_bits_per_key
+        self._ctype = compression_type(compression)
+        self._done = False
+        # the current data block, as parallel lists
+        self._keys: list[bytes] = []
+        self._shared: list[int] = []
+        self._seqs: list[int] = []
+        self._kinds: list[int] = []
+        self._values: list[bytes] = []
+        self._block_bytes = 0
+        self._restart_key = b""
+        # the last entry added
+        self._last_key: bytes | None = None
+        self._last_seq = 0
+        # index entries; the last flushed block's entry waits for the next block's first key
+        self._index_keys: list[bytes] = []
+        self._index_seqs: list[int] = []
+        self._index_handles: list[bytes] = []
+        self._pending: tuple[bytes, int, int, int] | None = None
+        self._hashes: list[tuple[int, int]] = []
+        self._kind_counts = [0, 0, 0, 0]
+        self._smallest_key: bytes | None = None
+        self._min_seq = MAX_SEQUENCE + 1
+        self._max_seq = -1
+        self._raw_key_size = 0
+        self._raw_value_size = 0
+        self._data_size = 0
+        self._tombstones: list[tuple[bytes, int, bytes]] = []
+
+    # --- adding ---
+
+    def add(self, user_key: bytes, seq: int, kind: int, value: bytes) -> None:
+        """Append a point entry.  REQUIRES: strictly after the last one in internal order."""
+        if user_key.__class__ is not bytes:
+            user_key = _as_bytes(user_key, "key")
+        if value.__class__ is not bytes:
+            value = _as_bytes(value, "value")
+        last = self._last_key
+        if last is not None and (user_key < last or (user_key == last and seq >= self._last_seq)):
+            raise InvalidArgumentError(f"table entries out of order: {user_key!r}@{seq} after {last!r}@{self._last_seq}")
+        if kind not in _POINT_KINDS or not 0 <= seq <= MAX_SEQUENCE or self._done:
+            self._reject(kind, seq)
+        keys = self._keys
+        if len(keys) % DEFAULT_RESTART_INTERVAL:
+            shared = shared_prefix_len(self._restart_key, user_key)
+        else:
+            self._restart_key = user_key
+            shared = 0
+        keys.append(user_key)
+        self._shared.append(shared)
+        self._seqs.append(seq)
+        self._kinds.append(kind)
+        self._values.append(value)
+        if user_key != last:
+            if last is None:
+                self._smallest_key = user_key
+            if self._bloom_bits:
+                self._hashes.append(hash64(user_key, HASH_SEED, True, False))
+        self._last_key = user_key
+        self._last_seq = seq
+        if seq < self._min_seq:
+            self._min_seq = seq
+        if seq > self._max_seq:
+            self._max_seq = seq
+        self.num_entries += 1
+        self._kind_counts[kind] += 1
+        self._raw_key_size += len(user_key)
+        self._raw_value_size += len(value)
+        self._block_bytes += len(user_key) - shared + len(value) + _ENTRY_OVERHEAD
+        if self._block_bytes >= self._block_size:
+            self._flush_block()
+
+    def _reject(self, kind: int, seq: int) -> None:
+        if self._done:
+            raise InvalidArgumentError("table builder already finished or abandoned")
+        if not isinstance(seq, int) or not isinstance(kind, int):
+            raise TypeError("seq and kind must be int")
+        if kind not in _POINT_KINDS:
+            raise InvalidArgumentError(f"kind {kind} is not a point entry kind")
+        raise InvalidArgumentError(f"sequence number {seq} out of range")
+
+    def add_range_tombstone(self, begin: bytes, end: bytes, seq: int) -> None:
+        """Record the range tombstone ``[begin, end)@seq`` (in any order)."""
+        begin = _as_bytes(begin, "begin")
+        end = _as_bytes(end, "end")
+        if self._done:
+            raise InvalidArgumentError("table builder already finished or abandoned")
+        if not isinstance(seq, int):
+            raise TypeError("seq must be int")
+        if not begin < end:
+            raise InvalidArgumentError(f"empty range tombstone [{begin!r}, {end!r})")
+        if not 0 <= seq <= MAX_SEQUENCE:
+            raise InvalidArgumentError(f"sequence number {seq} out of range")
+        self._tombstones.append((begin, seq, end))
+
+    def estimated_file_size(self) -> int:
+        """Bytes written so far plus the current block's estimated size."""
+        return self.file.size + self._block_bytes
+
+    # --- blocks ---
+
+    def _flush_block(self) -> None:
+        keys = self._keys
+        if self._pending is not None:
+            self._add_index_entry(keys[0])
+        contents = encode_block(keys, self._shared, self._seqs, self._kinds, self._values)
+        offset, size = write_block(self.file, contents, self._ctype)
+        self._data_size += size + BLOCK_TRAILER_SIZE
+        self._pending = (self._last_key, self._last_seq, offset, size)
+        self._keys, self._shared, self._seqs, self._kinds, self._values = [], [], [], [], []
+        self._block_bytes = 0
+
+    def _add_index_entry(self, next_key: bytes | None) -> None:
+        last_key, last_seq, offset, size = self._pending
+        if next_key is None:
+            key, seq = last_key, last_seq
+        else:
+            key, seq = separator(last_key, last_seq, next_key)
+        self._index_keys.append(key)
+        self._index_seqs.append(seq)
+        self._index_handles.append(BLOCK_HANDLE.pack(offset, size))
+        self._pending = None
+
+    def finish(self, blob_refs: dict[int, int] | None = None) -> TableProperties:
+        """Write the remaining blocks and the footer; the properties of the finished table."""
+        if self._done:
+            raise InvalidArgumentError("table builder already finished or abandoned")
+        if self._keys:
+            self._flush_block()
+        if self._pending is not None:
+            self._add_index_entry(None)
+        self._done = True
+        file = self.file
+        filter_handle = write_block(file, build_filter(self._hashes, self._bloom_bits), NO_COMPRESSION)
+        filter_size = filter_handle[1] + BLOCK_TRAILER_SIZE
+
+        tombstones = sorted(self._tombstones, key=lambda t: (t[0], -t[1], t[2]))
+        rangedel = encode_entries([(b, s, RANGE_DELETION, e) for b, s, e in tombstones])
+        rangedel_handle = write_block(file, rangedel, self._ctype)
+
+        n = len(self._index_keys)
+        index = encode_block(
+            self._index_keys,
+            shared_lengths(self._index_keys, DEFAULT_RESTART_INTERVAL),
+            self._index_seqs,
+            [VALUE] * n,
+            self._index_handles,
+        )
+        index_handle = write_block(file, index, self._ctype)
+
+        props = self._properties(tombstones, blob_refs or {})
+        props.filter_size = filter_size
+        props.index_size = index_handle[1] + BLOCK_TRAILER_SIZE
+        props_handle = write_block(file, encode_properties(props), NO_COMPRESSION)
+        file.append(encode_footer([filter_handle, rangedel_handle, index_handle, props_handle]))
+        props.file_size = file.size
+        self._hashes = []
+        return props
+
+    def _properties(self, tombstones: list[tuple[bytes, int, bytes]], blob_refs: dict[int, int]) -> TableProperties:
+        smallest, largest, exclusive = self._smallest_key, self._last_key, False
+        min_seq, max_seq = self._min_seq, self._max_seq
+        if tombstones:
+            first_begin = tombstones[0][0]
+            if smallest is None or first_begin < smallest:
+                smallest = first_begin
+            last_end = max(t[2] for t in tombstones)
+            if largest is None or last_end > largest:
+                largest, exclusive = last_end, True
+            seqs = [t[1] for t in tombstones]
+            min_seq = min(min_seq, min(seqs))
+            max_seq = max(max_seq, max(seqs))
+        if max_seq < 0:
+            min_seq = max_seq = 0
+        counts = self._kind_counts
+        return TableProperties(
+            num_entries=self.num_entries,
+            num_deletions=counts[0],
+            num_range_deletions=len(tombstones),
+            num_value_pointers=counts[3],
+            smallest_key=smallest,
+            largest_key=largest,
+            largest_is_exclusive=exclusive,
+            smallest_seq=min_seq,
+            largest_seq=max_seq,
+            raw_key_size=self._raw_key_size,
+            raw_value_size=self._raw_value_size,
+            data_size=self._data_size,
+            num_data_blocks=len(self._index_keys),
+            compression=compression_name(self._ctype),
+            blob_refs=dict(blob_refs),
+        )
+
+    def abandon(self) -> None:
+        """Stop building; the file (owned by the caller) is left as is, to be deleted."""
+        self._done = True
+        self._keys, self._shared, self._seqs, self._kinds, self._values = [], [], [], [], []
+        self._hashes = []
+        self._tombstones = []

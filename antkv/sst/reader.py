@@ -1,0 +1,309 @@
+"""TableReader: point lookups and iteration over one SST file.
+
+Opening a table reads and checks the footer, the properties, the index, the filter and the
+range-del block (always checksum-verified; any damage is a ``CorruptionError`` naming the file
+and offset).  Data blocks are read on demand with one ``pread`` each, checked, decoded ONCE into
+parallel lists ``(keys, neg_seqs, kinds, values)`` (``block.py``) and, with a block cache, kept
+there under ``(cache_id, block offset)`` at low priority.  With a cache the decoded index
+``(keys, neg_seqs, offsets, sizes)`` and filter live in the cache too, at high priority, and are
+re-read from the file if evicted; without one the reader keeps them itself.
+
+Index invariant (see ``builder.py``): entries of block ``i`` <= index key ``i`` < entries of
+block ``i + 1``.  A lookup therefore bisects the index for the first index key >= the target
+and then bisects that one block; an iterator starts in the block found the same way.
+
+A reader is immutable after ``open`` and safe to share between threads.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from operator import le, lt
+from typing import Iterator
+
+from ..dbformat import RANGE_DELETION
+from ..errors import CorruptionError, DBClosedError
+from .block import decode_block
+from .bloom import HASH_SEED, decode_filter, hash64
+from .format import BLOCK_HANDLE, BLOCK_TRAILER_SIZE, FOOTER_SIZE, decode_footer, read_block
+from .properties import TableProperties, decode_properties
+
+_ENTRY_CHARGE = 120  # approximate bytes of Python objects per decoded entry
+_BLOCK_CHARGE = 200
+
+
+def _block_charge(size: int, n: int) -> int:
+    return size + _ENTRY_CHARGE * n + _BLOCK_CHARGE
+
+
+class TableReader:
+    """An open table.  Create with :meth:`open`."""
+
+    def __init__(self) -> None:  # use TableReader.open
+        self._file = None
+
+    @classmethod
+    def open(cls, fs, path: str, file_number: int, *, cache=None, verify_checksums: bool = True) -> "TableReader":
+        """Open the table at ``path``; CorruptionError if any metadata block is damaged."""
+        self = cls()
+        f = fs.open_random(path)
+        try:
+            self._init(f, path, file_number, cache, verify_checksums)
+        except BaseException:
+            f.close()
+            raise
+        return self
+
+    def _init(self, f, path: str, file_number: int, cache, verify: bool) -> None:
+        self._file = f
+        self.path = path
+        self.file_number = file_number
+        self._verify = verify
+        self._cache = cache
+        self.file_size = size = f.size()
+        if size < FOOTER_SIZE:
+            raise CorruptionError(f"file of {size} bytes is too short to be a table", path, 0)
+        footer_offset = size - FOOTER_SIZE
+        handles = decode_footer(f.read(footer_offset, FOOTER_SIZE), footer_offset, path)
+        self._filter_handle, rangedel_handle, self._index_handle, props_handle = handles
+
+        buf, n = read_block(f, *props_handle, True, path)
+        self.properties: TableProperties = decode_properties(buf, n, path, props_handle[0])
+        self.properties.file_size = size
+        self.range_tombstones: list[tuple[bytes, bytes, int]] = self._load_range_tombstones(rangedel_handle)
+
+        index = self._load_index()
+        filt = self._load_filter()
+        self._cache_id = None
+        if cache is None:
+            self._index, self._filter = index, filt
+        else:
+            self._index = self._filter = None
+            self._cache_id = cache.new_id()
+            cache.put((self._cache_id, self._index_handle[0]), index, self._index_charge(index), "high")
+            cache.put((self._cache_id, self._filter_handle[0]), filt, len(filt[0]) + _BLOCK_CHARGE, "high")
+
+        props = self.properties
+        if props.num_data_blocks != len(index[0]) or props.num_range_deletions != len(self.range_tombstones):
+            raise CorruptionError("properties disagree with the index or range-del block", path, props_handle[0])
+
+    # --- metadata blocks ---
+
+    def _load_range_tombstones(self, handle: tuple[int, int]) -> list[tuple[bytes, bytes, int]]:
+        buf, n = read_block(self._file, *handle, True, self.path)
+        keys, negs, kinds, ends = decode_block(buf, n, self.path, handle[0])
+        out = list(zip(keys, ends, map(abs, negs)))
+        if any(k != RANGE_DELETION for k in kinds) or not all(b < e for b, e, _ in out):
+            raise CorruptionError("bad range tombstone", self.path, handle[0])
+        order = list(zip(keys, negs))
+        if not all(map(le, order, order[1:])):
+            raise CorruptionError("range tombstones out of order", self.path, handle[0])
+        return out
+
+    def _load_index(self) -> tuple[list, list, list, list]:
+        off, size = self._index_handle
+        path = self.path
+        buf, n = read_block(self._file, off, size, True, path)
+        keys, negs, _, handles = decode_block(buf, n, path, off)
+        if any(len(h) != BLOCK_HANDLE.size for h in handles):
+            raise CorruptionError("bad block handle in index", path, off)
+        pairs = list(BLOCK_HANDLE.iter_unpack(b"".join(handles)))
+        offsets = [p[0] for p in pairs]
+        sizes = [p[1] for p in pairs]
+        # data blocks are contiguous from offset 0 up to the filter block
+        expected = 0
+        for o, s in pairs:
+            if o != expected:
+                raise CorruptionError("index block handles are not contiguous", path, off)
+            expected = o + s + BLOCK_TRAILER_SIZE
+        if expected != self._filter_handle[0]:
+            raise CorruptionError("index does not cover the data blocks", path, off)
+        order = list(zip(keys, negs))
+        if not all(map(lt, order, order[1:])):
+            raise CorruptionError("index keys out of order", path, off)
+        return keys, negs, offsets, sizes
+
+    def _load_filter(self) -> tuple[bytes, int, int]:
+        off, size = self._filter_handle
+        buf, n = read_block(self._file, off, size, True, self.path)
+        return decode_filter(buf, n, self.path, off)
+
+    @staticmethod
+    def _index_charge(index) -> int:
+        return _block_charge(sum(map(len, index[0])), len(index[0]))
+
+    def _get_index(self):
+        index = self._index
+        if index is None:
+            if self._file is None:
+                raise DBClosedError(f"table {self.path} is closed")
+            key = (self._cache_id, self._index_handle[0])
+            index = self._cache.get(key)
+            if index is None:
+                index = self._load_index()
+                self._cache.put(key, index, self._index_charge(index), "high")
+        return index
+
+    def _get_filter(self):
+        filt = self._filter
+        if filt is None:
+            if self._file is None:
+                raise DBClosedError(f"table {self.path} is closed")
+            key = (self._cache_id, self._filter_handle[0])
+            filt = self._cache.get(key)
+            if filt is None:
+                filt = self._load_filter()
+                self._cache.put(key, filt, len(filt[0]) + _BLOCK_CHARGE, "high")
+        return filt
+
+    # --- data blocks ---
+
+    def _data_block(self, offset: int, size: int):
+        """The decoded data block at ``offset`` (through the cache when there is one)."""
+        cache = self._cache
+        if cache is not None:
+            key = (self._cache_id, offset)
+            block = cache.get(key)
+            if block is not None:
+                return block
+        if self._file is None:
+            raise DBClosedError(f"table {self.path} is closed")
+        buf, n = read_block(self._file, offset, size, self._verify, self.path)
+        block = decode_block(buf, n, self.path, offset)
+        if cache is not None:
+            cache.put(key, block, _block_charge(n, len(block[0])))
+        return block
+
+    # --- lookups ---
+
+    def may_contain(self, user_key: bytes) -> bool:
+        """False only if the table certainly holds no point entry for ``user_key``."""
+        bits, m, k = self._filter if self._filter is not None else self._get_filter()
+        if not k:
+            return True
+        h1, h2 = hash64(user_key, HASH_SEED, True, False)
+        p = h1 % m
+        step = h2 % m
+        for _ in range(k):
+            if not (bits[p >> 3] >> (p & 7)) & 1:
+                return False
+            p = (p + step) % m
+        return True
+
+    def get(self, user_key: bytes, read_seq: int) -> tuple[int, int, bytes] | None:
+        """``(seq, kind, value)`` of the newest entry of ``user_key`` with seq <= read_seq."""
+        if not self.may_contain(user_key):
+            return None
+        ikeys, inegs, offsets, sizes = self._index if self._index is not None else self._get_index()
+        neg = -read_seq
+        # The first index key >= (user_key, -read_seq) names the only block that can hold the
+        # answer: were the first entry >= the target in the next block instead, that block's
+        # index key would lie between the target and the entry, so the entry's user key would
+        # differ from user_key (see the index invariant in the module docstring).
+        i = bisect_left(ikeys, user_key)
+        if i < len(ikeys) and ikeys[i] == user_key:
+            i = bisect_left(inegs, neg, i, bisect_right(ikeys, user_key, i))
+        if i == len(ikeys):
+            return None
+        keys, negs, kinds, values = self._data_block(offsets[i], sizes[i])
+        j = bisect_left(keys, user_key)
+        if j == len(keys) or keys[j] != user_key:
+            return None
+        j = bisect_left(negs, neg, j, bisect_right(keys, user_key, j))
+        if j < len(keys) and keys[j] == user_key:
+            return -negs[j], kinds[j], values[j]
+        return None
+
+    def iter_forward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """Entry tuples in internal order from the first whose user key >= ``start``."""
+        ikeys, _, offsets, sizes = self._get_index()
+        b = 0 if start is None else bisect_left(ikeys, start)
+        for i in range(b, len(ikeys)):
+            keys, negs, kinds, values = self._data_block(offsets[i], sizes[i])
+            if i == b and start is not None:
+                j = bisect_left(keys, start)
+                if j:
+                    keys, negs, kinds, values = keys[j:], negs[j:], kinds[j:], values[j:]
+            yield from zip(keys, negs, kinds, values)
+
+    def iter_backward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """Entry tuples in reverse internal order from the last whose user key <= ``start``."""
+        ikeys, _, offsets, sizes = self._get_index()
+        nblocks = len(ikeys)
+        b = nblocks - 1 if start is None else min(bisect_right(ikeys, start), nblocks - 1)
+        for i in range(b, -1, -1):
+            keys, negs, kinds, values = self._data_block(offsets[i], sizes[i])
+            if i == b and start is not None:
+                j = bisect_right(keys, start)
+                if j < len(keys):
+                    keys, negs, kinds, values = keys[:j], negs[:j], kinds[:j], values[:j]
+            yield from zip(reversed(keys), reversed(negs), reversed(kinds), reversed(values))
+
+    # --- whole-table checks ---
+
+    def verify(self) -> int:
+        """Read and check every block from the file; the number of point entries.
+
+        Checks every checksum, that entries are in strict internal order within and across
+        blocks, that each index key separates its block from the next, and the entry count.
+        """
+        if self._file is None:
+            raise DBClosedError(f"table {self.path} is closed")
+        ikeys, inegs, offsets, sizes = self._load_index()
+        self._load_filter()
+        count = 0
+        prev = None
+        for i, (off, size) in enumerate(zip(offsets, sizes)):
+            buf, n = read_block(self._file, off, size, True, self.path)
+            keys, negs, _, _ = decode_block(buf, n, self.path, off)
+            order = list(zip(keys, negs))
+            sep = (ikeys[i], inegs[i])
+            if (
+                not order
+                or (prev is not None and not prev < order[0])
+                or not all(map(lt, order, order[1:]))
+                or not order[-1] <= sep
+            ):
+                raise CorruptionError("data block entries out of order", self.path, off)
+            prev = sep
+            count += len(order)
+        if count != self.properties.num_entries:
+            raise CorruptionError(
+                f"table holds {count} entries, its properties say {self.properties.num_entries}", self.path, None
+            )
+        return count
+
+    def close(self) -> None:
+        f, self._file = self._file, None
+        self._index = self._filter = None
+        if f is not None:
+            f.close()
+
+    def __repr__(self) -> str:
+        return f"TableReader({self.path!r}, file_number={self.file_number})"
+
+
+def dump_table(fs, path: str) -> Iterator[str]:
+    """Human-readable lines describing the table at ``path`` (for ``antkv dump-sst``)."""
+    reader = TableReader.open(fs, path, 0)
+    try:
+        p = reader.properties
+        yield f"table {path}: {reader.file_size} bytes, format version {p.format_version}"
+        for name, value in sorted(vars(p).items()):
+            yield f"  property {name} = {value!r}"
+        ikeys, inegs, offsets, sizes = reader._get_index()
+        bits, m, k = reader._get_filter()
+        yield f"filter: {m} bits, {k} probes"
+        yield f"range tombstones: {len(reader.range_tombstones)}"
+        for begin, end, seq in reader.range_tombstones:
+            yield f"  [{begin!r}, {end!r}) @{seq}"
+        yield f"data blocks: {len(ikeys)}"
+        for i, (key, neg, off, size) in enumerate(zip(ikeys, inegs, offsets, sizes)):
+            yield f"block {i} at offset {off}, {size} bytes, index key {key!r} @{-neg}"
+            keys, negs, kinds, values = reader._data_block(off, size)
+            for key, neg, kind, value in zip(keys, negs, kinds, values):
+                shown = value if len(value) <= 64 else value[:64] + b"..."
+                yield f"  {key!r} @{-neg} kind={kind} value={shown!r}"
+    finally:
+        reader.close()
+

@@ -1,6 +1,18 @@
-"""antkv: a pure-Python, WiscKey-style, key-value-separated LSM storage engine."""
+"""antkv: a pure-Python, WiscKey-style, key-value-separated LSM storage engine.
 
+    import antkv
+    with antkv.open("/tmp/db") as db:
+        db.put(b"key", b"value")
+        assert db.get(b"key") == b"value"
+
+See ``README.md`` and ``docs/`` for the API, the engine's design and its file formats.
+"""
+
+from .batch import WriteBatch
+from .cache import Cache
+from .db import DB, open
 from .errors import (
+    BackgroundError,
     CorruptionError,
     DBClosedError,
     Error,
@@ -9,9 +21,22 @@ from .errors import (
     LockError,
     MemoryLimitError,
 )
+from .iterators import DBIterator
 from .options import Options, WriteOptions
+from .snapshot import Snapshot
+from .write_buffer_manager import WriteBufferManager, shared_memory
 
 __all__ = [
+    "open",
+    "DB",
+    "WriteBatch",
+    "Snapshot",
+    "DBIterator",
+    "Options",
+    "WriteOptions",
+    "Cache",
+    "WriteBufferManager",
+    "shared_memory",
     "Error",
     "InvalidArgumentError",
     "CorruptionError",
@@ -19,7 +44,6 @@ __all__ = [
     "LockError",
     "MemoryLimitError",
     "IOError",
-    "Options",
-    "WriteOptions",
+    "BackgroundError",
 ]
 __version__ = "0.1.0"

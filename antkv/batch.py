@@ -1,0 +1,151 @@
+"""``WriteBatch``: an ordered group of updates applied atomically.
+
+The encoding below is both the WAL record payload and ``WriteBatch.data()``; it is PART OF THE
+FILE FORMAT.  All integers little-endian::
+
+    batch   := header record*
+    header  := sequence u64 | count u32                      (12 bytes)
+    record  := kind u8 | key_len u32 | value_len u32 | key | value
+
+    kind VALUE          key = user key, value = the value
+    kind DELETION       key = user key, value = empty
+    kind RANGE_DELETION key = begin,    value = end          (half-open [begin, end))
+    kind VALUE_POINTER  key = user key, value = value pointer (antkv/vlog/pointer.py)
+
+The i-th record of a batch gets sequence number ``sequence + i``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator
+
+from .dbformat import DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from .errors import CorruptionError, InvalidArgumentError
+
+BATCH_HEADER = struct.Struct("<QI")
+RECORD_HEADER = struct.Struct("<BII")
+SINGLE_RECORD = struct.Struct("<QIBII")  # header + record header of a one-record batch
+_VALID_KINDS = (DELETION, VALUE, RANGE_DELETION, VALUE_POINTER)
+
+
+def as_bytes(x: object, what: str) -> bytes:
+    """``x`` as ``bytes``; accepts bytes-like objects, rejects ``str`` and others with TypeError."""
+    if type(x) is bytes:
+        return x  # type: ignore[return-value]
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    if isinstance(x, str):
+        raise TypeError(f"{what} must be bytes, not str (encode it first, e.g. {what}.encode())")
+    raise TypeError(f"{what} must be bytes, not {type(x).__name__}")
+
+
+class WriteBatch:
+    """Updates applied together by ``DB.write``: all of them or none, also across a crash."""
+
+    __slots__ = ("_ops", "_size")
+
+    def __init__(self) -> None:
+        self._ops: list[tuple[int, bytes, bytes]] = []
+        self._size = 0
+
+    def put(self, key, value) -> "WriteBatch":
+        key = as_bytes(key, "key")
+        value = as_bytes(value, "value")
+        self._ops.append((VALUE, key, value))
+        self._size += len(key) + len(value)
+        return self
+
+    def delete(self, key) -> "WriteBatch":
+        key = as_bytes(key, "key")
+        self._ops.append((DELETION, key, b""))
+        self._size += len(key)
+        return self
+
+    def delete_range(self, begin, end) -> "WriteBatch":
+        """Delete every key in ``[begin, end)``; ``begin == end`` is a no-op."""
+        begin = as_bytes(begin, "begin")
+        end = as_bytes(end, "end")
+        if begin > end:
+            raise InvalidArgumentError(f"delete_range: begin {begin!r} > end {end!r}")
+        if begin != end:
+            self._ops.append((RANGE_DELETION, begin, end))
+            self._size += len(begin) + len(end)
+        return self
+
+    def clear(self) -> None:
+        self._ops.clear()
+        self._size = 0
+
+    def count(self) -> int:
+        return len(self._ops)
+
+    __len__ = count
+
+    @property
+    def data_size(self) -> int:
+        """User bytes (keys and values) in the batch."""
+        return self._size
+
+    def ops(self) -> list[tuple[int, bytes, bytes]]:
+        """``(kind, key, value)`` of every update, in order."""
+        return list(self._ops)
+
+    def data(self) -> bytes:
+        """The stable encoding (with sequence 0)."""
+        return encode_batch(0, self._ops)
+
+    @classmethod
+    def from_data(cls, data: bytes) -> "WriteBatch":
+        _, ops = decode_batch(data, "<WriteBatch data>")
+        b = cls()
+        for kind, key, value in ops:
+            if kind == VALUE_POINTER:
+                raise InvalidArgumentError("a WriteBatch from user data cannot hold value pointers")
+            b._ops.append((kind, key, value))
+            b._size += len(key) + len(value)
+        return b
+
+    def __repr__(self) -> str:
+        return f"WriteBatch(count={len(self._ops)}, data_size={self._size})"
+
+
+def encode_batch(sequence: int, ops: list[tuple[int, bytes, bytes]]) -> bytes:
+    pack = RECORD_HEADER.pack
+    parts = [BATCH_HEADER.pack(sequence, len(ops))]
+    for kind, key, value in ops:
+        parts.append(pack(kind, len(key), len(value)))
+        parts.append(key)
+        parts.append(value)
+    return b"".join(parts)
+
+
+def decode_batch(data: bytes, path: str, offset: int = 0) -> tuple[int, list[tuple[int, bytes, bytes]]]:
+    """``(sequence, ops)`` of an encoded batch; ``CorruptionError`` at ``path``/``offset`` if malformed."""
+    try:
+        sequence, count = BATCH_HEADER.unpack_from(data, 0)
+        p = BATCH_HEADER.size
+        ops = []
+        unpack = RECORD_HEADER.unpack_from
+        hsize = RECORD_HEADER.size
+        for _ in range(count):
+            kind, klen, vlen = unpack(data, p)
+            p += hsize
+            key = data[p : p + klen]
+            p += klen
+            value = data[p : p + vlen]
+            p += vlen
+            if kind not in _VALID_KINDS or p > len(data):
+                raise ValueError("bad record")
+            ops.append((kind, key, value))
+        if p != len(data):
+            raise ValueError("trailing bytes")
+    except (struct.error, ValueError) as e:
+        raise CorruptionError(f"malformed write batch ({e})", path, offset) from None
+    return sequence, ops
+
+
+def iter_batch(sequence: int, ops) -> Iterator[tuple[int, int, bytes, bytes]]:
+    """``(seq, kind, key, value)`` of each op, numbering from ``sequence``."""
+    for i, (kind, key, value) in enumerate(ops):
+        yield sequence + i, kind, key, value

@@ -1,0 +1,676 @@
+"""``DB``: the database handle -- write path, read path, lifecycle.
+
+How a write travels (``docs/impl.md`` tells it at length):
+
+1. the API converts and checks arguments (bytes-like only; ``str`` is a ``TypeError``);
+2. under the write lock: make room (switch a full memtable, stall if flushes lag), append
+   large values to the active value-log file (they become VALUE_POINTER entries), append the
+   batch as ONE framed WAL record (``sync=True``: value log, then WAL, are fsynced), insert
+   into the memtable, publish the new last sequence number;
+3. a full memtable becomes immutable with a fresh WAL, and is flushed to an L0 table by the
+   background thread (inline when ``max_background_jobs == 0``), then compaction runs.
+
+How a read travels: take the current *super version* (mutable memtable, immutable memtables,
+table version: replaced atomically, never mutated) and a read sequence number (the snapshot's,
+or the last published one); search newest to oldest, stopping at the first version or covering
+range tombstone.
+
+Lock order: ``_write_lock`` before ``_mutex``.  ``_mutex`` guards the version set, the list of
+immutable memtables, the super version and background-work state.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import threading
+import time
+import weakref
+from typing import Iterator
+
+from . import recovery
+from .batch import WriteBatch, as_bytes, encode_batch
+from .dbformat import DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
+from .errors import IOError as AntIOError
+from .iterators import DBIterator
+from .log_format import LogWriter
+from .memtable import MemTable
+from .options import Options
+from .read_view import ReadView, SuperVersion
+from .snapshot import Snapshot, SnapshotList
+from .version_set import VersionSet, wal_file_name
+
+_MISSING = object()
+
+
+def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A001
+    """Open (creating if ``create_if_missing``) the database in directory ``path``."""
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+    path = os.fspath(path)
+    if options is None:
+        options = Options(**overrides)
+    elif not isinstance(options, Options):
+        raise TypeError(f"options must be an antkv.Options, not {type(options).__name__}")
+    elif overrides:
+        options = options.replace(**overrides)
+    return DB(path, options)
+
+
+class DB:
+    """An open antkv database.  Thread-safe; use as a context manager to close on exit."""
+
+    def __init__(self, path: str, options: Options):
+        self.path = path
+        self.options = options
+        self._closed = True
+        self._write_lock = threading.Lock()
+        self._mutex = threading.RLock()
+        self._bg_cv = threading.Condition(self._mutex)
+        self._snapshots = SnapshotList()
+        self._live_views: "weakref.WeakSet[SuperVersion]" = weakref.WeakSet()
+        self._bg_error: Error | None = None
+        self._stats = recovery.new_stats()
+        self._imms: list[MemTable] = []
+        self._flush_requested = False
+        self._bg_thread: threading.Thread | None = None
+        self._bg_shutdown = False
+        self._bg_running = 0
+        self._memtable_counter = 0
+        self._wbm_token = None
+        self._wbm_reserved = 0  # bytes reported to the write buffer manager
+        self._wbm_pending = 0  # bytes not yet reported (reported in chunks)
+        recovery.open_db(self)  # sets fs, versions, mem, wal, vlog, cache, sv; may raise
+        self._closed = False
+        if options.max_background_jobs > 0:
+            self._bg_thread = threading.Thread(target=self._bg_loop, name=f"antkv-bg:{path}", daemon=True)
+            self._bg_thread.start()
+        with self._mutex:
+            self._schedule_work()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DBClosedError(f"database {self.path} is closed")
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise DBClosedError(f"database {self.path} is closed")
+        if self._bg_error is not None:
+            raise BackgroundError(
+                f"database is read-only after an earlier error: {self._bg_error}", None, self.path
+            ) from self._bg_error
+
+    def _set_bg_error(self, e: BaseException) -> None:
+        if self._bg_error is None:
+            self._bg_error = e if isinstance(e, Error) else AntIOError(str(e), None, self.path)
+
+    # ------------------------------------------------------------------ writes
+
+    def put(self, key, value, *, sync: bool = False) -> None:
+        """Set ``key`` to ``value``."""
+        if type(key) is not bytes:
+            key = as_bytes(key, "key")
+        if type(value) is not bytes:
+            value = as_bytes(value, "value")
+        self._write_one(VALUE, key, value, sync)
+
+    def delete(self, key, *, sync: bool = False) -> None:
+        """Remove ``key`` (no error if it is absent)."""
+        if type(key) is not bytes:
+            key = as_bytes(key, "key")
+        self._write_one(DELETION, key, b"", sync)
+
+    def delete_range(self, begin, end, *, sync: bool = False) -> None:
+        """Remove every key in ``[begin, end)``; ``begin == end`` is a no-op."""
+        begin = as_bytes(begin, "begin")
+        end = as_bytes(end, "end")
+        if begin > end:
+            raise InvalidArgumentError(f"delete_range: begin {begin!r} > end {end!r}")
+        if not isinstance(sync, bool):
+            raise TypeError("sync must be a bool")
+        if begin == end:
+            self._check_writable()
+            return
+        self._write_ops([(RANGE_DELETION, begin, end)], sync, False)
+
+    def write(self, batch: WriteBatch, *, sync: bool = False, disable_wal: bool = False) -> None:
+        """Apply ``batch`` atomically: all of it or none, also across a crash."""
+        if not isinstance(batch, WriteBatch):
+            raise TypeError(f"batch must be an antkv.WriteBatch, not {type(batch).__name__}")
+        if not isinstance(sync, bool) or not isinstance(disable_wal, bool):
+            raise TypeError("sync and disable_wal must be bools")
+        ops = batch.ops()
+        if not ops:
+            self._check_writable()
+            return
+        self._write_ops(ops, sync, disable_wal)
+
+    def write_batch(self, sync: bool = False, disable_wal: bool = False) -> "_BatchContext":
+        """``with db.write_batch() as b: b.put(...)`` -- written when the block exits cleanly."""
+        return _BatchContext(self, sync, disable_wal)
+
+    def _write_one(self, kind: int, key: bytes, value: bytes, sync: bool) -> None:
+        """The hot path of put and delete: one op, no intermediate batch object."""
+        if sync is not False and not isinstance(sync, bool):
+            raise TypeError("sync must be a bool")
+        with self._write_lock:
+            if self._closed or self._bg_error is not None:
+                self._check_writable()
+            mem = self._mem
+            if mem.memory >= self._write_buffer_size or self._must_make_room:
+                self._make_room()
+                mem = self._mem
+            seq = self._last_seq + 1
+            user_bytes = len(key) + len(value)
+            if kind == VALUE and self._min_blob_size is not None and len(value) >= self._min_blob_size:
+                value = self._vlog_add(key, value)
+                kind = VALUE_POINTER
+            payload = recovery.SINGLE_RECORD.pack(seq, 1, kind, len(key), len(value)) + key + value
+            try:
+                self._wal.add_record(payload)
+                if sync:
+                    if kind == VALUE_POINTER:
+                        self._vlog.sync()
+                    self._wal.sync()
+            except AntIOError as e:
+                self._set_bg_error(e)
+                raise
+            added = mem.add(seq, kind, key, value)
+            self._last_seq = seq
+            self._stats["user_bytes_written"] += user_bytes
+            if self._wbm is not None:
+                self._wbm_account(added)
+
+    def _write_ops(self, ops: list, sync: bool, disable_wal: bool) -> None:
+        with self._write_lock:
+            self._check_writable()
+            if self._mem.memory >= self._write_buffer_size or self._must_make_room:
+                self._make_room()
+            mem = self._mem
+            seq = self._last_seq + 1
+            has_pointer = False
+            if self._min_blob_size is not None:
+                limit = self._min_blob_size
+                out = []
+                for kind, key, value in ops:
+                    if kind == VALUE and len(value) >= limit:
+                        self._stats["user_bytes_written"] += len(key) + len(value)
+                        out.append((VALUE_POINTER, key, self._vlog_add(key, value)))
+                        has_pointer = True
+                    else:
+                        out.append((kind, key, value))
+                ops = out
+            if not disable_wal:
+                try:
+                    self._wal.add_record(encode_batch(seq, ops))
+                    if sync:
+                        if has_pointer:
+                            self._vlog.sync()
+                        self._wal.sync()
+                except AntIOError as e:
+                    self._set_bg_error(e)
+                    raise
+            added = 0
+            user_bytes = 0
+            for i, (kind, key, value) in enumerate(ops):
+                if kind == RANGE_DELETION:
+                    added += mem.add_range_deletion(seq + i, key, value)
+                else:
+                    added += mem.add(seq + i, kind, key, value)
+                if kind != VALUE_POINTER:
+                    user_bytes += len(key) + len(value)
+            self._last_seq = seq + len(ops) - 1
+            self._stats["user_bytes_written"] += user_bytes
+            if self._wbm is not None:
+                self._wbm_account(added)
+            lim = self.options.memtable_max_range_deletions
+            if lim and mem.num_range_deletes >= lim:
+                self._must_make_room = True
+
+    def _vlog_add(self, key: bytes, value: bytes) -> bytes:
+        """Append a large value to the value log (REQUIRES the write lock); its pointer."""
+        vlog = self._vlog
+        if vlog.size >= self.options.blob_file_size:
+            recovery.rotate_vlog(self)
+            vlog = self._vlog
+        try:
+            ptr = vlog.add(key, value)
+        except AntIOError as e:
+            self._set_bg_error(e)
+            raise
+        return ptr
+
+    def _wbm_account(self, added: int) -> None:
+        self._wbm_pending += added
+        if self._wbm_pending >= 64 * 1024:
+            n, self._wbm_pending = self._wbm_pending, 0
+            self._wbm_reserved += n
+            self._wbm.reserve_mem(n)
+            self._wbm.maybe_trigger_flush()
+            if self._must_make_room:
+                self._make_room()
+            if self._wbm.allow_stall:
+                self._write_lock.release()
+                try:
+                    self._wbm.maybe_stall()
+                finally:
+                    self._write_lock.acquire()
+
+    # ------------------------------------------------------------------ memtable switch
+
+    def _make_room(self) -> None:
+        """REQUIRES the write lock.  Switch a full memtable; stall while flushes lag behind."""
+        opts = self.options
+        self._must_make_room = False
+        mem = self._mem
+        if not mem.is_empty() and (
+            mem.memory >= self._write_buffer_size
+            or (opts.memtable_max_range_deletions and mem.num_range_deletes >= opts.memtable_max_range_deletions)
+            or self._flush_requested
+        ):
+            self._flush_requested = False
+            self._switch_memtable()
+        if self._bg_thread is None:
+            return
+        # stalls: too many immutable memtables or L0 files
+        stalled = False
+        with self._mutex:
+            while not self._closed and self._bg_error is None:
+                l0 = len(self._versions.current.levels[0])
+                if len(self._imms) >= opts.max_write_buffer_number or l0 >= opts.level0_stop_writes_trigger:
+                    stalled = True
+                    self._bg_cv.wait(0.1)
+                    continue
+                break
+            if stalled:
+                self._stats["stalls"] += 1
+            elif l0 >= opts.level0_slowdown_writes_trigger:
+                self._stats["slowdowns"] += 1
+                self._bg_cv.wait(0.001)
+        self._check_writable()
+
+    def _switch_memtable(self) -> None:
+        """REQUIRES the write lock.  Make the mutable memtable immutable, with a new WAL."""
+        with self._mutex:
+            old = self._mem
+            new_log = self._versions.new_file_number()
+            try:
+                wal_file = self._fs.create(wal_file_name(self.path, new_log))
+                # the old WAL is synced so a later synced write can never survive a power
+                # loss that its predecessors did not (recovery must yield a prefix)
+                self._wal.sync()
+            except AntIOError as e:
+                self._set_bg_error(e)
+                raise
+            self._stats["wal_bytes_written"] += self._wal.size
+            self._wal.close()
+            self._wal = LogWriter(wal_file)
+            self._memtable_counter += 1
+            self._wal_files.add(new_log)
+            self._mem = MemTable(self._memtable_counter, new_log, self._vlog.file_number if self._vlog is not None else None)
+            self._imms.insert(0, old)
+            if self._wbm is not None:
+                self._wbm_pending_flush_account(old)
+            self._install_super_version()
+            self._schedule_work()
+        if self._bg_thread is None:
+            self._run_inline_work()
+
+    def _wbm_pending_flush_account(self, old: MemTable) -> None:
+        n, self._wbm_pending = self._wbm_pending, 0
+        if n:
+            self._wbm_reserved += n
+            self._wbm.reserve_mem(n)
+        self._wbm.schedule_free_mem(old.memory)
+
+    def _wbm_flush_callback(self) -> None:
+        """The write buffer manager asks this database to flush its mutable memtable."""
+        self._flush_requested = True
+        self._must_make_room = True
+        if self._write_lock.acquire(blocking=False):
+            try:
+                if not self._closed and self._bg_error is None:
+                    self._make_room()
+            finally:
+                self._write_lock.release()
+
+    def _wbm_oldest(self) -> int | None:
+        mem = self._mem
+        return None if mem.is_empty() else mem.created
+
+    def _apply_edit(self, edit, on_success=None) -> None:
+        """REQUIRES _mutex.  Log ``edit`` to the MANIFEST, run ``on_success`` (only if that
+        worked), then publish the new version."""
+        self._versions.log_and_apply(edit)
+        if on_success is not None:
+            on_success()
+        for _, f in edit.new_tables:
+            self._table_files.add(f.number)
+        self._install_super_version()
+
+    def _open_table(self, f):
+        """The reader of table ``f`` (opened once, then kept on its metadata)."""
+        from .sst.reader import TableReader
+        from .version_set import table_file_name
+
+        with self._table_lock:
+            if f.reader is None:
+                f.reader = TableReader.open(
+                    self._fs,
+                    table_file_name(self.path, f.number),
+                    f.number,
+                    cache=self._cache,
+                    verify_checksums=self.options.paranoid_checks,
+                )
+                self._open_readers[f.number] = f.reader
+            return f.reader
+
+    def _close_table(self, number: int) -> None:
+        with self._table_lock:
+            reader = self._open_readers.pop(number, None)
+        if reader is not None:
+            reader.close()
+
+    def _wal_bytes_total(self) -> int:
+        return self._stats["wal_bytes_written"] + (self._wal.size if self._wal is not None else 0)
+
+    def _prefetch_pool(self):
+        with self._mutex:
+            if self._pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._pool = ThreadPoolExecutor(
+                    max_workers=max(1, min(self.options.blob_readahead, 16)), thread_name_prefix="antkv-prefetch"
+                )
+            return self._pool
+
+    def _install_super_version(self) -> None:
+        """REQUIRES _mutex.  Publish a new immutable read view."""
+        sv = SuperVersion(self._mem, tuple(self._imms), self._versions.current)
+        self._sv = sv
+        self._live_views.add(sv)
+
+    # ------------------------------------------------------------------ background work
+
+    def _schedule_work(self) -> None:
+        """REQUIRES _mutex.  Wake the background thread if there is anything to do."""
+        self._bg_cv.notify_all()
+
+    def _run_inline_work(self) -> None:
+        """max_background_jobs == 0: flush and compact now, in the caller's thread."""
+        from . import background
+
+        try:
+            background.do_all_work(self)
+        except AntIOError as e:
+            self._set_bg_error(e)
+            raise
+
+    def _bg_loop(self) -> None:
+        from . import background
+
+        while True:
+            with self._mutex:
+                while not self._bg_shutdown and not background.has_work(self):
+                    self._bg_cv.wait()
+                if self._bg_shutdown:
+                    return
+                self._bg_running += 1
+            try:
+                background.do_one_step(self)
+            except BaseException as e:  # noqa: BLE001 - recorded; writers see it as BackgroundError
+                self._set_bg_error(e)
+            finally:
+                with self._mutex:
+                    self._bg_running -= 1
+                    self._bg_cv.notify_all()
+                if self._bg_error is not None:
+                    with self._mutex:
+                        while not self._bg_shutdown:
+                            self._bg_cv.wait()
+                        return
+
+    def _wait_for_background(self, condition) -> None:
+        with self._mutex:
+            while not condition():
+                if self._bg_error is not None:
+                    self._check_writable()
+                if self._closed:
+                    raise DBClosedError(f"database {self.path} is closed")
+                self._bg_cv.wait(0.05)
+
+    # ------------------------------------------------------------------ reads
+
+    def _read_seq(self, snapshot) -> int:
+        if snapshot is None:
+            return self._last_seq
+        if not isinstance(snapshot, Snapshot):
+            raise TypeError(f"snapshot must be an antkv Snapshot, not {type(snapshot).__name__}")
+        if snapshot._db is not self or snapshot._released:
+            raise InvalidArgumentError("snapshot is released or belongs to another database")
+        return snapshot.sequence
+
+    def get(self, key, default=None, *, snapshot=None):
+        """The value of ``key``, or ``default`` (None) when it is absent."""
+        if type(key) is not bytes:
+            key = as_bytes(key, "key")
+        if self._closed:
+            self._check_open()
+        read_seq = self._last_seq if snapshot is None else self._read_seq(snapshot)
+        sv = self._sv
+        tomb = 0
+        for mem in sv.memtables:
+            lst = mem.versions.get(key)
+            if lst is not None:
+                e = lst[-1]
+                if e[0] > read_seq:
+                    e = mem.get(key, read_seq)
+            else:
+                e = None
+            if mem.range_dels:
+                t = mem.fragments().max_covering_seq(key, read_seq)
+                if t > tomb:
+                    tomb = t
+            if e is not None:
+                if tomb > e[0] or e[1] == DELETION:
+                    return default
+                if e[1] == VALUE_POINTER:
+                    return self._vlog_reader.get(e[2])
+                return e[2]
+            if tomb:
+                return default
+        e = sv.table_get(key, read_seq, self)
+        if e is None or e[1] == DELETION:
+            return default
+        if e[1] == VALUE_POINTER:
+            return self._vlog_reader.get(e[2])
+        return e[2]
+
+    def _view(self, snapshot) -> ReadView:
+        self._check_open()
+        return ReadView(self, self._sv, self._read_seq(snapshot))
+
+    def iterator(self, lower_bound=None, upper_bound=None, snapshot=None) -> DBIterator:
+        """A cursor (RocksDB style); call a seek method before reading it."""
+        lo = None if lower_bound is None else as_bytes(lower_bound, "lower_bound")
+        hi = None if upper_bound is None else as_bytes(upper_bound, "upper_bound")
+        return DBIterator(self._view(snapshot), lo, hi)
+
+    def items(self, start=None, stop=None, *, prefix=None, reverse=False, snapshot=None) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` for keys in ``[start, stop)`` (and with ``prefix``), ascending or not."""
+        return self._items_mode(start, stop, prefix, reverse, snapshot, "items")
+
+    def keys(self, start=None, stop=None, *, prefix=None, reverse=False, snapshot=None) -> Iterator[bytes]:
+        return self._items_mode(start, stop, prefix, reverse, snapshot, "keys")
+
+    def values(self, start=None, stop=None, *, prefix=None, reverse=False, snapshot=None) -> Iterator[bytes]:
+        return self._items_mode(start, stop, prefix, reverse, snapshot, "values")
+
+    def _items_mode(self, start, stop, prefix, reverse, snapshot, mode):
+        lo = None if start is None else as_bytes(start, "start")
+        hi = None if stop is None else as_bytes(stop, "stop")
+        if prefix is not None:
+            prefix = as_bytes(prefix, "prefix")
+            plo, phi = prefix, _prefix_successor(prefix)
+            lo = plo if lo is None or lo < plo else lo
+            hi = phi if hi is None or (phi is not None and phi < hi) else hi
+        return self._view(snapshot).items(lo, hi, reverse, mode)
+
+    def snapshot(self) -> Snapshot:
+        """A snapshot of the current state (release it when done)."""
+        with self._write_lock:
+            self._check_open()
+            snap = Snapshot(self, self._last_seq)
+            self._snapshots.add(snap.sequence)
+            return snap
+
+    def _release_snapshot(self, snap: Snapshot) -> None:
+        self._snapshots.remove(snap.sequence)
+
+    # mapping protocol
+    def __getitem__(self, key) -> bytes:
+        v = self.get(key)
+        if v is None:
+            raise KeyError(key)
+        return v
+
+    def __setitem__(self, key, value) -> None:
+        self.put(key, value)
+
+    def __delitem__(self, key) -> None:
+        # RocksDB's Delete does not report absence; a mapping's del does.
+        if self.get(key) is None:
+            raise KeyError(key)
+        self.delete(key)
+
+    def __contains__(self, key) -> bool:
+        return self.get(key) is not None
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self.keys()
+
+    # ------------------------------------------------------------------ maintenance
+
+    def flush(self, wait: bool = True) -> None:
+        """Flush the memtable to an L0 table (and wait for it when ``wait``)."""
+        if not isinstance(wait, bool):
+            raise TypeError("wait must be a bool")
+        with self._write_lock:
+            self._check_writable()
+            if self._mem.is_empty():
+                target = None
+            else:
+                target = self._mem
+                self._switch_memtable()
+        if wait and target is not None:
+            self._wait_for_background(lambda: target not in self._imms)
+
+    def compact_range(self, begin=None, end=None) -> None:
+        """Compact every table overlapping ``[begin, end]`` down to the bottom level."""
+        from . import background
+
+        lo = None if begin is None else as_bytes(begin, "begin")
+        hi = None if end is None else as_bytes(end, "end")
+        if lo is not None and hi is not None and lo > hi:
+            raise InvalidArgumentError(f"compact_range: begin {lo!r} > end {hi!r}")
+        self.flush(wait=True)
+        background.compact_range(self, lo, hi)
+
+    def gc_value_log(self) -> dict:
+        """Run value-log garbage collection now; returns what it did."""
+        from . import background
+
+        self._check_writable()
+        return background.gc_value_log(self)
+
+    def checkpoint(self, directory) -> None:
+        """Write a consistent, openable copy of the database to ``directory`` (must not exist)."""
+        from . import checkpoint
+
+        if not isinstance(directory, (str, os.PathLike)):
+            raise TypeError(f"directory must be a str or os.PathLike, not {type(directory).__name__}")
+        self._check_writable()
+        checkpoint.create_checkpoint(self, os.fspath(directory))
+
+    def verify(self) -> dict:
+        """Read every file and check every checksum; returns counts, raises CorruptionError."""
+        from . import stats
+
+        self._check_open()
+        return stats.verify(self)
+
+    def stats(self) -> dict:
+        from . import stats
+
+        self._check_open()
+        return stats.collect(self)
+
+    def property(self, name: str) -> str | None:
+        from . import stats
+
+        if not isinstance(name, str):
+            raise TypeError("property name must be a str")
+        self._check_open()
+        return stats.property(self, name)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Close the database; pending background work is finished first."""
+        if self._closed:
+            return
+        with self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+        with self._mutex:
+            self._bg_shutdown = True
+            self._bg_cv.notify_all()
+        if self._bg_thread is not None:
+            self._bg_thread.join()
+        recovery.close_db(self)
+
+    @builtins.property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> "DB":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"antkv.DB({self.path!r}{', closed' if self._closed else ''})"
+
+
+class _BatchContext:
+    def __init__(self, db: DB, sync: bool, disable_wal: bool):
+        self._db = db
+        self._sync = sync
+        self._disable_wal = disable_wal
+        self.batch = WriteBatch()
+
+    def __enter__(self) -> WriteBatch:
+        self._db._check_writable()
+        return self.batch
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self._db.write(self.batch, sync=self._sync, disable_wal=self._disable_wal)
+
+
+def _prefix_successor(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: unbounded)."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        return None
+    p[-1] += 1
+    return bytes(p)

@@ -1,0 +1,321 @@
+"""Iteration over the whole LSM: merged sources, visibility, and the user-facing cursor.
+
+Every source (memtable, L0 table, sorted level) yields *entry tuples*
+``(user_key, -seq, kind, value)`` in internal order (or exactly reversed), so ``heapq.merge``
+merges them with C-level tuple comparisons.  On top of the merge, :func:`visible_forward` and
+:func:`visible_backward` apply what a reader at sequence ``read_seq`` may see:
+
+* versions newer than ``read_seq`` are invisible;
+* the newest visible version of each key decides it: a DELETION hides the key, a VALUE or
+  VALUE_POINTER shows it;
+* a range tombstone with ``entry seq < tombstone seq <= read_seq`` covering the key hides it.
+
+Range tombstones come as one fragmented view over every source (:mod:`antkv.rangedel`),
+already restricted to ``read_seq``; a moving index walks it in step with the keys, so the cost
+per key is O(1) amortised.  Before merging, each table-backed source skips the spans that a
+tombstone of a *newer* source covers with one seek (keys in older sources are always older
+than tombstones in newer sources), so a deleted range is never read key by key.
+
+:class:`DBIterator` is the RocksDB-style cursor.  It keeps one generator in the current
+direction and rebuilds it on a seek or a change of direction.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Callable, Iterator
+
+from .dbformat import DELETION, VALUE, VALUE_POINTER
+from .errors import DBClosedError, InvalidArgumentError
+from .rangedel import FragmentedRangeTombstones
+
+Entry = tuple  # (user_key, neg_seq, kind, value)
+
+
+def merge_forward(sources: list[Iterator[Entry]]) -> Iterator[Entry]:
+    if len(sources) == 1:
+        return sources[0]
+    return heapq.merge(*sources)
+
+
+def merge_backward(sources: list[Iterator[Entry]]) -> Iterator[Entry]:
+    if len(sources) == 1:
+        return sources[0]
+    return heapq.merge(*sources, reverse=True)
+
+
+def visible_forward(
+    merged: Iterator[Entry],
+    read_seq: int,
+    frags: FragmentedRangeTombstones | None,
+    upper: bytes | None,
+    resolve: Callable[[bytes], bytes],
+) -> Iterator[tuple[bytes, int, bytes]]:
+    """``(key, kind, value)`` of every visible key in ascending order, below ``upper``.
+
+    ``kind`` is VALUE or VALUE_POINTER (the pointer is NOT resolved: callers resolve it, so a
+    scan can prefetch); ``resolve`` is unused here and kept for symmetry with callers.
+    """
+    neg_read = -read_seq
+    last = None
+    if not frags:
+        for key, nseq, kind, value in merged:
+            if nseq < neg_read or key == last:
+                continue
+            last = key
+            if upper is not None and key >= upper:
+                return
+            if kind != DELETION:
+                yield key, kind, value
+        return
+    starts, ends, seqs = frags.starts, frags.ends, frags.seqs
+    nfrag = len(starts)
+    fi = 0
+    for key, nseq, kind, value in merged:
+        if nseq < neg_read or key == last:
+            continue
+        last = key
+        if upper is not None and key >= upper:
+            return
+        if kind == DELETION:
+            continue
+        while fi < nfrag and ends[fi] <= key:
+            fi += 1
+        if fi < nfrag and starts[fi] <= key and seqs[fi][0] > -nseq:
+            continue  # covered by a newer range tombstone
+        yield key, kind, value
+
+
+def visible_backward(
+    merged: Iterator[Entry],
+    read_seq: int,
+    frags: FragmentedRangeTombstones | None,
+    lower: bytes | None,
+) -> Iterator[tuple[bytes, int, bytes]]:
+    """``(key, kind, value)`` of every visible key in descending order, at or above ``lower``."""
+    starts = ends = seqs = None
+    if frags:
+        starts, ends, seqs = frags.starts, frags.ends, frags.seqs
+    fi = len(starts) - 1 if starts else -1
+    cur_key = None
+    cur = None  # newest visible version of cur_key seen so far: (seq, kind, value)
+    for key, nseq, kind, value in merged:
+        if key != cur_key:
+            if cur is not None and cur[1] != DELETION:
+                if starts is None:
+                    yield cur_key, cur[1], cur[2]
+                else:
+                    while fi >= 0 and starts[fi] > cur_key:
+                        fi -= 1
+                    if not (fi >= 0 and cur_key < ends[fi] and seqs[fi][0] > cur[0]):
+                        yield cur_key, cur[1], cur[2]
+            if lower is not None and key < lower:
+                return
+            cur_key = key
+            cur = None
+        if -nseq <= read_seq:
+            cur = (-nseq, kind, value)
+    if cur is not None and cur[1] != DELETION:
+        if starts is None:
+            yield cur_key, cur[1], cur[2]
+        else:
+            while fi >= 0 and starts[fi] > cur_key:
+                fi -= 1
+            if not (fi >= 0 and cur_key < ends[fi] and seqs[fi][0] > cur[0]):
+                yield cur_key, cur[1], cur[2]
+
+
+def skip_covered_forward(
+    source: Iterator[Entry], reopen: Callable[[bytes], Iterator[Entry]], newer: FragmentedRangeTombstones
+) -> Iterator[Entry]:
+    """Entries of ``source`` outside the fragments of ``newer`` (tombstones of newer sources).
+
+    When an entry falls inside a fragment, the source is re-opened at the fragment's end with
+    one seek (``reopen(end)``) instead of being stepped through key by key.
+    """
+    starts, ends = newer.starts, newer.ends
+    n = len(starts)
+    fi = 0
+    while True:
+        jumped = False
+        for e in source:
+            key = e[0]
+            while fi < n and ends[fi] <= key:
+                fi += 1
+            if fi < n and starts[fi] <= key:
+                source = reopen(ends[fi])
+                jumped = True
+                break
+            yield e
+        if not jumped:
+            return
+
+
+def skip_covered_backward(
+    source: Iterator[Entry], reopen: Callable[[bytes], Iterator[Entry]], newer: FragmentedRangeTombstones
+) -> Iterator[Entry]:
+    """Reverse twin of :func:`skip_covered_forward`: jumps to just before a fragment's start.
+
+    ``reopen(start)`` must yield entries with key < ``start``.
+    """
+    starts, ends = newer.starts, newer.ends
+    fi = len(starts) - 1
+    while True:
+        jumped = False
+        for e in source:
+            key = e[0]
+            while fi >= 0 and starts[fi] > key:
+                fi -= 1
+            if fi >= 0 and key < ends[fi]:
+                source = reopen(starts[fi])
+                jumped = True
+                break
+            yield e
+        if not jumped:
+            return
+
+
+class DBIterator:
+    """A cursor over a consistent view of the database (RocksDB's ``Iterator``).
+
+    ``lower_bound`` is inclusive, ``upper_bound`` exclusive.  ``key()``/``value()`` require
+    ``valid()``.  The view (snapshot sequence and files) is fixed at creation.
+    """
+
+    def __init__(self, view, lower_bound: bytes | None, upper_bound: bytes | None):
+        self._view = view  # antkv.db._ReadView
+        self._lower = lower_bound
+        self._upper = upper_bound
+        self._gen: Iterator | None = None
+        self._forward = True
+        self._key: bytes | None = None
+        self._value: bytes | None = None
+        self._closed = False
+
+    # --- positioning ---
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise DBClosedError("iterator is closed")
+        self._view.check_open()
+
+    def _advance(self) -> None:
+        try:
+            key, kind, value = next(self._gen)  # type: ignore[arg-type]
+        except StopIteration:
+            self._key = self._value = None
+            return
+        self._key = key
+        self._value = self._view.resolve(value) if kind == VALUE_POINTER else value
+
+    def _start_forward(self, start: bytes | None, exclusive: bool) -> None:
+        lo = self._lower
+        if start is None or (lo is not None and start < lo):
+            start, exclusive = lo, False
+        self._gen = self._view.scan_forward(start, self._upper, exclusive)
+        self._forward = True
+        self._advance()
+
+    def _start_backward(self, start: bytes | None, exclusive: bool) -> None:
+        hi = self._upper
+        if start is None or (hi is not None and start >= hi):
+            start, exclusive = hi, True
+        self._gen = self._view.scan_backward(start, self._lower, exclusive)
+        self._forward = False
+        self._advance()
+
+    def seek_to_first(self) -> None:
+        self._check_open()
+        self._start_forward(None, False)
+
+    def seek_to_last(self) -> None:
+        self._check_open()
+        self._start_backward(None, False)
+
+    def seek(self, key) -> None:
+        """Position at the first key >= ``key``."""
+        self._check_open()
+        self._start_forward(_key_arg(key), False)
+
+    def seek_for_prev(self, key) -> None:
+        """Position at the last key <= ``key``."""
+        self._check_open()
+        self._start_backward(_key_arg(key), False)
+
+    def valid(self) -> bool:
+        self._check_open()
+        return self._key is not None
+
+    def key(self) -> bytes:
+        self._check_open()
+        if self._key is None:
+            raise InvalidArgumentError("iterator is not valid")
+        return self._key
+
+    def value(self) -> bytes:
+        self._check_open()
+        if self._key is None:
+            raise InvalidArgumentError("iterator is not valid")
+        return self._value  # type: ignore[return-value]
+
+    def next(self) -> None:
+        self._check_open()
+        if self._key is None:
+            raise InvalidArgumentError("iterator is not valid")
+        if self._forward:
+            self._advance()
+        else:
+            self._start_forward(self._key, True)
+
+    def prev(self) -> None:
+        self._check_open()
+        if self._key is None:
+            raise InvalidArgumentError("iterator is not valid")
+        if not self._forward:
+            self._advance()
+        else:
+            self._start_backward(self._key, True)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._gen = None
+            self._view = _ClosedView()
+
+    def __enter__(self) -> "DBIterator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __iter__(self):
+        """Iterate ``(key, value)`` from the current position forward."""
+        while self.valid():
+            yield self._key, self._value
+            self.next()
+
+    def __del__(self) -> None:
+        self._gen = None
+
+
+class _ClosedView:
+    def check_open(self) -> None:
+        raise DBClosedError("iterator is closed")
+
+
+def _key_arg(key) -> bytes:
+    from .batch import as_bytes
+
+    return as_bytes(key, "key")
+
+
+__all__ = [
+    "DBIterator",
+    "merge_forward",
+    "merge_backward",
+    "visible_forward",
+    "visible_backward",
+    "skip_covered_forward",
+    "skip_covered_backward",
+    "VALUE",
+]

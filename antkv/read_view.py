@@ -1,0 +1,329 @@
+"""Consistent read views: the *super version* and a reader's view of it.
+
+A :class:`SuperVersion` pins what a reader needs: the mutable memtable, the immutable
+memtables (newest first) and the table :class:`~antkv.version_set.Version`.  It is never
+mutated; the DB publishes a new one when any of the three changes.  While a super version is
+alive (a running get, an open iterator, a checkpoint in progress) none of its files are deleted
+(the DB tracks live super versions in a ``WeakSet``).
+
+A :class:`ReadView` is a super version plus a read sequence number; iterators and scans run
+on one.  Sources are ordered newest first: memtable, immutable memtables, L0 tables (newest
+first), then one source per sorted level.  A key in an older source is always older than any
+range tombstone of a newer source, which is what lets :func:`antkv.iterators.skip_covered_forward`
+jump over covered spans and :meth:`SuperVersion.table_get` stop at the first covering tombstone.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
+
+from .dbformat import VALUE_POINTER
+from .errors import DBClosedError
+from .iterators import (
+    merge_backward,
+    merge_forward,
+    skip_covered_backward,
+    skip_covered_forward,
+    visible_backward,
+    visible_forward,
+)
+from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
+
+
+def table_fragments(reader) -> FragmentedRangeTombstones:
+    """The fragmented range tombstones of a table reader (computed once per open table)."""
+    frags = getattr(reader, "_antkv_fragments", None)
+    if frags is None:
+        frags = fragment(reader.range_tombstones) if reader.range_tombstones else EMPTY
+        reader._antkv_fragments = frags
+    return frags
+
+
+class SuperVersion:
+    __slots__ = ("mem", "imms", "version", "memtables", "_frag_cache", "__weakref__")
+
+    def __init__(self, mem, imms: tuple, version):
+        self.mem = mem
+        self.imms = imms
+        self.version = version
+        self.memtables = (mem,) + imms
+        self._frag_cache = None  # (key, per-source cumulative fragments, all fragments)
+
+    def table_get(self, key: bytes, read_seq: int, db):
+        """Newest visible ``(seq, kind, value)`` of ``key`` in the tables, or None (absent or
+        covered by a range tombstone)."""
+        tomb = 0
+        levels = self.version.levels
+        open_table = db._open_table
+        for f in levels[0]:
+            if key < f.smallest or key > f.largest:
+                continue
+            r = f.reader or open_table(f)
+            if r.range_tombstones:
+                t = table_fragments(r).max_covering_seq(key, read_seq)
+                if t > tomb:
+                    tomb = t
+            e = r.get(key, read_seq)
+            if e is not None:
+                return None if tomb > e[0] else e
+            if tomb:
+                return None
+        for level in range(1, len(levels)):
+            if not levels[level]:
+                continue
+            f = self.version.file_for_key(level, key)
+            if f is None:
+                continue
+            r = f.reader or open_table(f)
+            if r.range_tombstones:
+                t = table_fragments(r).max_covering_seq(key, read_seq)
+                if t > tomb:
+                    tomb = t
+            e = r.get(key, read_seq)
+            if e is not None:
+                return None if tomb > e[0] else e
+            if tomb:
+                return None
+        return None
+
+    # --- range tombstones for iterators ---
+
+    def _source_tombstones(self, db) -> list[list[tuple[bytes, bytes, int]]]:
+        out = [list(m.range_dels) for m in self.memtables]
+        levels = self.version.levels
+        for f in levels[0]:
+            r = f.reader or db._open_table(f)
+            out.append(list(r.range_tombstones))
+        for level in range(1, len(levels)):
+            if levels[level]:
+                ts = []
+                for f in levels[level]:
+                    r = f.reader or db._open_table(f)
+                    ts.extend(r.range_tombstones)
+                out.append(ts)
+        return out
+
+    def fragments(self, db, read_seq: int):
+        """``(all, newer)``: fragments of every tombstone visible at ``read_seq``, and per source
+        the fragments of the tombstones of strictly newer sources (None where there are none)."""
+        key = (read_seq, self.mem.num_range_deletes)
+        cached = self._frag_cache
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        per_source = self._source_tombstones(db)
+        if not any(per_source):
+            result = (EMPTY, None)
+        else:
+            newer: list[FragmentedRangeTombstones | None] = []
+            acc: list[tuple[bytes, bytes, int]] = []
+            for ts in per_source:
+                newer.append(fragment(acc) if acc else None)
+                acc.extend(t for t in ts if t[2] <= read_seq)
+            result = (fragment(acc), newer)
+        self._frag_cache = (key, result[0], result[1])
+        return result
+
+
+class ReadView:
+    """A super version seen at one read sequence number."""
+
+    __slots__ = ("db", "sv", "read_seq")
+
+    def __init__(self, db, sv: SuperVersion, read_seq: int):
+        self.db = db
+        self.sv = sv
+        self.read_seq = read_seq
+
+    def check_open(self) -> None:
+        if self.db._closed:
+            raise DBClosedError(f"database {self.db.path} is closed")
+
+    def resolve(self, pointer: bytes) -> bytes:
+        return self.db._vlog_reader.get(pointer)
+
+    # --- sources ---
+
+    def _forward_sources(self, start: bytes | None, newer) -> list[Iterator]:
+        db, sv = self.db, self.sv
+        open_table = db._open_table
+        srcs: list[Iterator] = []
+        makers = []
+        for m in sv.memtables:
+            if not m.is_empty():
+                makers.append(m.iter_forward)
+            else:
+                makers.append(None)
+        levels = sv.version.levels
+        for f in levels[0]:
+            makers.append((f.reader or open_table(f)).iter_forward if (start is None or f.largest >= start) else None)
+        for level in range(1, len(levels)):
+            if levels[level]:
+                makers.append(_LevelSource(db, levels[level]).forward)
+        for j, make in enumerate(makers):
+            if make is None:
+                continue
+            src = make(start)
+            if newer is not None and j < len(newer) and newer[j] is not None:
+                src = skip_covered_forward(src, make, newer[j])
+            srcs.append(src)
+        return srcs
+
+    def _backward_sources(self, start: bytes | None, newer) -> list[Iterator]:
+        db, sv = self.db, self.sv
+        open_table = db._open_table
+        makers = []
+        for m in sv.memtables:
+            makers.append(m.iter_backward if not m.is_empty() else None)
+        levels = sv.version.levels
+        for f in levels[0]:
+            makers.append((f.reader or open_table(f)).iter_backward if (start is None or f.smallest <= start) else None)
+        for level in range(1, len(levels)):
+            if levels[level]:
+                makers.append(_LevelSource(db, levels[level]).backward)
+        srcs = []
+        for j, make in enumerate(makers):
+            if make is None:
+                continue
+            src = make(start)
+            if newer is not None and j < len(newer) and newer[j] is not None:
+                src = skip_covered_backward(src, _before(make), newer[j])
+            srcs.append(src)
+        return srcs
+
+    # --- scans: (key, kind, value) with pointers unresolved ---
+
+    def scan_forward(self, start: bytes | None, upper: bytes | None, exclusive: bool) -> Iterator:
+        frags, newer = self.sv.fragments(self.db, self.read_seq)
+        merged = merge_forward(self._forward_sources(start, newer))
+        gen = visible_forward(merged, self.read_seq, frags, upper, self.resolve)
+        if exclusive and start is not None:
+            return _drop_key(gen, start)
+        return gen
+
+    def scan_backward(self, start: bytes | None, lower: bytes | None, exclusive: bool) -> Iterator:
+        frags, newer = self.sv.fragments(self.db, self.read_seq)
+        merged = merge_backward(self._backward_sources(start, newer))
+        gen = visible_backward(merged, self.read_seq, frags, lower)
+        if exclusive and start is not None:
+            return _drop_key(gen, start)
+        return gen
+
+    def items(self, lo: bytes | None, hi: bytes | None, reverse: bool, mode: str) -> Iterator:
+        if lo is not None and hi is not None and lo >= hi:
+            return iter(())
+        if reverse:
+            gen = self.scan_backward(hi, lo, True) if hi is not None else self.scan_backward(None, lo, False)
+        else:
+            gen = self.scan_forward(lo, hi, False)
+        return _emit(self, gen, mode)
+
+
+def _drop_key(gen: Iterator, key: bytes) -> Iterator:
+    for e in gen:
+        if e[0] != key:
+            yield e
+        break
+    yield from gen
+
+
+def _before(make):
+    """Adapt a backward-source maker so that ``reopen(start)`` yields only keys < ``start``."""
+
+    def reopen(start: bytes) -> Iterator:
+        gen = make(start)
+        for e in gen:
+            if e[0] < start:
+                yield e
+                yield from gen
+                return
+
+    return reopen
+
+
+def _emit(view: ReadView, gen: Iterator, mode: str) -> Iterator:
+    """Turn ``(key, kind, value)`` into the caller's shape, resolving value pointers (with
+    ``blob_readahead`` pointers prefetched in parallel)."""
+    db = view.db
+    ahead = db.options.blob_readahead if db._vlog_reader is not None else 0
+    if mode == "keys":
+        for key, _, _ in gen:
+            yield key
+        return
+    resolve = view.resolve
+    if ahead <= 1:
+        for key, kind, value in gen:
+            if kind == VALUE_POINTER:
+                value = resolve(value)
+            yield (key, value) if mode == "items" else value
+        return
+    pool = db._prefetch_pool()
+    chunk: list = []
+    npointers = 0
+    for e in gen:
+        chunk.append(e)
+        if e[1] == VALUE_POINTER:
+            npointers += 1
+        if len(chunk) >= ahead:
+            yield from _resolve_chunk(chunk, npointers, resolve, pool, mode)
+            chunk = []
+            npointers = 0
+    if chunk:
+        yield from _resolve_chunk(chunk, npointers, resolve, pool, mode)
+
+
+def _resolve_chunk(chunk: list, npointers: int, resolve, pool: ThreadPoolExecutor, mode: str):
+    if npointers > 1:
+        futures = {i: pool.submit(resolve, e[2]) for i, e in enumerate(chunk) if e[1] == VALUE_POINTER}
+        for i, (key, kind, value) in enumerate(chunk):
+            if kind == VALUE_POINTER:
+                value = futures[i].result()
+            yield (key, value) if mode == "items" else value
+    else:
+        for key, kind, value in chunk:
+            if kind == VALUE_POINTER:
+                value = resolve(value)
+            yield (key, value) if mode == "items" else value
+
+
+class _LevelSource:
+    """A sorted level (L1+) as one source: its tables concatenated in key order."""
+
+    __slots__ = ("db", "files")
+
+    def __init__(self, db, files: list):
+        self.db = db
+        self.files = files
+
+    def forward(self, start: bytes | None) -> Iterator:
+        files = self.files
+        open_table = self.db._open_table
+        i = 0
+        if start is not None:
+            lo, hi = 0, len(files)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                f = files[mid]
+                if f.largest < start or (f.largest_exclusive and f.largest == start):
+                    lo = mid + 1
+                else:
+                    hi = mid
+            i = lo
+        first = True
+        for f in files[i:]:
+            r = f.reader or open_table(f)
+            yield from r.iter_forward(start if first else None)
+            first = False
+
+    def backward(self, start: bytes | None) -> Iterator:
+        files = self.files
+        open_table = self.db._open_table
+        i = len(files) - 1
+        if start is not None:
+            while i >= 0 and files[i].smallest > start:
+                i -= 1
+        first = True
+        for f in reversed(files[: i + 1]):
+            r = f.reader or open_table(f)
+            yield from r.iter_backward(start if first else None)
+            first = False

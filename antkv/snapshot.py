@@ -1,0 +1,97 @@
+"""Snapshots: a sequence number a reader pins so compaction keeps what it can see."""
+
+from __future__ import annotations
+
+import threading
+
+from sortedcontainers import SortedList
+
+from .errors import DBClosedError
+
+
+class SnapshotList:
+    """The sequence numbers of live snapshots (with repeats), ascending.  Thread-safe."""
+
+    def __init__(self) -> None:
+        self._seqs = SortedList()
+        self._lock = threading.Lock()
+
+    def add(self, seq: int) -> None:
+        with self._lock:
+            self._seqs.add(seq)
+
+    def remove(self, seq: int) -> None:
+        with self._lock:
+            self._seqs.remove(seq)
+
+    def sequences(self) -> list[int]:
+        """Distinct live snapshot sequence numbers, ascending."""
+        with self._lock:
+            out: list[int] = []
+            for s in self._seqs:
+                if not out or out[-1] != s:
+                    out.append(s)
+            return out
+
+    def oldest(self) -> int | None:
+        with self._lock:
+            return self._seqs[0] if self._seqs else None
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+
+class Snapshot:
+    """A consistent point-in-time view: reads through it see exactly the writes acknowledged
+    before it was taken.  Release it (or use it as a context manager) so compaction can drop
+    the old versions it kept alive."""
+
+    __slots__ = ("_db", "sequence", "_released", "__weakref__")
+
+    def __init__(self, db, sequence: int):
+        self._db = db
+        self.sequence = sequence
+        self._released = False
+
+    def get(self, key, default=None):
+        self._check()
+        v = self._db.get(key, snapshot=self)
+        return default if v is None else v
+
+    def items(self, *args, **kwargs):
+        self._check()
+        return self._db.items(*args, snapshot=self, **kwargs)
+
+    def keys(self, *args, **kwargs):
+        self._check()
+        return self._db.keys(*args, snapshot=self, **kwargs)
+
+    def values(self, *args, **kwargs):
+        self._check()
+        return self._db.values(*args, snapshot=self, **kwargs)
+
+    def iterator(self, lower_bound=None, upper_bound=None):
+        self._check()
+        return self._db.iterator(lower_bound, upper_bound, snapshot=self)
+
+    def _check(self) -> None:
+        if self._released:
+            raise DBClosedError("snapshot was released")
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._db._release_snapshot(self)
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def __enter__(self) -> "Snapshot":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"Snapshot(sequence={self.sequence}{', released' if self._released else ''})"

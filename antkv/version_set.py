@@ -1,0 +1,289 @@
+"""Versions: which tables and value-log files make up the database, and the MANIFEST.
+
+A :class:`Version` is an immutable list of tables per level.  Level 0 holds tables flushed
+from memtables; they may overlap and are kept newest first (by largest sequence number).
+Levels 1 and above are *sorted runs*: tables ordered by key, never overlapping.
+
+The :class:`VersionSet` owns the current version, the counters (next file number, last
+sequence number, log number) and the state of every value-log file (total and garbage bytes).
+Every change goes through :meth:`VersionSet.log_and_apply`, which appends the edit to the
+MANIFEST and syncs it *before* the new version becomes current.  ``CURRENT`` names the live
+MANIFEST and is replaced atomically (write ``CURRENT.tmp``, sync, rename, sync the directory).
+A MANIFEST larger than ``Options.max_manifest_file_size`` is rolled: a new one starts with a
+full snapshot of the state.
+
+REQUIRES: callers of ``log_and_apply`` hold the DB's version lock (one writer at a time).
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_left
+from dataclasses import dataclass
+
+from .errors import CorruptionError
+from .log_format import LogReader, LogWriter
+from .version_edit import FileMetaData, VersionEdit
+
+
+def table_file_name(dbname: str, number: int) -> str:
+    return os.path.join(dbname, f"{number:06d}.sst")
+
+
+def wal_file_name(dbname: str, number: int) -> str:
+    return os.path.join(dbname, f"{number:06d}.log")
+
+
+def vlog_file_name(dbname: str, number: int) -> str:
+    return os.path.join(dbname, f"{number:06d}.vlog")
+
+
+def manifest_file_name(dbname: str, number: int) -> str:
+    return os.path.join(dbname, f"MANIFEST-{number:06d}")
+
+
+def parse_file_name(name: str) -> tuple[str, int] | None:
+    """``(kind, number)`` for antkv's numbered files; kind in sst, log, vlog, manifest."""
+    if name.startswith("MANIFEST-"):
+        num = name[9:]
+        return ("manifest", int(num)) if num.isdigit() else None
+    stem, dot, ext = name.partition(".")
+    if dot and stem.isdigit() and ext in ("sst", "log", "vlog"):
+        return ext, int(stem)
+    return None
+
+
+@dataclass
+class VlogFileState:
+    number: int
+    total: int = 0  # record bytes; known once sealed
+    garbage: int = 0
+    sealed: bool = False
+
+    @property
+    def garbage_ratio(self) -> float:
+        return self.garbage / self.total if self.sealed and self.total else 0.0
+
+
+class Version:
+    __slots__ = ("levels", "__weakref__")
+
+    def __init__(self, levels: list[list[FileMetaData]]):
+        self.levels = levels
+
+    @property
+    def num_levels(self) -> int:
+        return len(self.levels)
+
+    def all_files(self):
+        for level, files in enumerate(self.levels):
+            for f in files:
+                yield level, f
+
+    def level_bytes(self, level: int) -> int:
+        return sum(f.size for f in self.levels[level])
+
+    def num_files(self, level: int) -> int:
+        return len(self.levels[level])
+
+    def overlapping(self, level: int, lo: bytes | None, hi: bytes | None) -> list[FileMetaData]:
+        return [f for f in self.levels[level] if f.overlaps(lo, hi)]
+
+    def file_for_key(self, level: int, key: bytes) -> FileMetaData | None:
+        """The table of sorted level >= 1 that may hold ``key``."""
+        files = self.levels[level]
+        lo, hi = 0, len(files)
+        while lo < hi:  # first file whose largest >= key (exclusive largest: > key)
+            mid = (lo + hi) // 2
+            f = files[mid]
+            if f.largest < key or (f.largest_exclusive and f.largest == key):
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(files) and files[lo].smallest <= key:
+            return files[lo]
+        return None
+
+    def file_index_at_or_after(self, level: int, key: bytes) -> int:
+        files = self.levels[level]
+        return bisect_left([f.largest for f in files], key)
+
+    def _check(self) -> None:
+        for level in range(1, len(self.levels)):
+            files = self.levels[level]
+            for a, b in zip(files, files[1:]):
+                assert a.largest < b.smallest or (a.largest_exclusive and a.largest <= b.smallest), (
+                    f"L{level} overlap {a.number} {b.number}"
+                )
+
+
+class VersionSet:
+    def __init__(self, fs, dbname: str, num_levels: int, max_manifest_file_size: int):
+        self.fs = fs
+        self.dbname = dbname
+        self.num_levels = num_levels
+        self.max_manifest_file_size = max_manifest_file_size
+        self.current = Version([[] for _ in range(num_levels)])
+        self.next_file_number = 2
+        self.last_sequence = 0
+        self.log_number = 0
+        self.manifest_number = 0
+        self.vlogs: dict[int, VlogFileState] = {}
+        self._manifest: LogWriter | None = None
+        self.manifest_bytes_written = 0
+
+    # --- counters ---
+
+    def new_file_number(self) -> int:
+        n = self.next_file_number
+        self.next_file_number += 1
+        return n
+
+    def mark_file_number_used(self, number: int) -> None:
+        if self.next_file_number <= number:
+            self.next_file_number = number + 1
+
+    # --- applying edits ---
+
+    def _apply(self, edit: VersionEdit, version: Version) -> Version:
+        if edit.log_number is not None:
+            self.log_number = max(self.log_number, edit.log_number)
+        if edit.next_file_number is not None:
+            self.mark_file_number_used(edit.next_file_number - 1)
+        if edit.last_sequence is not None:
+            self.last_sequence = max(self.last_sequence, edit.last_sequence)
+        for number in edit.new_vlogs:
+            self.vlogs.setdefault(number, VlogFileState(number))
+            self.mark_file_number_used(number)
+        for number, total in edit.sealed_vlogs:
+            st = self.vlogs.setdefault(number, VlogFileState(number))
+            st.total, st.sealed = total, True
+        for number, garbage in edit.vlog_garbage:
+            st = self.vlogs.get(number)
+            if st is not None:
+                st.garbage += garbage
+        for number in edit.deleted_vlogs:
+            self.vlogs.pop(number, None)
+        if not edit.new_tables and not edit.deleted_tables:
+            return version
+        levels = [list(files) for files in version.levels]
+        if edit.deleted_tables:
+            dead = set(edit.deleted_tables)
+            levels = [[f for f in files if (lvl, f.number) not in dead] for lvl, files in enumerate(levels)]
+        for level, meta in edit.new_tables:
+            if level >= len(levels):
+                raise CorruptionError(f"table {meta.number} at level {level} >= num_levels {len(levels)}")
+            levels[level].append(meta)
+            self.mark_file_number_used(meta.number)
+        levels[0].sort(key=lambda f: (f.largest_seq, f.number), reverse=True)
+        for files in levels[1:]:
+            files.sort(key=lambda f: f.smallest)
+        return Version(levels)
+
+    def log_and_apply(self, edit: VersionEdit) -> None:
+        """Make ``edit`` durable in the MANIFEST, then install the new current version."""
+        if edit.next_file_number is None:
+            edit.next_file_number = self.next_file_number
+        if edit.last_sequence is None:
+            edit.last_sequence = self.last_sequence
+        saved = (self.log_number, self.next_file_number, self.last_sequence,
+                 {n: VlogFileState(s.number, s.total, s.garbage, s.sealed) for n, s in self.vlogs.items()})
+        try:
+            new_version = self._apply(edit, self.current)
+            if self._manifest is None or self._manifest.size >= self.max_manifest_file_size:
+                self._roll_manifest(new_version)
+            else:
+                payload = edit.encode()
+                self._manifest.add_record(payload)
+                self._manifest.sync()
+                self.manifest_bytes_written += len(payload) + 16
+        except BaseException:
+            self.log_number, self.next_file_number, self.last_sequence, self.vlogs = saved
+            raise
+        self.current = new_version
+
+    def snapshot_edit(self, version: Version) -> VersionEdit:
+        edit = VersionEdit(
+            log_number=self.log_number,
+            next_file_number=self.next_file_number,
+            last_sequence=self.last_sequence,
+        )
+        for level, f in version.all_files():
+            edit.new_tables.append((level, f))
+        for number in sorted(self.vlogs):
+            st = self.vlogs[number]
+            edit.new_vlogs.append(number)
+            if st.sealed:
+                edit.sealed_vlogs.append((number, st.total))
+            if st.garbage:
+                edit.vlog_garbage.append((number, st.garbage))
+        return edit
+
+    def _roll_manifest(self, version: Version) -> None:
+        """Start a new MANIFEST holding a snapshot of ``version``; point CURRENT at it."""
+        fs = self.fs
+        number = self.new_file_number()
+        path = manifest_file_name(self.dbname, number)
+        writer = LogWriter(fs.create(path))
+        try:
+            edit = self.snapshot_edit(version)
+            edit.next_file_number = self.next_file_number
+            payload = edit.encode()
+            writer.add_record(payload)
+            writer.sync()
+            self.manifest_bytes_written += len(payload) + 16
+            set_current_file(fs, self.dbname, number)
+        except BaseException:
+            writer.close()
+            raise
+        old, self._manifest = self._manifest, writer
+        old_number, self.manifest_number = self.manifest_number, number
+        if old is not None:
+            old.close()
+            try:
+                fs.remove(manifest_file_name(self.dbname, old_number))
+            except Exception:
+                pass  # an unneeded old MANIFEST; it is removed on the next open
+
+    # --- recovery ---
+
+    def recover(self) -> None:
+        """Rebuild the state from CURRENT and its MANIFEST."""
+        fs = self.fs
+        current_path = os.path.join(self.dbname, "CURRENT")
+        raw = fs.read_all(current_path)
+        name = raw.decode("ascii", "replace").strip()
+        parsed = parse_file_name(name)
+        if not raw.endswith(b"\n") or parsed is None or parsed[0] != "manifest":
+            raise CorruptionError(f"CURRENT does not name a MANIFEST: {raw[:64]!r}", current_path, 0)
+        manifest_path = os.path.join(self.dbname, name)
+        if not fs.exists(manifest_path):
+            raise CorruptionError(f"CURRENT names {name}, which does not exist", current_path, 0)
+        data = fs.read_all(manifest_path)
+        reader = LogReader(data, manifest_path)
+        version = self.current
+        n = 0
+        for offset, payload in reader:
+            version = self._apply(VersionEdit.decode(payload, manifest_path, offset), version)
+            n += 1
+        if n == 0:
+            raise CorruptionError("MANIFEST holds no complete record", manifest_path, 0)
+        self.current = version
+        self.manifest_number = parsed[1]
+        self.mark_file_number_used(parsed[1])
+
+    def open_manifest_for_append(self) -> None:
+        """After recovery: continue in a fresh MANIFEST (never append to a recovered one)."""
+        self._roll_manifest(self.current)
+
+    def close(self) -> None:
+        if self._manifest is not None:
+            self._manifest.close()
+            self._manifest = None
+
+
+def set_current_file(fs, dbname: str, manifest_number: int) -> None:
+    tmp = os.path.join(dbname, "CURRENT.tmp")
+    fs.write_all(tmp, f"MANIFEST-{manifest_number:06d}\n".encode(), sync=True)
+    fs.rename(tmp, os.path.join(dbname, "CURRENT"))
+    fs.sync_dir(dbname)

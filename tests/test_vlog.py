@@ -283,6 +283,7 @@ def test_get_from_8_threads_with_eviction(tmp_path):
             k, v = b"%d/%d" % (n, i), rng.randbytes(rng.randint(0, 4000)) * rng.randint(1, 4)
             expect.append((k, v, w.add(k, v)))
         w.seal() if n % 3 else w.close()
+    fds_before = len(os.listdir("/proc/self/fd"))
     r = ValueLogReader(osfs, d, max_open_files=3)
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -316,3 +317,4 @@ def test_get_from_8_threads_with_eviction(tmp_path):
     r.close()
     assert not errors, errors[0]
     assert len(os.listdir(d)) == 6
+    assert len(os.listdir("/proc/self/fd")) == fds_before  # every evicted handle was closed

@@ -93,7 +93,14 @@ class ValueLogReader:
     def get_record(self, pointer: bytes) -> tuple[bytes, bytes]:
         """``(key, value)`` of the record ``pointer`` points to."""
         fn, offset, size = decode_pointer(pointer)
-        h = self._pin(fn)
+        handles = self._handles
+        with self._lock:  # the cache-hit path of _pin, inlined (this is the hot path)
+            h = handles.get(fn)  # close() empties the cache, so a closed reader takes _pin
+            if h is not None:
+                handles.move_to_end(fn)
+                h[_PINS] += 1
+        if h is None:
+            h = self._pin(fn)
         try:
             data = h[_FILE].read(offset, size)
         finally:

@@ -7,9 +7,12 @@ spellings of the same thing: ``db.write(WriteBatch)`` and ``with db.write_batch(
 ``key in db`` together with ``db[key]``.
 
 Features that land later (``flush``, ``compact_range``, ``checkpoint``, ``gc_value_log``,
-``verify``) are detected with ``hasattr`` on the open database; ``supports()`` tells the
-runner, which skips such operations on BOTH sides and counts them, so a missing feature is
-visible in the run summary and never turns into a silent difference.
+``verify``) are detected with ``hasattr`` on the open database, and by trying: a
+``ModuleNotFoundError`` for an ``antkv.*`` module (the method exists, its implementation has
+not landed) answers ``("unsupported", module)``.  The runner runs the subject first; on
+``unsupported`` it skips the oracle, counts the operation as skipped and asks
+``supports()`` no more.  Skips are printed in the run summary, so a missing feature is
+visible and never turns into a silent difference.
 
 Error categories: ``InvalidArgumentError`` -> ``("error", "invalid_argument")`` (what RocksDB
 reports for a reversed range); any other ``antkv.Error`` -> ``("error", <class name>)`` and
@@ -35,6 +38,10 @@ _FEATURE_METHOD = {
 }
 
 
+# Operations found unsupported in this process (their module is missing); see supports().
+_UNSUPPORTED: set[str] = set()
+
+
 class AntkvSide:
     """One antkv database driven by fuzzer operations."""
 
@@ -55,9 +62,12 @@ class AntkvSide:
 
     def supports(self, opname: str) -> bool:
         method = _FEATURE_METHOD.get(opname)
-        return method is None or hasattr(self.db, method)
+        return method is None or (hasattr(self.db, method) and opname not in _UNSUPPORTED)
 
     def classify_error(self, exc: BaseException) -> tuple:
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").startswith("antkv"):
+            # The DB method exists but the module implementing it has not landed yet.
+            return ("unsupported", exc.name)
         if isinstance(exc, self.antkv.InvalidArgumentError):
             return ("error", "invalid_argument")
         if isinstance(exc, self.antkv.Error):
@@ -200,6 +210,9 @@ class AntkvSide:
 
     def op_compact_range(self, begin, end):
         self.db.compact_range(begin, end)
+
+    def mark_unsupported(self, opname: str) -> None:
+        _UNSUPPORTED.add(opname)
 
     def op_reopen(self):
         self.close()

@@ -99,6 +99,9 @@ class RocksSide:
     def supports(self, opname: str) -> bool:
         return True
 
+    def mark_unsupported(self, opname: str) -> None:
+        raise OracleError(f"RocksDB supports every operation, {opname} included")
+
     def close(self) -> None:
         self._drop_views()
         self.db.close()

@@ -7,7 +7,8 @@ answers with ``==``.  The first difference stops the run and is returned as a
 reopens both databases and compares a full scan again -- so a lost write shows up even when
 the stream never read it.
 
-An operation the subject does not support yet (``side.supports(name)`` is false) is skipped
+An operation the subject does not support yet (``side.supports(name)`` is false, or the
+subject answers ``("unsupported", ...)``; the subject runs each operation first) is skipped
 on both sides and counted in ``RunResult.skipped``; the summary prints those counts.
 
 ``fuzz_one(cfg)`` is one fuzzing job: generate the stream of ``cfg.seed``, run it, and on a
@@ -121,8 +122,12 @@ def run_stream(ops: list[tuple], make_subject, make_oracle, *, workdir: str | No
             if not subject.supports(op[0]):
                 skipped[op[0]] += 1
                 continue
-            expected, _ = execute(oracle, op)
             actual, tb = execute(subject, op)
+            if type(actual) is tuple and actual and actual[0] == "unsupported":
+                subject.mark_unsupported(op[0])
+                skipped[op[0]] += 1
+                continue
+            expected, _ = execute(oracle, op)
             if expected != actual:
                 return RunResult(Divergence(i, op, expected, actual, tb), ran, skipped,
                                  time.monotonic() - start)

@@ -241,6 +241,17 @@ class ValueLogScan:
             pass  # the scan's side effects (counts, valid_length) are the result
         return self
 
+    def recover(self) -> "ValueLogScan":
+        """Scan, then truncate a torn tail (the recovery of an active file); returns self.
+
+        One pass gives both the valid length and the record count/bytes a caller records
+        when it seals the recovered file in the MANIFEST.
+        """
+        self.run()
+        if self.valid_length < self.file_size:
+            self.fs.truncate(self.path, self.valid_length)
+        return self
+
     def _torn(self, offset: int, why: str) -> None:
         if self.strict:
             raise CorruptionError(f"value-log file ends in a torn {why}", self.path, offset)
@@ -359,10 +370,7 @@ def recover_file(fs, path: str) -> int:
     header survived (the file holds nothing and may be deleted).  Damage followed by intact
     data raises CorruptionError and changes nothing.
     """
-    scan = ValueLogScan(fs, path).run()
-    if scan.valid_length < scan.file_size:
-        fs.truncate(path, scan.valid_length)
-    return scan.valid_length
+    return ValueLogScan(fs, path).recover().valid_length
 
 
 def verify_file(fs, path: str) -> tuple[int, int]:

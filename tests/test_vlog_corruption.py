@@ -257,3 +257,33 @@ def test_crash_inside_an_append(seed):
     assert recover_file(inner, PATH) == decode_pointer(ptrs[-1])[1] + decode_pointer(ptrs[-1])[2]
     r = ValueLogReader(inner, DB)
     assert [r.get(p) for p in ptrs] == [b"%d" % i * 300 for i in range(5)]
+
+
+def test_crafted_records_with_valid_checksums_are_rejected():
+    """Records a buggy or hostile writer could produce: every check passes but the contents lie."""
+    import xxhash
+    import zstandard
+
+    def record(key, stored, raw_len, ctype):
+        h = xxhash.xxh3_64_intdigest(key + stored)
+        pre = vf.RECORD_PREFIX.pack(len(key), len(stored), raw_len, ctype, h)
+        return pre + vf._CHECK.pack(vf.header_check(pre)) + key + stored
+
+    frame = zstandard.ZstdCompressor().compress(b"v" * 1000)
+    cases = [
+        record(b"k", frame, 999, vf.COMPRESSION_ZSTD),  # raw length disagrees with the frame
+        record(b"k", frame, 1 << 31, vf.COMPRESSION_ZSTD),  # would allocate 2 GiB
+        record(b"k", b"not a zstd frame", 100, vf.COMPRESSION_ZSTD),
+        record(b"k", b"plain", 6, vf.COMPRESSION_NONE),  # raw length != stored length
+        record(b"k", b"plain", 5, 7),  # unknown compression
+    ]
+    for rec in cases:
+        with pytest.raises(CorruptionError) as e:
+            vf.decode_record(rec, PATH, 24)
+        assert e.value.offset == 24
+        fs = MemoryFileSystem()
+        fs.mkdirs(DB)
+        fs.write_all(PATH, vf.encode_file_header(3, 0) + rec)
+        with pytest.raises(CorruptionError):
+            list(iter_records(fs, PATH))
+    assert vf.decode_record(record(b"k", frame, 1000, vf.COMPRESSION_ZSTD), PATH, 24) == (b"k", b"v" * 1000)

@@ -144,6 +144,10 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 def decompress(stored, raw_len: int, path: str, offset: int) -> bytes:
     """The raw value of a zstd record, or CorruptionError."""
     try:
+        # the frame's own content size must agree before zstd allocates it (a crafted frame
+        # could otherwise ask for any amount of memory)
+        if zstandard.frame_content_size(stored) != raw_len:
+            raise CorruptionError(f"value-log record's zstd frame does not hold {raw_len} bytes", path, offset)
         raw = _decompressor().decompress(stored, max_output_size=raw_len)
     except zstandard.ZstdError as e:
         raise CorruptionError(f"value-log record does not decompress ({e})", path, offset) from None

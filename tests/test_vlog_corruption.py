@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from antkv import CorruptionError
+from antkv import CorruptionError, InvalidArgumentError
 from antkv.fs.fault import FaultInjectionFileSystem, SimulatedCrash
 from antkv.fs.memory import MemoryFileSystem
 from antkv.vlog import (
@@ -287,3 +287,18 @@ def test_crafted_records_with_valid_checksums_are_rejected():
         with pytest.raises(CorruptionError):
             list(iter_records(fs, PATH))
     assert vf.decode_record(record(b"k", frame, 1000, vf.COMPRESSION_ZSTD), PATH, 24) == (b"k", b"v" * 1000)
+
+
+def test_verify_the_active_file_up_to_the_writers_size():
+    """A record being appended while verify runs looks torn; ``length`` verifies what was acknowledged."""
+    fs, data, ptrs = build(None, False)
+    acknowledged = len(data)
+    in_flight = vf.encode_record(b"late", b"L" * 500, 0)
+    fs.write_all(PATH, data + in_flight[:100])
+    with pytest.raises(CorruptionError):
+        verify_file(fs, PATH)
+    assert verify_file(fs, PATH, length=acknowledged) == (len(RECORDS), acknowledged - vf.FILE_HEADER_SIZE)
+    with pytest.raises(CorruptionError):
+        verify_file(fs, PATH, length=acknowledged - 1)  # a length inside a record: that record is torn
+    with pytest.raises(InvalidArgumentError):
+        ValueLogScan(fs, PATH, length=acknowledged).recover()

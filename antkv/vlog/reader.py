@@ -220,12 +220,16 @@ class ValueLogScan:
     * ``torn_tail_offset`` -- where a dropped torn tail starts, None when the file is clean;
     * ``sealed`` -- an intact footer ended the file;
     * ``num_records``, ``record_bytes``, ``file_size``.
+
+    ``length`` scans only the first ``length`` bytes, as if the file ended there: how the
+    active file is verified while a writer may be appending (pass the writer's ``size``).
     """
 
-    def __init__(self, fs, path: str, *, strict: bool = False):
+    def __init__(self, fs, path: str, *, strict: bool = False, length: int | None = None):
         self.fs = fs
         self.path = path
         self.strict = strict
+        self.length = length
         self.file_number: int | None = None
         self.compression: str | None = None
         self.valid_length = 0
@@ -247,6 +251,8 @@ class ValueLogScan:
         One pass gives both the valid length and the record count/bytes a caller records
         when it seals the recovered file in the MANIFEST.
         """
+        if self.length is not None:
+            raise InvalidArgumentError("recover() scans the whole file; do not pass length")
         self.run()
         if self.valid_length < self.file_size:
             self.fs.truncate(self.path, self.valid_length)
@@ -274,7 +280,7 @@ class ValueLogScan:
 
     def _scan(self, f) -> Iterator[tuple[int, int, bytes, bytes, int]]:
         path = self.path
-        end = self.file_size = f.size()
+        end = self.file_size = f.size() if self.length is None else min(f.size(), self.length)
         win = _Window(f)
         head = win.get(0, FILE_HEADER_SIZE)
         zeros = head.count(0) == len(head)
@@ -373,12 +379,14 @@ def recover_file(fs, path: str) -> int:
     return ValueLogScan(fs, path).recover().valid_length
 
 
-def verify_file(fs, path: str) -> tuple[int, int]:
+def verify_file(fs, path: str, *, length: int | None = None) -> tuple[int, int]:
     """``(number of records, record bytes)`` after checking every checksum (and the footer).
 
-    Strict: a torn tail is CorruptionError too, so run it on recovered or sealed files.
+    Strict: a torn tail is CorruptionError too, so run it on sealed or recovered files -- or
+    on the active file with ``length`` = the writer's ``size`` read under the write lock, so
+    a record being appended meanwhile is not mistaken for a torn one.
     """
-    scan = ValueLogScan(fs, path, strict=True).run()
+    scan = ValueLogScan(fs, path, strict=True, length=length).run()
     return scan.num_records, scan.record_bytes
 
 

@@ -300,5 +300,8 @@ def test_verify_the_active_file_up_to_the_writers_size():
     assert verify_file(fs, PATH, length=acknowledged) == (len(RECORDS), acknowledged - vf.FILE_HEADER_SIZE)
     with pytest.raises(CorruptionError):
         verify_file(fs, PATH, length=acknowledged - 1)  # a length inside a record: that record is torn
+    with pytest.raises(CorruptionError):
+        verify_file(fs, PATH, length=10)  # inside the file header
+    assert verify_file(fs, PATH, length=vf.FILE_HEADER_SIZE) == (0, 0)
     with pytest.raises(InvalidArgumentError):
         ValueLogScan(fs, PATH, length=acknowledged).recover()

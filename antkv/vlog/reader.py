@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import errno
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Iterator
 
 from ..errors import CorruptionError, DBClosedError, InvalidArgumentError
@@ -241,8 +241,7 @@ class ValueLogScan:
 
     def run(self) -> "ValueLogScan":
         """Scan to the end without keeping the records; returns self."""
-        for _ in self:
-            pass  # the scan's side effects (counts, valid_length) are the result
+        deque(self, maxlen=0)  # the scan's side effects (counts, valid_length) are the result
         return self
 
     def recover(self) -> "ValueLogScan":
@@ -282,7 +281,7 @@ class ValueLogScan:
         path = self.path
         end = self.file_size = f.size() if self.length is None else min(f.size(), self.length)
         win = _Window(f)
-        head = win.get(0, FILE_HEADER_SIZE)
+        head = win.get(0, min(FILE_HEADER_SIZE, end))
         zeros = head.count(0) == len(head)
         if len(head) < FILE_HEADER_SIZE:  # a crash right after create: a prefix of the header
             if not zeros and head[:8] != FILE_MAGIC[: len(head[:8])]:

@@ -93,9 +93,13 @@ def test_every_damaged_pointer_is_detected():
             bad[i] ^= 1 << bit
             with pytest.raises(CorruptionError):
                 decode_pointer(bytes(bad), "table 000009.sst")
-    for bad in (b"", p[:-1], p + b"\0", None):
+    for bad in (b"", p[:-1], p + b"\0", bytearray(p[1:])):
         with pytest.raises(CorruptionError):
             decode_pointer(bad)
+    for bad in (None, "x" * 25, 25):
+        with pytest.raises(TypeError):
+            decode_pointer(bad)
+    assert decode_pointer(memoryview(p)) == decode_pointer(bytearray(p)) == (12, 4096, 16409)
     with pytest.raises(CorruptionError) as e:
         decode_pointer(p[:-1], "table 000009.sst")
     assert "000009.sst" in str(e.value)

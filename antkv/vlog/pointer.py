@@ -56,12 +56,14 @@ def decode_pointer(data: bytes, where: str = "") -> tuple[int, int, int]:
 
     A pointer of the wrong length, with a failing check or an unknown type raises
     CorruptionError; ``where`` (e.g. a table name and block offset) goes into its message.
+    Something that is not bytes-like raises TypeError.
     """
     try:
         kind, file_number, offset, size, check = _POINTER.unpack(data)
-    except (struct.error, TypeError):
-        n = len(data) if hasattr(data, "__len__") else "?"
-        raise CorruptionError(f"damaged value pointer ({n} bytes, expected {POINTER_SIZE})", where or None) from None
+    except struct.error:
+        raise CorruptionError(f"damaged value pointer ({len(data)} bytes, expected {POINTER_SIZE})", where or None) from None
+    except TypeError:
+        raise TypeError(f"a value pointer is bytes, not {type(data).__name__}") from None
     if _xxh32(data[:_CHECKED]) != check:
         raise CorruptionError("damaged value pointer (checksum mismatch)", where or None)
     if kind != POINTER_TYPE_BLOB:

@@ -13,7 +13,8 @@ from antkv.sst.block import (
     decode_block,
     encode_block,
     encode_entries,
-    shared_lengths,
+    group_prefix_lengths,
+    search_block,
     shared_prefix_len,
 )
 from antkv.sst.bloom import build_filter, decode_filter, key_hash, may_contain, num_probes
@@ -32,31 +33,49 @@ def test_shared_prefix_len():
 
 def test_restart_points_and_prefix_compression():
     keys = [b"user:%04d" % i for i in range(40)]
-    shared = shared_lengths(keys, 16)
-    assert shared[0] == shared[16] == shared[32] == 0  # restart points store whole keys
-    assert shared[1] == len(b"user:000") and shared[31] == len(b"user:00")
+    # groups of 16 from each restart point: 0000-0015, 0016-0031, 0032-0039
+    assert group_prefix_lengths(keys, 16) == [len(b"user:00"), len(b"user:00"), len(b"user:003")]
     entries = [(k, i, VALUE, b"v") for i, k in enumerate(keys)]
     raw = encode_entries(entries)
-    assert len(raw) < sum(len(k) for k in keys)  # prefixes are not repeated
-    n, restart, ew, sw, qw = BLOCK_FOOTER.unpack_from(raw, len(raw) - BLOCK_FOOTER_SIZE)
-    assert (n, restart, ew, sw, qw) == (40, 16, 1, 1, 1)  # every column fits a byte
+    assert len(raw) < sum(len(k) for k in keys)  # prefixes are stored once per group
+    assert raw.startswith(b"user:00user:00user:003")
+    n, restart, ew, qw = BLOCK_FOOTER.unpack_from(raw, len(raw) - BLOCK_FOOTER_SIZE)
+    assert (n, restart, ew, qw) == (40, 16, 1, 1)  # every column fits a byte
     keys2, negs, kinds, values = decode_block(raw, len(raw), "t", 0)
     assert keys2 == keys and negs == [-i for i in range(40)] and kinds == [VALUE] * 40
     assert values == [b"v"] * 40
 
 
+def model_search(entries, key, neg):
+    for k, ng, kind, value in entries:
+        if (k, ng) >= (key, neg):
+            return (ng, kind, value) if k == key else None
+    return None
+
+
 @pytest.mark.parametrize("restart", [1, 2, 16, 1000])
-def test_block_round_trip_random(restart):
+def test_block_round_trip_and_search_random(restart):
     rng = random.Random(restart)
     for trial in range(30):
         n = rng.randint(0, 60)
-        keys = sorted(rng.randbytes(rng.randint(0, 8)) for _ in range(n))
-        seqs = [rng.choice((0, 7, 300, 70000, 1 << 40, (1 << 56) - 1)) for _ in range(n)]
+        pool = [rng.randbytes(rng.randint(0, 3)) for _ in range(8)]
+        seq_pool = (0, 7, 300, 70000, 1 << 40, (1 << 56) - 1)
+        pairs = {(rng.choice(pool) + rng.randbytes(rng.randint(0, 2)), rng.choice(seq_pool)) for _ in range(n)}
+        pairs = sorted(pairs, key=lambda p: (p[0], -p[1]))  # internal order
+        n = len(pairs)
+        keys = [p[0] for p in pairs]
+        seqs = [p[1] for p in pairs]
         kinds = [rng.choice((0, 1, 3)) for _ in range(n)]
         values = [rng.randbytes(rng.choice((0, 3, 200, 70000))) for _ in range(n)]
-        raw = encode_block(keys, shared_lengths(keys, restart), seqs, kinds, values, restart)
+        raw = encode_block(keys, seqs, kinds, values, restart)
         padded = raw + b"trailer!"  # decoders must use the size, not len(buffer)
-        assert decode_block(padded, len(raw), "t", 0) == (keys, [-s for s in seqs], kinds, values)
+        decoded = decode_block(padded, len(raw), "t", 0)
+        assert decoded == (keys, [-s for s in seqs], kinds, values)
+        entries = list(zip(*decoded))
+        probes = keys + [k + b"\x00" for k in keys] + [b"", b"\xff" * 8]
+        for key in probes:
+            for neg in {0, -1, -300, -(1 << 41), -(1 << 56), *(-s for s in seqs[:5])}:
+                assert search_block(padded, len(raw), key, neg, "t", 0) == model_search(entries, key, neg)
 
 
 def test_bloom_filter_false_positive_rate():

@@ -3,31 +3,32 @@
 Data blocks, the index block, the range-del block and the properties block all use this one
 layout.  An *entry* is ``(key: bytes, seq: int, kind: int, value: bytes)``; entries are stored in
 the order given (for data blocks: internal-key order).  The contents of a block of ``n`` entries
-(``n`` may be 0) with restart interval ``R``::
+(``n`` may be 0) with restart interval ``R``, in ``g = ceil(n / R)`` groups::
 
     +--------------------------------------------------------------------------+
+    | group prefixes, concatenated        P bytes                              |
     | key suffixes, concatenated          K bytes                              |
     | values, concatenated                V bytes                              |
-    | ends     2n x uE   end offset (from block start) of suffix 0..n-1, then   |
-    |                    of value 0..n-1; each piece starts where the last ends |
-    | shared    n x uS   bytes entry i shares with its restart key              |
-    | seqs      n x uQ   sequence number of entry i                             |
-    | kinds     n x u8   kind of entry i (antkv.dbformat.Kind)                  |
-    | block footer, 9 bytes:                                                   |
-    |   n u32 | R u16 | E u8 | S u8 | Q u8     E, S, Q in {1, 2, 4, 8}: widths  |
+    | ends  (g + 2n) x uE   end offset (from block start) of prefix 0..g-1,    |
+    |                       suffix 0..n-1, value 0..n-1; a piece starts where  |
+    |                       the one before it ends (the first at 0)            |
+    | seqs       n x uQ     sequence number of entry i                         |
+    | kinds      n x u8     kind of entry i (antkv.dbformat.Kind)              |
+    | block footer, 8 bytes: n u32 | R u16 | E u8 | Q u8   E, Q in {1,2,4,8}   |
     +--------------------------------------------------------------------------+
-      all integers little-endian; uE etc. = unsigned integer of E bytes
+      all integers little-endian; uE = unsigned integer of E bytes
 
-*Restart points and key prefix compression*: entries ``0, R, 2R, ...`` are restart points and
-store their whole key (``shared == 0``).  Every other entry stores only what follows the first
-``shared`` bytes it has in common with the key of its group's restart point::
+*Restart points and key prefix compression*: entries ``0, R, 2R, ...`` are restart points, each
+starting a group of (at most) ``R`` entries.  A group stores once the longest prefix common to
+all its keys; each entry stores only the rest of its key::
 
-    key[i] == key[R * (i // R)][:shared[i]] + suffix[i]
+    key[i] == prefix[i // R] + suffix[i]
 
-Sharing with the restart key rather than the previous key (as LevelDB does) makes every key
-decodable independently of its neighbours, so :func:`decode_block` rebuilds all keys with
-``map`` and slicing -- C loops, no Python bytecode per entry.  The column widths are chosen per
-block (the smallest that fits), which keeps the per-entry overhead near LevelDB's varints.
+Every key is thus decodable independently of its neighbours (LevelDB instead shares with the
+previous key, which forces a sequential decode), so :func:`decode_block` rebuilds all keys with
+``map`` -- C loops, no Python bytecode per entry -- and :func:`search_block` binary-searches a
+block straight from its bytes, building only the ~log2(n) keys it compares.  The column widths
+are chosen per block (the smallest that fits).
 
 A *decoded block* is the tuple of PARALLEL LISTS ``(keys, neg_seqs, kinds, values)`` with
 ``neg_seqs[i] == -seq[i]``, so ``zip(*decoded)`` yields antkv's entry tuples and ``bisect`` on
@@ -40,12 +41,12 @@ from __future__ import annotations
 
 import struct
 from itertools import accumulate, chain, repeat
-from operator import le, neg
+from operator import neg
 
 from ..errors import CorruptionError
 
-BLOCK_FOOTER = struct.Struct("<IHBBB")  # PART OF THE FILE FORMAT: n, R, E, S, Q
-BLOCK_FOOTER_SIZE = BLOCK_FOOTER.size  # 9
+BLOCK_FOOTER = struct.Struct("<IHBB")  # PART OF THE FILE FORMAT: n, R, E, Q
+BLOCK_FOOTER_SIZE = BLOCK_FOOTER.size  # 8
 DEFAULT_RESTART_INTERVAL = 16
 _WIDTH_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
 _MAX_KIND = 3
@@ -80,23 +81,17 @@ def shared_prefix_len(a: bytes, b: bytes) -> int:
     return n - ((x.bit_length() + 7) >> 3)
 
 
-def shared_lengths(keys: list[bytes], restart_interval: int) -> list[int]:
-    """``shared`` for each key: its common prefix with its group's restart key."""
+def group_prefix_lengths(keys: list[bytes], restart_interval: int) -> list[int]:
+    """For each group of ``restart_interval`` keys, the length of the prefix all of them share."""
     out = []
-    append = out.append
-    base = b""
-    for i, key in enumerate(keys):
-        if i % restart_interval == 0:
-            base = key
-            append(0)
-        else:
-            append(shared_prefix_len(base, key))
+    for i in range(0, len(keys), restart_interval):
+        group = keys[i : i + restart_interval]
+        out.append(shared_prefix_len(min(group), max(group)))
     return out
 
 
 def encode_block(
     keys: list[bytes],
-    shared: list[int],
     seqs: list[int],
     kinds: list[int],
     values: list[bytes],
@@ -104,41 +99,60 @@ def encode_block(
 ) -> bytes:
     """The contents of a block of parallel lists of entries.
 
-    REQUIRES: ``shared == shared_lengths(keys, restart_interval)`` (callers computing it on the
-    fly pass their own); every seq < 2**64; every kind < 256.
+    REQUIRES: every seq < 2**64; every kind < 256; the block smaller than 2**64 bytes.
     """
     n = len(keys)
-    suffixes = list(map(bytes.__getitem__, keys, map(slice, shared, repeat(None))))
-    ends = list(accumulate(chain(map(len, suffixes), map(len, values))))
-    if n:
-        ew = _width(ends[-1])
-        sw = _width(max(shared))
-        qw = _width(max(seqs))
-    else:
-        ew = sw = qw = 1
+    r = restart_interval
+    plens = group_prefix_lengths(keys, r)
+    prefixes = [k[:p] for k, p in zip(keys[::r], plens)]
+    suffixes = list(map(bytes.__getitem__, keys, map(slice, chain.from_iterable(map(repeat, plens, repeat(r))), repeat(None))))
+    ends = list(accumulate(chain(map(len, prefixes), map(len, suffixes), map(len, values))))
+    ew = _width(ends[-1]) if n else 1
+    qw = _width(max(seqs)) if n else 1
     return b"".join(
         (
+            b"".join(prefixes),
             b"".join(suffixes),
             b"".join(values),
-            _array_struct(2 * n, _WIDTH_CODES[ew]).pack(*ends),
-            _array_struct(n, _WIDTH_CODES[sw]).pack(*shared),
+            _array_struct(len(ends), _WIDTH_CODES[ew]).pack(*ends),
             _array_struct(n, _WIDTH_CODES[qw]).pack(*seqs),
             bytes(kinds),
-            BLOCK_FOOTER.pack(n, restart_interval, ew, sw, qw),
+            BLOCK_FOOTER.pack(n, r, ew, qw),
         )
     )
 
 
 def encode_entries(entries: list[tuple[bytes, int, int, bytes]]) -> bytes:
     """The contents of a block of ``(key, seq, kind, value)`` entries (not a hot path)."""
-    keys = [e[0] for e in entries]
     return encode_block(
-        keys,
-        shared_lengths(keys, DEFAULT_RESTART_INTERVAL),
-        [e[1] for e in entries],
-        [e[2] for e in entries],
-        [e[3] for e in entries],
+        [e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries], [e[3] for e in entries]
     )
+
+
+def _layout(buf: bytes, size: int):
+    """``(n, R, g, ends, seqs_off, qw, kinds_off)`` of block contents ``buf[:size]``."""
+    if size < BLOCK_FOOTER_SIZE:
+        raise ValueError("shorter than its footer")
+    n, r, ew, qw = BLOCK_FOOTER.unpack_from(buf, size - BLOCK_FOOTER_SIZE)
+    if r == 0:
+        raise ValueError("restart interval 0")
+    g = (n + r - 1) // r
+    kinds_off = size - BLOCK_FOOTER_SIZE - n
+    seqs_off = kinds_off - n * qw
+    ends_off = seqs_off - (g + 2 * n) * ew
+    if ends_off < 0:
+        raise ValueError("columns overrun the block")
+    if n == 0:
+        if ends_off != 0:
+            raise ValueError("bytes before an empty block's footer")
+        return 0, r, 0, (), seqs_off, qw, kinds_off
+    ends = _array_struct(g + 2 * n, _WIDTH_CODES[ew]).unpack_from(buf, ends_off)
+    if ends[-1] != ends_off:
+        raise ValueError("pieces do not end where the columns start")
+    return n, r, g, ends, seqs_off, qw, kinds_off
+
+
+_DECODE_ERRORS = (struct.error, KeyError, ValueError, IndexError, TypeError)
 
 
 def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, list, list, list]:
@@ -148,37 +162,58 @@ def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, l
     are not a well-formed block.  ``buf`` must be ``bytes`` (the pieces are slices of it).
     """
     try:
-        if size < BLOCK_FOOTER_SIZE:
-            raise ValueError("shorter than its footer")
-        n, restart, ew, sw, qw = BLOCK_FOOTER.unpack_from(buf, size - BLOCK_FOOTER_SIZE)
-        if restart == 0:
-            raise ValueError("restart interval 0")
-        kinds_off = size - BLOCK_FOOTER_SIZE - n
-        seqs_off = kinds_off - n * qw
-        shared_off = seqs_off - n * sw
-        ends_off = shared_off - 2 * n * ew
-        if ends_off < 0:
-            raise ValueError("columns overrun the block")
+        n, r, g, ends, seqs_off, qw, kinds_off = _layout(buf, size)
         if n == 0:
-            if ends_off != 0:
-                raise ValueError("bytes before an empty block's footer")
             return [], [], [], []
-        ends = _array_struct(2 * n, _WIDTH_CODES[ew]).unpack_from(buf, ends_off)
-        starts = (0,) + ends[:-1]
-        if ends[-1] != ends_off or not all(map(le, starts, ends)):
-            raise ValueError("inconsistent piece offsets")
-        pieces = list(map(buf.__getitem__, map(slice, starts, ends)))
-        suffixes = pieces[:n]
-        shared = _array_struct(n, _WIDTH_CODES[sw]).unpack_from(buf, shared_off)
+        pieces = [buf[a:b] for a, b in zip((0,) + ends[:-1], ends)]
+        prefixes = pieces[:g]
+        suffixes = pieces[g : g + n]
         neg_seqs = list(map(neg, _array_struct(n, _WIDTH_CODES[qw]).unpack_from(buf, seqs_off)))
         kinds = list(buf[kinds_off : kinds_off + n])
         if max(kinds) > _MAX_KIND:
             raise ValueError("unknown entry kind")
-        if any(shared):
-            bases = chain.from_iterable(map(repeat, suffixes[::restart], repeat(restart)))
-            keys = list(map(bytes.__add__, map(bytes.__getitem__, bases, map(slice, shared)), suffixes))
+        if any(prefixes):
+            keys = list(map(bytes.__add__, chain.from_iterable(map(repeat, prefixes, repeat(r))), suffixes))
         else:
             keys = suffixes
-        return keys, neg_seqs, kinds, pieces[n:]
-    except (struct.error, KeyError, ValueError, IndexError, TypeError) as e:
+        return keys, neg_seqs, kinds, pieces[g + n :]
+    except _DECODE_ERRORS as e:
+        raise CorruptionError(f"undecodable block ({e})", path, offset) from None
+
+
+def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, offset: int):
+    """``(neg_seq, kind, value)`` of the first entry >= ``(key, neg_seq)`` if its key is ``key``.
+
+    Binary search straight on the block's bytes: builds only the keys it compares (one slice of
+    the group prefix, one of the suffix), never the whole decoded block.  None when absent.
+    """
+    try:
+        n, r, g, ends, seqs_off, qw, kinds_off = _layout(buf, size)
+        seq_at = _array_struct(1, _WIDTH_CODES[qw]).unpack_from
+        lo, hi = 0, n
+        found = None
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            gi = mid // r
+            s = g + mid
+            k = buf[ends[gi - 1] if gi else 0 : ends[gi]] + buf[ends[s - 1] : ends[s]]
+            if k < key:
+                lo = mid + 1
+            elif k > key:
+                hi = mid
+            else:
+                mneg = -seq_at(buf, seqs_off + mid * qw)[0]
+                if mneg < neg_seq:
+                    lo = mid + 1
+                else:
+                    found = mid
+                    hi = mid
+        if found is None:
+            return None
+        v = g + n + found
+        kind = buf[kinds_off + found]
+        if kind > _MAX_KIND:
+            raise ValueError("unknown entry kind")
+        return -seq_at(buf, seqs_off + found * qw)[0], kind, buf[ends[v - 1] : ends[v]]
+    except _DECODE_ERRORS as e:
         raise CorruptionError(f"undecodable block ({e})", path, offset) from None

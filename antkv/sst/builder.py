@@ -1,9 +1,8 @@
 """TableBuilder: writes one SST file from entries given in internal-key order.
 
-The builder buffers the entries of the current data block in parallel lists, computing each
-key's shared prefix with its restart key as it goes (see ``block.py``); when the block's
-estimated size reaches ``block_size`` it is encoded, compressed if asked, checksummed and
-appended.  Its index entry is written once the next block's first key is known, so the index
+The builder buffers the entries of the current data block in parallel lists; when the block's
+estimated size (keys + values + column bytes, before prefix compression) reaches ``block_size``
+it is encoded (``block.py``), compressed if asked, checksummed and appended.  Its index entry is written once the next block's first key is known, so the index
 key can be a short *separator* (LevelDB's FindShortestSeparator): a user key ``s`` with
 ``last <= s < next`` for the last key of the block and the first key of the next one, paired
 with ``MAX_SEQUENCE`` -- or, when nothing shorter exists (or both keys are the same user key,
@@ -19,7 +18,7 @@ from __future__ import annotations
 
 from ..dbformat import MAX_SEQUENCE, RANGE_DELETION, VALUE
 from ..errors import InvalidArgumentError
-from .block import DEFAULT_RESTART_INTERVAL, encode_block, encode_entries, shared_lengths, shared_prefix_len
+from .block import encode_block, encode_entries, shared_prefix_len
 from .bloom import HASH_SEED, build_filter, hash64
 from .format import (
     BLOCK_HANDLE,
@@ -33,7 +32,7 @@ from .format import (
 from .properties import TableProperties, encode_properties
 
 _POINT_KINDS = (0, 1, 3)  # DELETION, VALUE, VALUE_POINTER
-_ENTRY_OVERHEAD = 8  # estimated column bytes per entry (ends, shared, seq, kind)
+_ENTRY_OVERHEAD = 8  # estimated column bytes per entry (ends, seq, kind)
 _BLOCK_OVERHEAD = 9 + BLOCK_TRAILER_SIZE
 
 
@@ -84,12 +83,10 @@ class TableBuilder:
         self._done = False
         # the current data block, as parallel lists
         self._keys: list[bytes] = []
-        self._shared: list[int] = []
         self._seqs: list[int] = []
         self._kinds: list[int] = []
         self._values: list[bytes] = []
         self._block_bytes = 0
-        self._restart_key = b""
         # the last entry added
         self._last_key: bytes | None = None
         self._last_seq = 0
@@ -121,14 +118,7 @@ class TableBuilder:
             raise InvalidArgumentError(f"table entries out of order: {user_key!r}@{seq} after {last!r}@{self._last_seq}")
         if kind not in _POINT_KINDS or not 0 <= seq <= MAX_SEQUENCE or self._done:
             self._reject(kind, seq)
-        keys = self._keys
-        if len(keys) % DEFAULT_RESTART_INTERVAL:
-            shared = shared_prefix_len(self._restart_key, user_key)
-        else:
-            self._restart_key = user_key
-            shared = 0
-        keys.append(user_key)
-        self._shared.append(shared)
+        self._keys.append(user_key)
         self._seqs.append(seq)
         self._kinds.append(kind)
         self._values.append(value)
@@ -147,7 +137,7 @@ class TableBuilder:
         self._kind_counts[kind] += 1
         self._raw_key_size += len(user_key)
         self._raw_value_size += len(value)
-        self._block_bytes += len(user_key) - shared + len(value) + _ENTRY_OVERHEAD
+        self._block_bytes += len(user_key) + len(value) + _ENTRY_OVERHEAD
         if self._block_bytes >= self._block_size:
             self._flush_block()
 
@@ -184,11 +174,11 @@ class TableBuilder:
         keys = self._keys
         if self._pending is not None:
             self._add_index_entry(keys[0])
-        contents = encode_block(keys, self._shared, self._seqs, self._kinds, self._values)
+        contents = encode_block(keys, self._seqs, self._kinds, self._values)
         offset, size = write_block(self.file, contents, self._ctype)
         self._data_size += size + BLOCK_TRAILER_SIZE
         self._pending = (self._last_key, self._last_seq, offset, size)
-        self._keys, self._shared, self._seqs, self._kinds, self._values = [], [], [], [], []
+        self._keys, self._seqs, self._kinds, self._values = [], [], [], []
         self._block_bytes = 0
 
     def _add_index_entry(self, next_key: bytes | None) -> None:
@@ -220,13 +210,7 @@ class TableBuilder:
         rangedel_handle = write_block(file, rangedel, self._ctype)
 
         n = len(self._index_keys)
-        index = encode_block(
-            self._index_keys,
-            shared_lengths(self._index_keys, DEFAULT_RESTART_INTERVAL),
-            self._index_seqs,
-            [VALUE] * n,
-            self._index_handles,
-        )
+        index = encode_block(self._index_keys, self._index_seqs, [VALUE] * n, self._index_handles)
         index_handle = write_block(file, index, self._ctype)
 
         props = self._properties(tombstones, blob_refs or {})
@@ -275,6 +259,6 @@ class TableBuilder:
     def abandon(self) -> None:
         """Stop building; the file (owned by the caller) is left as is, to be deleted."""
         self._done = True
-        self._keys, self._shared, self._seqs, self._kinds, self._values = [], [], [], [], []
+        self._keys, self._seqs, self._kinds, self._values = [], [], [], []
         self._hashes = []
         self._tombstones = []

@@ -2,11 +2,20 @@
 
 Opening a table reads and checks the footer, the properties, the index, the filter and the
 range-del block (always checksum-verified; any damage is a ``CorruptionError`` naming the file
-and offset).  Data blocks are read on demand with one ``pread`` each, checked, decoded ONCE into
-parallel lists ``(keys, neg_seqs, kinds, values)`` (``block.py``) and, with a block cache, kept
-there under ``(cache_id, block offset)`` at low priority.  With a cache the decoded index
-``(keys, neg_seqs, offsets, sizes)`` and filter live in the cache too, at high priority, and are
-re-read from the file if evicted; without one the reader keeps them itself.
+and offset).  The decoded index ``(keys, neg_seqs, offsets, sizes)`` and the filter stay on the
+reader for its lifetime; with a block cache they are also *charged* to it: inserted at high
+priority and pinned by the reader's handles (so never evicted while the table is open, and
+released by ``close``), as RocksDB does with ``cache_index_and_filter_blocks`` and pinning.
+
+Data blocks are read on demand with one ``pread`` each and checked.  In the cache, under
+``(cache_id, block offset)`` at low priority, a block is kept in one of two forms:
+
+* *raw* ``(contents, size)`` -- what a point lookup that missed the cache leaves: ``get``
+  binary-searches the bytes directly (:func:`~antkv.sst.block.search_block`) without decoding
+  the rest of the block;
+* *decoded* -- the parallel lists ``(keys, neg_seqs, kinds, values)``, decoded ONCE by an
+  iterator or by the second lookup that touches a raw block (a block read twice is hot); lookups
+  then ``bisect`` and iterators ``zip`` slices of the lists, all in C.
 
 Index invariant (see ``builder.py``): entries of block ``i`` <= index key ``i`` < entries of
 block ``i + 1``.  A lookup therefore bisects the index for the first index key >= the target
@@ -23,7 +32,7 @@ from typing import Iterator
 
 from ..dbformat import RANGE_DELETION
 from ..errors import CorruptionError, DBClosedError
-from .block import decode_block
+from .block import decode_block, search_block
 from .bloom import HASH_SEED, decode_filter, hash64
 from .format import BLOCK_HANDLE, BLOCK_TRAILER_SIZE, FOOTER_SIZE, decode_footer, read_block
 from .properties import TableProperties, decode_properties
@@ -41,6 +50,8 @@ class TableReader:
 
     def __init__(self) -> None:  # use TableReader.open
         self._file = None
+        self._cache = None
+        self._handles: list = []
 
     @classmethod
     def open(cls, fs, path: str, file_number: int, *, cache=None, verify_checksums: bool = True) -> "TableReader":
@@ -50,7 +61,8 @@ class TableReader:
         try:
             self._init(f, path, file_number, cache, verify_checksums)
         except BaseException:
-            f.close()
+            self._file = f
+            self.close()
             raise
         return self
 
@@ -72,20 +84,21 @@ class TableReader:
         self.properties.file_size = size
         self.range_tombstones: list[tuple[bytes, bytes, int]] = self._load_range_tombstones(rangedel_handle)
 
-        index = self._load_index()
-        filt = self._load_filter()
-        self._cache_id = None
-        if cache is None:
-            self._index, self._filter = index, filt
-        else:
-            self._index = self._filter = None
-            self._cache_id = cache.new_id()
-            cache.put((self._cache_id, self._index_handle[0]), index, self._index_charge(index), "high")
-            cache.put((self._cache_id, self._filter_handle[0]), filt, len(filt[0]) + _BLOCK_CHARGE, "high")
-
+        self._index = index = self._load_index()
+        self._filter = filt = self._load_filter()
         props = self.properties
         if props.num_data_blocks != len(index[0]) or props.num_range_deletions != len(self.range_tombstones):
             raise CorruptionError("properties disagree with the index or range-del block", path, props_handle[0])
+        self._cache_id = None
+        if cache is not None:
+            self._cache_id = cache.new_id()
+            self._handles.append(
+                cache.insert((self._cache_id, self._index_handle[0]), index, self._index_charge(index), "high")
+            )
+            self._handles.append(
+                cache.insert((self._cache_id, self._filter_handle[0]), filt, len(filt[0]) + _BLOCK_CHARGE, "high")
+            )
+
 
     # --- metadata blocks ---
 
@@ -133,52 +146,39 @@ class TableReader:
         return _block_charge(sum(map(len, index[0])), len(index[0]))
 
     def _get_index(self):
-        index = self._index
-        if index is None:
-            if self._file is None:
-                raise DBClosedError(f"table {self.path} is closed")
-            key = (self._cache_id, self._index_handle[0])
-            index = self._cache.get(key)
-            if index is None:
-                index = self._load_index()
-                self._cache.put(key, index, self._index_charge(index), "high")
-        return index
-
-    def _get_filter(self):
-        filt = self._filter
-        if filt is None:
-            if self._file is None:
-                raise DBClosedError(f"table {self.path} is closed")
-            key = (self._cache_id, self._filter_handle[0])
-            filt = self._cache.get(key)
-            if filt is None:
-                filt = self._load_filter()
-                self._cache.put(key, filt, len(filt[0]) + _BLOCK_CHARGE, "high")
-        return filt
+        if self._file is None:
+            raise DBClosedError(f"table {self.path} is closed")
+        return self._index
 
     # --- data blocks ---
+
+    def _read(self, offset: int, size: int) -> tuple[bytes, int]:
+        if self._file is None:
+            raise DBClosedError(f"table {self.path} is closed")
+        return read_block(self._file, offset, size, self._verify, self.path)
 
     def _data_block(self, offset: int, size: int):
         """The decoded data block at ``offset`` (through the cache when there is one)."""
         cache = self._cache
-        if cache is not None:
-            key = (self._cache_id, offset)
-            block = cache.get(key)
-            if block is not None:
-                return block
-        if self._file is None:
-            raise DBClosedError(f"table {self.path} is closed")
-        buf, n = read_block(self._file, offset, size, self._verify, self.path)
+        if cache is None:
+            return decode_block(*self._read(offset, size), self.path, offset)
+        key = (self._cache_id, offset)
+        block = cache.get(key)
+        if block is None:
+            buf, n = self._read(offset, size)
+        elif len(block) == 2:  # raw
+            buf, n = block
+        else:
+            return block
         block = decode_block(buf, n, self.path, offset)
-        if cache is not None:
-            cache.put(key, block, _block_charge(n, len(block[0])))
+        cache.put(key, block, _block_charge(n, len(block[0])))
         return block
 
     # --- lookups ---
 
     def may_contain(self, user_key: bytes) -> bool:
         """False only if the table certainly holds no point entry for ``user_key``."""
-        bits, m, k = self._filter if self._filter is not None else self._get_filter()
+        bits, m, k = self._filter
         if not k:
             return True
         h1, h2 = hash64(user_key, HASH_SEED, True, False)
@@ -192,9 +192,11 @@ class TableReader:
 
     def get(self, user_key: bytes, read_seq: int) -> tuple[int, int, bytes] | None:
         """``(seq, kind, value)`` of the newest entry of ``user_key`` with seq <= read_seq."""
+        if self._file is None:
+            raise DBClosedError(f"table {self.path} is closed")
         if not self.may_contain(user_key):
             return None
-        ikeys, inegs, offsets, sizes = self._index if self._index is not None else self._get_index()
+        ikeys, inegs, offsets, sizes = self._index
         neg = -read_seq
         # The first index key >= (user_key, -read_seq) names the only block that can hold the
         # answer: were the first entry >= the target in the next block instead, that block's
@@ -205,7 +207,24 @@ class TableReader:
             i = bisect_left(inegs, neg, i, bisect_right(ikeys, user_key, i))
         if i == len(ikeys):
             return None
-        keys, negs, kinds, values = self._data_block(offsets[i], sizes[i])
+        offset = offsets[i]
+        cache = self._cache
+        if cache is None:
+            buf, n = self._read(offset, sizes[i])
+            found = search_block(buf, n, user_key, neg, self.path, offset)
+            return None if found is None else (-found[0], found[1], found[2])
+        ckey = (self._cache_id, offset)
+        block = cache.get(ckey)
+        if block is None:
+            buf, n = self._read(offset, sizes[i])
+            cache.put(ckey, (buf, n), n + _BLOCK_CHARGE)
+            found = search_block(buf, n, user_key, neg, self.path, offset)
+            return None if found is None else (-found[0], found[1], found[2])
+        if len(block) == 2:  # raw, touched a second time: decode it for good
+            buf, n = block
+            block = decode_block(buf, n, self.path, offset)
+            cache.put(ckey, block, _block_charge(n, len(block[0])))
+        keys, negs, kinds, values = block
         j = bisect_left(keys, user_key)
         if j == len(keys) or keys[j] != user_key:
             return None
@@ -275,7 +294,9 @@ class TableReader:
 
     def close(self) -> None:
         f, self._file = self._file, None
-        self._index = self._filter = None
+        handles, self._handles = self._handles, []
+        for h in handles:
+            self._cache.release(h, erase_if_last_ref=True)
         if f is not None:
             f.close()
 
@@ -292,7 +313,7 @@ def dump_table(fs, path: str) -> Iterator[str]:
         for name, value in sorted(vars(p).items()):
             yield f"  property {name} = {value!r}"
         ikeys, inegs, offsets, sizes = reader._get_index()
-        bits, m, k = reader._get_filter()
+        bits, m, k = reader._filter
         yield f"filter: {m} bits, {k} probes"
         yield f"range tombstones: {len(reader.range_tombstones)}"
         for begin, end, seq in reader.range_tombstones:

@@ -39,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shrink-seconds", type=float, default=300.0)
     ap.add_argument("--out-dir", default="fuzz-failures")
     ap.add_argument("--workdir", default=None, help="where the databases live (default: tmp)")
+    ap.add_argument("--keep-going", action="store_true",
+                    help="after a divergence, go on with the next stream (exit 1 at the end)")
+    ap.add_argument("--skip-ops", default="",
+                    help="comma-separated operation names to leave out on both sides, to look "
+                         "past a known bug (e.g. reopen); counted in the summary")
     a = ap.parse_args(argv)
 
     if a.replay:
@@ -47,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.option_set is not None:
         options_sets.overrides(a.option_set)  # fail early on an unknown name
 
+    a.skip_ops = tuple(x for x in a.skip_ops.split(",") if x)
     if a.seconds is None:
         seed = a.seed if a.seed is not None else 0
         cfg = _config(a, seed, 0)
@@ -62,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     skipped: Counter = Counter()
     sets: Counter = Counter()
     started = time.monotonic()
+    failures: list[str] = []
     k = 0
     while time.monotonic() < deadline:
         cfg = _config(a, base + k, k)
@@ -71,13 +78,21 @@ def main(argv: list[str] | None = None) -> int:
         total_ops += r.ops_run
         skipped.update(r.skipped)
         sets[cfg.option_set] += 1
-        if r.divergence:
-            _summary(streams, total_ops, time.monotonic() - started, skipped, sets)
-            return 1
-        print(f"  stream {k}: seed {cfg.seed} {cfg.option_set} vs rocksdb-{cfg.oracle}: "
-              f"{r.ops_run} ops in {r.seconds:.1f} s, same answers", flush=True)
         k += 1
+        if r.divergence:
+            failures.append(cfg.reproduce_command(r.divergence.index + 1
+                                                  if r.divergence.index < cfg.ops else r.ops_run))
+            if a.keep_going:
+                continue
+            break
+        print(f"  stream {k - 1}: seed {cfg.seed} {cfg.option_set} vs rocksdb-{cfg.oracle}: "
+              f"{r.ops_run} ops in {r.seconds:.1f} s, same answers", flush=True)
     _summary(streams, total_ops, time.monotonic() - started, skipped, sets)
+    if failures:
+        print(f"{len(failures)} diverging stream(s):")
+        for f in failures:
+            print("  " + f)
+        return 1
     return 0
 
 
@@ -86,20 +101,24 @@ def _config(a, seed: int, k: int) -> Config:
     oracle = a.oracle if a.oracle != "auto" else ("blob" if seed % 2 else "plain")
     if a.subject == "rocksdb-" + oracle:  # RocksDB against RocksDB: always the other one
         oracle = "plain" if oracle == "blob" else "blob"
-    return Config(seed=seed, option_set=option_set, oracle=oracle, subject=a.subject, ops=a.ops)
+    return Config(seed=seed, option_set=option_set, oracle=oracle, subject=a.subject, ops=a.ops,
+                  skip_ops=a.skip_ops)
 
 
 def run_replay(path: str, workdir: str | None) -> int:
     ops, meta = replay.read(path)
     cfg = Config(seed=meta["seed"], option_set=meta["option_set"], oracle=meta["oracle"],
-                 subject=meta.get("subject", "antkv"), ops=len(ops))
+                 subject=meta.get("subject", "antkv"), ops=len(ops),
+                 skip_ops=tuple(meta.get("skip_ops", ())))
     print(f"replay {path}: {len(ops)} ops; recorded: {meta.get('note', '')}")
     r = run_stream(ops, side_factory(cfg.subject, cfg.option_set),
-                   side_factory("rocksdb-" + cfg.oracle, cfg.option_set), workdir=workdir)
+                   side_factory("rocksdb-" + cfg.oracle, cfg.option_set), workdir=workdir,
+                   skip_ops=cfg.skip_ops)
     if r.divergence is None:
         print("replay: same answers (fixed?)")
         return 0
-    report(cfg, r.divergence, len(ops), r.ops_run)
+    report(cfg, r.divergence, len(ops), r.ops_run,
+           reproduce=f"{sys.executable} -m fuzz --replay {path}")
     for i, op in enumerate(ops):
         print(f"    #{i}: {_short_op(op)}")
     return 1
@@ -115,7 +134,7 @@ def _summary(streams, ops, seconds, skipped, sets) -> None:
     print(f"fuzz summary: {streams} streams, {ops} operations in {seconds:.1f} s "
           f"({rate:.0f} ops/s); option sets: {dict(sets)}")
     if skipped:
-        print(f"  skipped (feature not in the subject yet): {dict(skipped)}")
+        print(f"  skipped on both sides (feature not in antkv yet, or --skip-ops): {dict(skipped)}")
 
 
 if __name__ == "__main__":

@@ -66,12 +66,15 @@ class Config:
     oracle: str = "plain"  # RocksDB variant: "plain" or "blob"
     subject: str = "antkv"  # "antkv", or "rocksdb-plain" / "rocksdb-blob" to test the fuzzer
     ops: int = 2000
+    skip_ops: tuple = ()  # operation names left out on both sides (triage only; counted)
 
     def reproduce_command(self, n_ops: int | None = None) -> str:
         cmd = (f"{sys.executable} -m fuzz --seed {self.seed} --option-set {self.option_set} "
                f"--oracle {self.oracle} --ops {n_ops if n_ops is not None else self.ops}")
         if self.subject != "antkv":
             cmd += f" --subject {self.subject}"
+        if self.skip_ops:
+            cmd += f" --skip-ops {','.join(self.skip_ops)}"
         return cmd
 
 
@@ -97,11 +100,13 @@ def execute(side, op: tuple) -> tuple[object, str]:
 
 
 def run_stream(ops: list[tuple], make_subject, make_oracle, *, workdir: str | None = None,
-               deadline: float | None = None, final_check: bool = True) -> RunResult:
+               deadline: float | None = None, final_check: bool = True,
+               skip_ops=()) -> RunResult:
     """Run ``ops`` (then ``FINAL_CHECK``) on fresh databases; stop at the first difference.
 
     Past ``deadline`` the rest of ``ops`` is dropped but the final check still runs.
-    ``RunResult.ops_run`` counts the operations of ``ops`` that ran.
+    ``RunResult.ops_run`` counts the operations of ``ops`` that ran.  Operations named in
+    ``skip_ops`` run on neither side (counted in ``skipped`` as ``"<name> (--skip-ops)"``).
     """
     start = time.monotonic()
     root = tempfile.mkdtemp(prefix="antkv-fuzz-", dir=workdir)
@@ -119,6 +124,9 @@ def run_stream(ops: list[tuple], make_subject, make_oracle, *, workdir: str | No
                 if deadline is not None and time.monotonic() > deadline:
                     continue  # out of time: skip to the final check
                 ran = i + 1
+            if op[0] in skip_ops:
+                skipped[op[0] + " (--skip-ops)"] += 1
+                continue
             if not subject.supports(op[0]):
                 skipped[op[0]] += 1
                 continue
@@ -168,7 +176,8 @@ def explain(expected, actual) -> str:
     return ""
 
 
-def report(cfg: Config, d: Divergence, n_stream: int, n_ran: int, out=sys.stdout) -> None:
+def report(cfg: Config, d: Divergence, n_stream: int, n_ran: int, out=sys.stdout,
+           reproduce: str | None = None) -> None:
     p = lambda *a: print(*a, file=out)  # noqa: E731
     where = f"op #{d.index}" if d.index < n_stream else f"final check #{d.index - n_stream}"
     p(f"DIVERGENCE seed={cfg.seed} option_set={cfg.option_set} oracle=rocksdb-{cfg.oracle} "
@@ -181,7 +190,9 @@ def report(cfg: Config, d: Divergence, n_stream: int, n_ran: int, out=sys.stdout
         p(f"  {why}")
     if d.detail:
         p("  subject traceback:\n    " + d.detail.rstrip().replace("\n", "\n    "))
-    p(f"  reproduce: {cfg.reproduce_command(d.index + 1 if d.index < n_stream else n_ran)}")
+    if reproduce is None:
+        reproduce = cfg.reproduce_command(d.index + 1 if d.index < n_stream else n_ran)
+    p(f"  reproduce: {reproduce}")
 
 
 def fuzz_one(cfg: Config, *, workdir: str | None = None, deadline: float | None = None,
@@ -191,30 +202,32 @@ def fuzz_one(cfg: Config, *, workdir: str | None = None, deadline: float | None 
     ops = generate(cfg.seed, cfg.ops)
     make_subject = make_subject or side_factory(cfg.subject, cfg.option_set)
     make_oracle = side_factory("rocksdb-" + cfg.oracle, cfg.option_set)
-    result = run_stream(ops, make_subject, make_oracle, workdir=workdir, deadline=deadline)
+    result = run_stream(ops, make_subject, make_oracle, workdir=workdir, deadline=deadline,
+                        skip_ops=cfg.skip_ops)
     d = result.divergence
     if d is None:
         return result
     report(cfg, d, len(ops), result.ops_run, out)
     ops = ops[:result.ops_run]
-    shrunk, why = shrink_divergence(ops, d, make_subject, make_oracle, workdir, shrink_seconds)
+    shrunk, why = shrink_divergence(ops, d, make_subject, make_oracle, workdir, shrink_seconds,
+                                    cfg.skip_ops)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"seed{cfg.seed}-{cfg.option_set}-{cfg.oracle}.json")
     replay.write(path, shrunk, seed=cfg.seed, option_set=cfg.option_set, oracle=cfg.oracle,
-                 subject=cfg.subject, note=why)
+                 subject=cfg.subject, skip_ops=list(cfg.skip_ops), note=why)
     print(f"  shrunk {len(ops[:d.index + 1])} -> {len(shrunk)} ops; {why}", file=out)
     print(f"  replay: {sys.executable} -m fuzz --replay {path}", file=out)
     return result
 
 
 def shrink_divergence(ops, d: Divergence, make_subject, make_oracle, workdir,
-                      seconds: float) -> tuple[list[tuple], str]:
+                      seconds: float, skip_ops=()) -> tuple[list[tuple], str]:
     """The shrunk stream of a divergence and a one-line note of what the shrunk one shows."""
     target = d.op[0]
     last: list[Divergence] = [d]
 
     def fails(candidate) -> bool:
-        r = run_stream(candidate, make_subject, make_oracle, workdir=workdir)
+        r = run_stream(candidate, make_subject, make_oracle, workdir=workdir, skip_ops=skip_ops)
         if r.divergence is not None and r.divergence.op[0] == target:
             last[0] = r.divergence
             return True

@@ -198,10 +198,13 @@ def test_builder_rejects_bad_input():
     for key, seq in ((b"a", 9), (b"b", 5), (b"b", 6)):
         with pytest.raises(antkv.InvalidArgumentError):
             b.add(key, seq, VALUE, b"")
-    with pytest.raises(antkv.InvalidArgumentError):
-        b.add(b"c", 1, 2, b"")  # RANGE_DELETION is not a point kind
-    with pytest.raises(antkv.InvalidArgumentError):
-        b.add(b"c", MAX_SEQUENCE + 1, VALUE, b"")
+    # kinds and sequence ranges are checked per block: at the latest by finish()
+    for kind, seq in ((2, 1), (7, 1), (VALUE, MAX_SEQUENCE + 1), (VALUE, -1)):
+        bad = TableBuilder(fs.create("bad.sst"), file_number=1, block_size=1 << 20)
+        bad.add(b"a", 3, VALUE, b"")
+        bad.add(b"b", seq, kind, b"")
+        with pytest.raises(antkv.InvalidArgumentError):
+            bad.finish()
     with pytest.raises(TypeError):
         b.add("c", 1, VALUE, b"")
     with pytest.raises(antkv.InvalidArgumentError):

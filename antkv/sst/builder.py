@@ -16,6 +16,8 @@ internal order); the last index key is the table's exact last internal key.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from ..dbformat import MAX_SEQUENCE, RANGE_DELETION, VALUE
 from ..errors import InvalidArgumentError
 from .block import encode_block, encode_entries, shared_prefix_len
@@ -31,7 +33,7 @@ from .format import (
 )
 from .properties import TableProperties, encode_properties
 
-_POINT_KINDS = (0, 1, 3)  # DELETION, VALUE, VALUE_POINTER
+_POINT_KIND_SET = frozenset((0, 1, 3))  # DELETION, VALUE, VALUE_POINTER
 _ENTRY_OVERHEAD = 8  # estimated column bytes per entry (ends, seq, kind)
 _BLOCK_OVERHEAD = 9 + BLOCK_TRAILER_SIZE
 
@@ -76,7 +78,7 @@ class TableBuilder:
             raise InvalidArgumentError(f"bloom_bits_per_key must be >= 0, got {bloom_bits_per_key}")
         self.file = file
         self.file_number = file_number
-        self.num_entries = 0
+        self._flushed_entries = 0
         self._block_size = block_size
         self._bloom_bits = bloom_bits_per_key
         self._ctype = compression_type(compression)
@@ -88,8 +90,8 @@ class TableBuilder:
         self._values: list[bytes] = []
         self._block_bytes = 0
         # the last entry added
-        self._last_key: bytes | None = None
-        self._last_seq = 0
+        self._last_key = b""  # with _last_seq above MAX_SEQUENCE, any first entry is in order
+        self._last_seq = MAX_SEQUENCE + 1
         # index entries; the last flushed block's entry waits for the next block's first key
         self._index_keys: list[bytes] = []
         self._index_seqs: list[int] = []
@@ -108,47 +110,46 @@ class TableBuilder:
     # --- adding ---
 
     def add(self, user_key: bytes, seq: int, kind: int, value: bytes) -> None:
-        """Append a point entry.  REQUIRES: strictly after the last one in internal order."""
-        if user_key.__class__ is not bytes:
-            user_key = _as_bytes(user_key, "key")
-        if value.__class__ is not bytes:
-            value = _as_bytes(value, "value")
+        """Append a point entry.  REQUIRES: strictly after the last one in internal order.
+
+        The hot path only checks the order and buffers the entry; kinds, sequence ranges,
+        counts and bloom hashes are checked and computed per block, in C loops.
+        """
+        if user_key.__class__ is not bytes or value.__class__ is not bytes:
+            user_key, value = _as_bytes(user_key, "key"), _as_bytes(value, "value")
         last = self._last_key
-        if last is not None and (user_key < last or (user_key == last and seq >= self._last_seq)):
-            raise InvalidArgumentError(f"table entries out of order: {user_key!r}@{seq} after {last!r}@{self._last_seq}")
-        if kind not in _POINT_KINDS or not 0 <= seq <= MAX_SEQUENCE or self._done:
-            self._reject(kind, seq)
+        if user_key < last or (user_key == last and seq >= self._last_seq):
+            self._reject_order(user_key, seq)
+        self._last_key = user_key
+        self._last_seq = seq
         self._keys.append(user_key)
         self._seqs.append(seq)
         self._kinds.append(kind)
         self._values.append(value)
-        if user_key != last:
-            if last is None:
-                self._smallest_key = user_key
-            if self._bloom_bits:
-                self._hashes.append(hash64(user_key, HASH_SEED, True, False))
-        self._last_key = user_key
-        self._last_seq = seq
-        if seq < self._min_seq:
-            self._min_seq = seq
-        if seq > self._max_seq:
-            self._max_seq = seq
-        self.num_entries += 1
-        self._kind_counts[kind] += 1
-        self._raw_key_size += len(user_key)
-        self._raw_value_size += len(value)
         self._block_bytes += len(user_key) + len(value) + _ENTRY_OVERHEAD
         if self._block_bytes >= self._block_size:
             self._flush_block()
 
-    def _reject(self, kind: int, seq: int) -> None:
+    def _set_done(self) -> None:
+        self._done = True
+        self.add = self._add_when_done  # shadows the method: the hot path stays check-free
+
+    def _add_when_done(self, user_key: bytes, seq: int, kind: int, value: bytes) -> None:
+        raise InvalidArgumentError("table builder already finished or abandoned")
+
+    def _reject_order(self, user_key: bytes, seq: int) -> None:
         if self._done:
             raise InvalidArgumentError("table builder already finished or abandoned")
-        if not isinstance(seq, int) or not isinstance(kind, int):
-            raise TypeError("seq and kind must be int")
-        if kind not in _POINT_KINDS:
-            raise InvalidArgumentError(f"kind {kind} is not a point entry kind")
-        raise InvalidArgumentError(f"sequence number {seq} out of range")
+        if not isinstance(seq, int):
+            raise TypeError(f"seq must be int, not {type(seq).__name__}")
+        raise InvalidArgumentError(
+            f"table entries out of order: {user_key!r}@{seq} after {self._last_key!r}@{self._last_seq}"
+        )
+
+    @property
+    def num_entries(self) -> int:
+        """Point entries added so far."""
+        return self._flushed_entries + len(self._keys)
 
     def add_range_tombstone(self, begin: bytes, end: bytes, seq: int) -> None:
         """Record the range tombstone ``[begin, end)@seq`` (in any order)."""
@@ -171,11 +172,30 @@ class TableBuilder:
     # --- blocks ---
 
     def _flush_block(self) -> None:
-        keys = self._keys
+        keys, seqs, kinds, values = self._keys, self._seqs, self._kinds, self._values
+        if self._done:
+            raise InvalidArgumentError("table builder already finished or abandoned")
+        kind_set = set(kinds)
+        if not kind_set <= _POINT_KIND_SET:
+            raise InvalidArgumentError(f"kinds {sorted(kind_set - _POINT_KIND_SET)} are not point entry kinds")
+        lo, hi = min(seqs), max(seqs)
+        if lo < 0 or hi > MAX_SEQUENCE:
+            raise InvalidArgumentError(f"sequence number {lo if lo < 0 else hi} out of range")
         if self._pending is not None:
             self._add_index_entry(keys[0])
-        contents = encode_block(keys, self._seqs, self._kinds, self._values)
+        elif self._smallest_key is None:
+            self._smallest_key = keys[0]
+        contents = encode_block(keys, seqs, kinds, values)
         offset, size = write_block(self.file, contents, self._ctype)
+        if self._bloom_bits:
+            self._hashes.extend(map(hash64, dict.fromkeys(keys), repeat(HASH_SEED), repeat(True), repeat(False)))
+        self._min_seq = min(self._min_seq, lo)
+        self._max_seq = max(self._max_seq, hi)
+        self._kind_counts[0] += kinds.count(0)
+        self._kind_counts[3] += kinds.count(3)
+        self._raw_key_size += sum(map(len, keys))
+        self._raw_value_size += sum(map(len, values))
+        self._flushed_entries += len(keys)
         self._data_size += size + BLOCK_TRAILER_SIZE
         self._pending = (self._last_key, self._last_seq, offset, size)
         self._keys, self._seqs, self._kinds, self._values = [], [], [], []
@@ -200,7 +220,7 @@ class TableBuilder:
             self._flush_block()
         if self._pending is not None:
             self._add_index_entry(None)
-        self._done = True
+        self._set_done()
         file = self.file
         filter_handle = write_block(file, build_filter(self._hashes, self._bloom_bits), NO_COMPRESSION)
         filter_size = filter_handle[1] + BLOCK_TRAILER_SIZE
@@ -223,7 +243,8 @@ class TableBuilder:
         return props
 
     def _properties(self, tombstones: list[tuple[bytes, int, bytes]], blob_refs: dict[int, int]) -> TableProperties:
-        smallest, largest, exclusive = self._smallest_key, self._last_key, False
+        smallest, exclusive = self._smallest_key, False
+        largest = self._last_key if self._flushed_entries else None
         min_seq, max_seq = self._min_seq, self._max_seq
         if tombstones:
             first_begin = tombstones[0][0]
@@ -258,7 +279,7 @@ class TableBuilder:
 
     def abandon(self) -> None:
         """Stop building; the file (owned by the caller) is left as is, to be deleted."""
-        self._done = True
+        self._set_done()
         self._keys, self._seqs, self._kinds, self._values = [], [], [], []
         self._hashes = []
         self._tombstones = []

@@ -346,7 +346,10 @@ class DB:
     def _apply_edit(self, edit, on_success=None) -> None:
         """REQUIRES _mutex.  Log ``edit`` to the MANIFEST, run ``on_success`` (only if that
         worked), then publish the new version."""
-        self._versions.log_and_apply(edit)
+        vs = self._versions
+        if vs.last_sequence < self._last_seq:
+            vs.last_sequence = self._last_seq  # every seq in the edit's tables is <= this
+        vs.log_and_apply(edit)
         if on_success is not None:
             on_success()
         for _, f in edit.new_tables:

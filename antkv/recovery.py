@@ -193,7 +193,7 @@ def _new_memtable(db, log_number: int) -> MemTable:
 
 def _recover_vlogs(db, fs, vs, on_disk, edit) -> dict[int, int]:
     """Valid length of every value-log file; unsealed ones are cut back and sealed in ``edit``."""
-    from .vlog.reader import recover_file
+    from .vlog.reader import ValueLogScan
 
     lengths: dict[int, int] = {}
     for number, st in sorted(vs.vlogs.items()):
@@ -206,11 +206,8 @@ def _recover_vlogs(db, fs, vs, on_disk, edit) -> dict[int, int]:
         if st.sealed:
             lengths[number] = fs.size(p)
             continue
-        valid = recover_file(fs, p)
-        lengths[number] = valid
-        from .vlog.reader import ValueLogScan
-
-        scan = ValueLogScan(fs, p).run()
+        scan = ValueLogScan(fs, p).recover()  # cuts a torn tail back
+        lengths[number] = scan.valid_length
         edit.sealed_vlogs.append((number, scan.record_bytes))
     return lengths
 

@@ -38,7 +38,8 @@ Protocol between the databases and the manager
    that finds another trigger in progress returns at once (the next write re-checks).  The
    callback runs on the writer's thread with no manager lock held, and may be the caller's own
    database: call ``maybe_trigger_flush`` without holding a lock the callback needs (or make
-   that lock re-entrant).
+   that lock re-entrant).  A ``DBClosedError`` from another database's ``oldest_fn`` or
+   callback (it is closing concurrently) is not the writer's problem: that database is skipped.
 4. With ``allow_stall``, the writer then calls ``maybe_stall()``, which blocks while
    ``memory_usage >= buffer_size`` until ``free_mem`` brings it below (no timeout).  ``close()``
    and ``unregister()`` also wake stalled writers: after ``close()`` nobody stalls, and a writer
@@ -70,7 +71,7 @@ import threading
 from typing import Any, Callable
 
 from .cache import Cache
-from .errors import InvalidArgumentError, MemoryLimitError
+from .errors import DBClosedError, InvalidArgumentError, MemoryLimitError
 
 MiB = 1024 * 1024
 SMALL_DUMMY_ENTRY = 256 * 1024
@@ -278,14 +279,20 @@ class WriteBufferManager:
                 members = list(self._members.items())
             best = None
             for token, (callback, oldest_fn) in members:
-                age = oldest_fn()
+                try:
+                    age = oldest_fn()
+                except DBClosedError:  # closing concurrently: it is about to unregister
+                    continue
                 if age is not None and (best is None or age < best[0]):
                     best = (age, token, callback)
             if best is None:
                 return None
             with self._lock:
                 self._flushes_triggered += 1
-            best[2]()
+            try:
+                best[2]()
+            except DBClosedError:  # another database closed under us: its memory goes anyway
+                return None
             return best[1]
         finally:
             self._trigger_lock.release()

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from antkv.cache import Cache
-from antkv.errors import InvalidArgumentError
+from antkv.errors import DBClosedError, InvalidArgumentError
 from antkv.write_buffer_manager import WriteBufferManager, shared_memory
 
 KiB = 1024
@@ -205,6 +205,24 @@ def test_flush_callback_may_reenter_the_manager_and_triggers_do_not_pile_up():
     db.write(95)
     assert w.maybe_trigger_flush() == db.token
     assert inner == [None] and db.switches == 1
+
+
+def test_a_database_closing_concurrently_is_skipped():
+    w = WriteBufferManager(100)
+
+    def closed():
+        raise DBClosedError("closing")
+
+    w.register(closed, closed)  # raises from oldest_fn: skipped
+    db = Memtables(w)
+    db.write(95)
+    assert w.maybe_trigger_flush() == db.token and db.switches == 1
+    w.unregister(db.token)
+    w2 = WriteBufferManager(100)
+    w2.register(closed, lambda: 1)  # the oldest, but its callback raises: nothing flushed
+    db2 = Memtables(w2)
+    db2.write(95)
+    assert w2.maybe_trigger_flush() is None and db2.switches == 0
 
 
 def _start(fn, *args):

@@ -86,6 +86,8 @@ def pick_compaction(db) -> Compaction | None:
 
 def _expand(db, version, level: int, files: list[FileMetaData], reason: str, gc: set[int]) -> Compaction:
     last = len(version.levels) - 1
+    if level == 0:
+        files = list(version.levels[0])  # L0 goes down whole, so L1 stays older than all of L0
     output_level = min(level + 1, last) if not (reason == "gc" and level == last) else last
     if level == last:
         output_level = last

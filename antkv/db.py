@@ -174,9 +174,7 @@ class DB:
             try:
                 self._wal.add_record(payload)
                 if sync:
-                    if kind == VALUE_POINTER:
-                        self._vlog.sync()
-                    self._wal.sync()
+                    self._sync_wal()
             except AntIOError as e:
                 self._set_bg_error(e)
                 raise
@@ -193,7 +191,6 @@ class DB:
                 self._make_room()
             mem = self._mem
             seq = self._last_seq + 1
-            has_pointer = False
             if self._min_blob_size is not None:
                 limit = self._min_blob_size
                 out = []
@@ -201,7 +198,6 @@ class DB:
                     if kind == VALUE and len(value) >= limit:
                         self._stats["user_bytes_written"] += len(key) + len(value)
                         out.append((VALUE_POINTER, key, self._vlog_add(key, value)))
-                        has_pointer = True
                     else:
                         out.append((kind, key, value))
                 ops = out
@@ -209,9 +205,7 @@ class DB:
                 try:
                     self._wal.add_record(encode_batch(seq, ops))
                     if sync:
-                        if has_pointer:
-                            self._vlog.sync()
-                        self._wal.sync()
+                        self._sync_wal()
                 except AntIOError as e:
                     self._set_bg_error(e)
                     raise
@@ -232,12 +226,21 @@ class DB:
             if lim and mem.num_range_deletes >= lim:
                 self._must_make_room = True
 
+    def _sync_wal(self) -> None:
+        """REQUIRES the write lock.  Make every WAL record durable -- and first the value-log
+        records they point to, or recovery would have to stop before them."""
+        if self._vlog_dirty:
+            self._vlog.sync()
+            self._vlog_dirty = False
+        self._wal.sync()
+
     def _vlog_add(self, key: bytes, value: bytes) -> bytes:
         """Append a large value to the value log (REQUIRES the write lock); its pointer."""
         vlog = self._vlog
         if vlog.size >= self.options.blob_file_size:
             recovery.rotate_vlog(self)
             vlog = self._vlog
+        self._vlog_dirty = True
         try:
             ptr = vlog.add(key, value)
         except AntIOError as e:
@@ -303,7 +306,7 @@ class DB:
                 wal_file = self._fs.create(wal_file_name(self.path, new_log))
                 # the old WAL is synced so a later synced write can never survive a power
                 # loss that its predecessors did not (recovery must yield a prefix)
-                self._wal.sync()
+                self._sync_wal()
             except AntIOError as e:
                 self._set_bg_error(e)
                 raise

@@ -101,6 +101,7 @@ def _open_locked(db, fs, exists: bool) -> None:
     db._write_buffer_size = opts.write_buffer_size
     db._min_blob_size = opts.min_blob_size if opts.enable_blob_files else None
     db._must_make_room = False
+    db._vlog_dirty = False
     db._stats = new_stats()
     db._table_lock = threading.Lock()
     db._compaction_lock = threading.Lock()

@@ -109,6 +109,11 @@ class Version:
         return bisect_left([f.largest for f in files], key)
 
     def _check(self) -> None:
+        """Sorted levels never overlap; L1 holds only data older than every L0 table."""
+        if self.levels[0] and len(self.levels) > 1 and self.levels[1]:
+            oldest_l0 = min(f.smallest_seq for f in self.levels[0])
+            newest_l1 = max(f.largest_seq for f in self.levels[1])
+            assert newest_l1 < oldest_l0, f"L1 seq {newest_l1} >= L0 seq {oldest_l0}"
         for level in range(1, len(self.levels)):
             files = self.levels[level]
             for a, b in zip(files, files[1:]):

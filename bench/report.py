@@ -2,7 +2,9 @@
 physical limit, and every engine that could not run with the reason.
 
 Spread is written ``±x%``: half the range (max - min) of the runs, relative to the median.
-A ``†`` marks a figure where some run stopped at ``--max-seconds`` (fewer ops than asked).
+A ``†`` marks a figure where some run stopped at ``--max-seconds`` (fewer ops than asked); a
+``⚠`` one where the engine answered wrongly (a loaded key not found, a scan short of entries, a
+deleted key still there: ``bench.workloads.CHECKS``) -- such a figure measures a broken engine.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def aggregate(results: list[dict]) -> dict:
     for k, g in groups.items():
         agg = {"runs": len(g["ok"]), "errors": [e.get("error", "?") for e in g["errors"]],
                "truncated": any(r.get("truncated") for r in g["ok"]),
+               "wrong": [r["wrong"] for r in g["ok"] if r.get("wrong")],
                "native": all(r.get("extra", {}).get("native", True) for r in g["ok"])}
         for m in METRICS:
             vals = [r[m] for r in g["ok"] if r.get(m) is not None]
@@ -63,6 +66,8 @@ def _cell(agg: dict | None, metric: str, spread: bool = True) -> str:
         s += f" ±{sp * 100:.0f}%"
     if agg["truncated"] and metric in ("ops_s", "mib_s"):
         s += "†"
+    if agg["wrong"] and metric == "ops_s":
+        s += " ⚠"
     return s
 
 
@@ -158,6 +163,12 @@ def render(meta: dict, results: list[dict]) -> str:
     if meta["unavailable"]:
         L += ["## Engines that could not run", ""]
         L += [f"- **{e}**: {why}" for e, why in meta["unavailable"].items()]
+        L.append("")
+    wrong = [(k, a["wrong"]) for k, a in sorted(aggs.items()) if a["wrong"]]
+    if wrong:
+        L += ["## ⚠ Wrong answers (these figures measure a broken engine)", ""]
+        L += [f"- {wl} {_size(vs)} {e}: {len(w)} of {aggs[(wl, vs, e)]['runs']} run(s): {w[0]}"
+              for (wl, vs, e), w in wrong]
         L.append("")
     errs = [(k, a["errors"][0]) for k, a in sorted(aggs.items()) if a["errors"]]
     if errs:

@@ -10,7 +10,7 @@ Order inside the child, so the counters cover exactly what they claim:
    workload's setup (e.g. the range tombstones of ``readrandom_rt100``);
 2. snapshot ``/proc/self/io``; start the clock;
 3. run the workload; for write workloads ``settle()`` (flush and the compactions the writes
-   triggered); stop the clock;
+   triggered); stop the clock; check the answers (``workloads.CHECKS``, untimed);
 4. ``close()``; read ``/proc/self/io`` again (so bytes written at close count) and the bytes on
    disk; for ``overwrite`` also reopen, ``compact()`` (compaction + GC) and measure the space
    again ("space amplification after GC settles").
@@ -30,7 +30,7 @@ import traceback
 
 from . import measure
 from .engines import ENGINES, EngineUnavailable
-from .workloads import KEY_SIZE, WORKLOADS, WRITE_WORKLOADS, Context
+from .workloads import CHECKS, KEY_SIZE, WORKLOADS, WRITE_WORKLOADS, Context
 
 MARKER = "BENCH-RESULT "
 META = "bench-meta.json"
@@ -78,6 +78,8 @@ def run_one(spec: dict) -> dict:
         eng.settle()
     t2 = time.perf_counter()
     profile_text = _stop_profiler(profiler, spec.get("profile"))
+    check = CHECKS.get(wl_name)
+    wrong = check(eng, ctx, out) if check is not None else None
     engine_stats = _jsonable(eng.engine_stats())
     eng.close()
     io1 = measure.read_proc_io()
@@ -109,6 +111,7 @@ def run_one(spec: dict) -> dict:
         "rss_mib": measure.peak_rss_mib(),
         "rss_before_open_mib": rss_before,
         "truncated": out.truncated,
+        "wrong": wrong,  # None, or how the engine's answers were wrong (see workloads.CHECKS)
         "loaded": loaded,
         "extra": out.extra,
         "engine_stats": engine_stats,

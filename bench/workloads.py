@@ -181,7 +181,9 @@ def _put_outcome(done: int, lat: list[float], value_size: int, truncated: bool,
 def fillseq(eng, ctx: Context) -> Outcome:
     pairs = _pairs([key(i) for i in range(ctx.num)], make_values(ctx.value_size, ctx.num, ctx.seed))
     done, lat = run_puts(eng.put, pairs, ctx.deadline)
-    return _put_outcome(done, lat, ctx.value_size, done < len(pairs), done)
+    out = _put_outcome(done, lat, ctx.value_size, done < len(pairs), done)
+    out.extra["seq"] = True
+    return out
 
 
 def fillrandom(eng, ctx: Context) -> Outcome:
@@ -389,6 +391,69 @@ def _ycsb(letter: str):
 
     wl.__name__ = f"ycsb_{letter}"
     return wl
+
+
+# --------------------------------------------------------------------------- answers
+
+# A benchmark of an engine that answers wrongly is worthless, so each workload's answers are
+# checked after the clock stops (not timed): ``check(eng, ctx, out) -> None | "what is wrong"``.
+
+
+def _check_found(eng, ctx: Context, out: Outcome) -> str | None:
+    found = out.extra.get("found", 0)
+    return None if found == out.ops else f"found {found} of {out.ops} loaded keys"
+
+
+def _check_missing(eng, ctx: Context, out: Outcome) -> str | None:
+    found = out.extra.get("found", 0)
+    return None if found == 0 else f"found {found} keys that were never written"
+
+
+def _check_scan(eng, ctx: Context, out: Outcome) -> str | None:
+    if out.truncated or out.ops == ctx.loaded:
+        return None
+    return f"scan returned {out.ops} entries, {ctx.loaded} loaded"
+
+
+def _check_seek(eng, ctx: Context, out: Outcome) -> str | None:
+    entries = out.extra.get("entries", 0)
+    return None if entries >= out.ops else f"{out.ops} seeks to loaded keys read {entries} entries"
+
+
+def _check_deleted(eng, ctx: Context, out: Outcome) -> str | None:
+    lo, hi, covered = _delete_span(ctx)
+    left = sum(1 for _kv in eng.items(key(lo), key(hi)))
+    if left:
+        return f"{left} keys of the deleted span remain"
+    survivors = [i for i in ctx.loaded_keys()[:200] if not lo <= i < hi]
+    lost = sum(1 for i in survivors if eng.get(key(i)) is None)
+    return f"{lost} of {len(survivors)} keys outside the span are gone" if lost else None
+
+
+def _check_fill(eng, ctx: Context, out: Outcome) -> str | None:
+    order = list(range(ctx.num)) if out.extra.get("seq") else ctx.fill_order()
+    written = order[: out.ops]
+    values = make_values(ctx.value_size, ctx.num, ctx.seed)
+    p = len(values)
+    bad = sum(1 for j in range(0, len(written), max(1, len(written) // 200))
+              if eng.get(key(written[j])) != values[j % p])
+    return f"{bad} sampled keys read back wrong after the fill" if bad else None
+
+
+CHECKS = {
+    "fillseq": _check_fill,
+    "fillrandom": _check_fill,
+    "readrandom": _check_found,
+    "readrandom_rt100": _check_found,
+    "readrandom_rt10000": _check_found,
+    "readwhilewriting": _check_found,
+    "readmissing": _check_missing,
+    "readseq": _check_scan,
+    "readreverse": _check_scan,
+    "seekrandom": _check_seek,
+    "deleterange": _check_deleted,
+    "deleteseq": _check_deleted,
+}
 
 
 # name -> (setup or None, workload, kind).  ``setup(eng, ctx)`` runs before the clock and the

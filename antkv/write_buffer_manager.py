@@ -26,7 +26,9 @@ still works, as in RocksDB).
 Protocol between the databases and the manager
 ----------------------------------------------
 1. A database joins with ``token = wbm.register(flush_callback, oldest_fn)`` and leaves with
-   ``wbm.unregister(token)`` (idempotent) when it closes, after freeing its memory.
+   ``wbm.unregister(token)`` (idempotent) when it closes.  Closing without flushing, it first
+   calls ``schedule_free_mem(m)`` for the m bytes it reserved for its mutable memtable, then
+   ``free_mem`` for everything it still holds (as RocksDB's ``AllocTracker::FreeMem`` does).
 2. ``oldest_fn()`` returns how old the data in that database's *mutable* memtable is, as a number
    comparable ACROSS databases (smaller = older), e.g. ``time.monotonic_ns()`` taken when the
    memtable received its first entry; None when the mutable memtable is empty.
@@ -211,7 +213,9 @@ class WriteBufferManager:
         with self._lock:
             if n > self._used - self._active:
                 raise InvalidArgumentError(
-                    f"free_mem({n}) exceeds the immutable memory {self._used - self._active}")
+                    f"free_mem({n}) exceeds the immutable memory {self._used - self._active}: "
+                    "memory of a mutable memtable must first be moved out of the mutable count "
+                    "with schedule_free_mem() (e.g. when a database closes without flushing)")
             self._used -= n
             if self._cache is not None:
                 self._shrink_reservation()

@@ -1,0 +1,275 @@
+"""Bad input gets a clear error and loses nothing: wrong types, closed databases, bad ranges,
+a second opener, damaged WAL records, bad options."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import antkv
+from antkv.fs.memory import MemoryFileSystem
+
+
+@pytest.fixture
+def db(tmp_path):
+    d = antkv.open(str(tmp_path / "db"), max_background_jobs=0)
+    yield d
+    d.close()
+
+
+WRONG = ["text", 1, 1.5, None, object(), ["a"]]
+
+
+@pytest.mark.parametrize("bad", WRONG)
+def test_wrong_key_types_raise_type_error(db, bad):
+    calls = [
+        lambda: db.put(bad, b"v"),
+        lambda: db.get(bad),
+        lambda: db.delete(bad),
+        lambda: db.delete_range(bad, b"z"),
+        lambda: db.delete_range(b"a", bad),
+        lambda: db[bad],
+        lambda: db.__setitem__(bad, b"v"),
+        lambda: bad in db,
+        lambda: antkv.WriteBatch().put(bad, b"v"),
+        lambda: antkv.WriteBatch().delete(bad),
+        lambda: antkv.WriteBatch().delete_range(bad, b"z"),
+    ]
+    if bad is not None:  # None means "unbounded" for these
+        calls += [
+            lambda: list(db.items(start=bad)),
+            lambda: list(db.items(stop=bad)),
+            lambda: list(db.items(prefix=bad)),
+            lambda: db.iterator(lower_bound=bad),
+            lambda: db.compact_range(bad, None),
+        ]
+    it = db.iterator()
+    calls += [lambda: it.seek(bad), lambda: it.seek_for_prev(bad)]
+    for call in calls:
+        with pytest.raises(TypeError):
+            call()
+
+
+def test_str_error_says_bytes_are_needed(db):
+    with pytest.raises(TypeError, match="bytes"):
+        db.put("key", b"v")
+    with pytest.raises(TypeError, match="bytes"):
+        db.put(b"key", "v")
+
+
+def test_wrong_value_and_misc_types(db):
+    for bad in ("v", 3, None):
+        with pytest.raises(TypeError):
+            db.put(b"k", bad)
+    with pytest.raises(TypeError):
+        db.write([("put", b"k", b"v")])
+    with pytest.raises(TypeError):
+        db.put(b"k", b"v", sync="yes")
+    with pytest.raises(TypeError):
+        db.get(b"k", snapshot="snap")
+    with pytest.raises(TypeError):
+        db.property(5)
+    with pytest.raises(TypeError):
+        antkv.open(5)
+    with pytest.raises(TypeError):
+        antkv.open("x", options={"write_buffer_size": 5})
+
+
+def test_bytes_like_keys_accepted(db):
+    db.put(bytearray(b"ba"), memoryview(b"mv"))
+    assert db.get(b"ba") == b"mv"
+    assert db.get(memoryview(b"ba")) == b"mv"
+
+
+def test_delete_range_begin_after_end(db):
+    db.put(b"b", b"1")
+    with pytest.raises(antkv.InvalidArgumentError):
+        db.delete_range(b"c", b"a")
+    with pytest.raises(ValueError):  # InvalidArgumentError is also a ValueError
+        db.delete_range(b"c", b"a")
+    with pytest.raises(antkv.InvalidArgumentError):
+        antkv.WriteBatch().delete_range(b"c", b"a")
+    db.delete_range(b"b", b"b")  # empty range: a no-op
+    assert db.get(b"b") == b"1"
+
+
+def test_closed_db_raises_closed_error(tmp_path):
+    db = antkv.open(str(tmp_path / "db"))
+    db.put(b"k", b"v")
+    it = db.iterator()
+    it.seek_to_first()
+    snap = db.snapshot()
+    db.close()
+    db.close()  # closing twice is fine
+    calls = [
+        lambda: db.put(b"k", b"v"),
+        lambda: db.get(b"k"),
+        lambda: db.delete(b"k"),
+        lambda: db.delete_range(b"a", b"b"),
+        lambda: db.write(antkv.WriteBatch().put(b"a", b"b")),
+        lambda: list(db.items()),
+        lambda: db.iterator(),
+        lambda: db.snapshot(),
+        lambda: db.flush(),
+        lambda: db.compact_range(),
+        lambda: db.checkpoint(str(tmp_path / "cp")),
+        lambda: db.stats(),
+        lambda: db.verify(),
+        lambda: db.property("antkv.stats"),
+        lambda: db[b"k"],
+        lambda: it.valid(),
+        lambda: it.next(),
+        lambda: snap.get(b"k"),
+    ]
+    for call in calls:
+        with pytest.raises(antkv.DBClosedError):
+            call()
+    with antkv.open(str(tmp_path / "db")) as db2:
+        assert db2.get(b"k") == b"v"
+
+
+def test_released_snapshot_and_closed_iterator(db):
+    db.put(b"a", b"1")
+    snap = db.snapshot()
+    snap.release()
+    with pytest.raises(antkv.DBClosedError):
+        snap.get(b"a")
+    with pytest.raises(antkv.InvalidArgumentError):
+        db.get(b"a", snapshot=snap)
+    it = db.iterator()
+    it.close()
+    with pytest.raises(antkv.DBClosedError):
+        it.seek_to_first()
+    it2 = db.iterator()
+    it2.seek(b"zzz")
+    assert not it2.valid()
+    with pytest.raises(antkv.InvalidArgumentError):
+        it2.key()
+    with pytest.raises(antkv.InvalidArgumentError):
+        it2.next()
+
+
+def test_mapping_protocol(db):
+    db[b"k"] = b"v"
+    assert db[b"k"] == b"v"
+    assert b"k" in db and b"x" not in db
+    with pytest.raises(KeyError):
+        db[b"x"]
+    with pytest.raises(KeyError):
+        del db[b"x"]
+    del db[b"k"]
+    assert b"k" not in db
+    db.put(b"", b"")
+    assert db[b""] == b"" and b"" in db
+
+
+def test_second_opener_in_process_gets_lock_error(tmp_path):
+    path = str(tmp_path / "db")
+    with antkv.open(path) as db:
+        db.put(b"k", b"v")
+        with pytest.raises(antkv.LockError):
+            antkv.open(path)
+        assert db.get(b"k") == b"v"
+    with antkv.open(path) as db:  # the lock is released on close
+        assert db.get(b"k") == b"v"
+
+
+def test_second_opener_in_another_process_gets_lock_error(tmp_path):
+    path = str(tmp_path / "db")
+    code = (
+        "import antkv,sys\n"
+        "try:\n    antkv.open(sys.argv[1])\nexcept antkv.LockError as e:\n    print('LockError', e); sys.exit(3)\n"
+    )
+    with antkv.open(path) as db:
+        db.put(b"k", b"v")
+        r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 3, r.stderr
+        assert "LockError" in r.stdout
+
+
+def test_missing_db_without_create_and_error_if_exists(tmp_path):
+    with pytest.raises(antkv.InvalidArgumentError):
+        antkv.open(str(tmp_path / "nope"), create_if_missing=False)
+    assert not os.path.exists(tmp_path / "nope")
+    with antkv.open(str(tmp_path / "db")):
+        pass
+    with pytest.raises(antkv.InvalidArgumentError):
+        antkv.open(str(tmp_path / "db"), error_if_exists=True)
+    open(tmp_path / "file", "w").close()
+    with pytest.raises(antkv.InvalidArgumentError):
+        antkv.open(str(tmp_path / "file"))
+
+
+def test_options_validation():
+    with pytest.raises(TypeError):
+        antkv.Options(no_such_option=1)
+    with pytest.raises(antkv.InvalidArgumentError, match="write_buffer_size"):
+        antkv.Options(write_buffer_size=0)
+    with pytest.raises(antkv.InvalidArgumentError, match="compression"):
+        antkv.Options(compression="snappy")
+    with pytest.raises(antkv.InvalidArgumentError, match="blob_gc_threshold"):
+        antkv.Options(blob_gc_threshold=1.5)
+    with pytest.raises(antkv.InvalidArgumentError, match="block_cache"):
+        antkv.Options(block_cache=5)
+    with pytest.raises(antkv.InvalidArgumentError, match="create_if_missing"):
+        antkv.Options(create_if_missing="yes")
+    with pytest.raises(TypeError):
+        antkv.open("x", no_such_option=1)
+
+
+def _wal_path(fs, name="db"):
+    logs = [n for n in fs.listdir(name) if n.endswith(".log")]
+    assert len(logs) == 1
+    return f"{name}/{logs[0]}"
+
+
+def test_flipped_byte_in_middle_of_wal_is_corruption_and_loses_nothing():
+    fs = MemoryFileSystem()
+    db = antkv.open("db", file_system=fs, max_background_jobs=0)
+    for i in range(20):
+        db.put(b"key%02d" % i, b"value%02d" % i)
+    db.close()
+    wal = _wal_path(fs)
+    original = fs.read_all(wal)
+    damaged = bytearray(original)
+    damaged[len(original) // 2] ^= 0x01
+    fs.write_all(wal, bytes(damaged))
+    with pytest.raises(antkv.CorruptionError) as e:
+        antkv.open("db", file_system=fs, max_background_jobs=0)
+    assert wal in str(e.value) and e.value.path == wal and e.value.offset is not None
+    assert fs.read_all(wal) == bytes(damaged)  # the failed open changed nothing
+    fs.write_all(wal, original)  # repair: every write is still there
+    with antkv.open("db", file_system=fs, max_background_jobs=0) as db:
+        assert dict(db.items()) == {b"key%02d" % i: b"value%02d" % i for i in range(20)}
+
+
+def test_torn_wal_tail_is_dropped():
+    fs = MemoryFileSystem()
+    db = antkv.open("db", file_system=fs, max_background_jobs=0)
+    for i in range(5):
+        db.put(b"key%d" % i, b"v" * 10)
+    db.close()
+    wal = _wal_path(fs)
+    data = fs.read_all(wal)
+    fs.write_all(wal, data[:-7])  # the last record is torn
+    with antkv.open("db", file_system=fs, max_background_jobs=0) as db:
+        assert sorted(db.keys()) == [b"key0", b"key1", b"key2", b"key3"]
+
+
+def test_write_batch_context_manager_and_atomicity(db):
+    with db.write_batch() as b:
+        b.put(b"a", b"1").put(b"b", b"2").delete(b"a")
+    assert db.get(b"a") is None and db.get(b"b") == b"2"
+    with pytest.raises(RuntimeError):
+        with db.write_batch() as b:
+            b.put(b"c", b"3")
+            raise RuntimeError("abort the batch")
+    assert db.get(b"c") is None  # nothing of an aborted batch is written
+    data = antkv.WriteBatch().put(b"x", b"y").delete_range(b"a", b"b").data()
+    again = antkv.WriteBatch.from_data(data)
+    assert again.ops() == antkv.WriteBatch().put(b"x", b"y").delete_range(b"a", b"b").ops()
+    with pytest.raises(antkv.CorruptionError):
+        antkv.WriteBatch.from_data(data[:-1])

@@ -34,14 +34,17 @@ from .dbformat import DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
 from .errors import IOError as AntIOError
 from .iterators import DBIterator
-from .log_format import LogWriter
+from .batch import SINGLE_RECORD
+from .log_format import LogWriter, frame
+from .memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
+from .memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
 from .memtable import MemTable
 from .options import Options
 from .read_view import ReadView, SuperVersion
 from .snapshot import Snapshot, SnapshotList
 from .version_set import VersionSet, wal_file_name
 
-_MISSING = object()
+_SINGLE_RECORD_PACK = SINGLE_RECORD.pack  # a one-record write batch header (batch.py)
 
 
 def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A001
@@ -112,12 +115,54 @@ class DB:
     # ------------------------------------------------------------------ writes
 
     def put(self, key, value, *, sync: bool = False) -> None:
-        """Set ``key`` to ``value``."""
+        """Set ``key`` to ``value``.
+
+        The hottest path of the engine, so it is written out flat: no batch object, the WAL
+        frame built here, the memtable insert inlined (see ``MemTable.add``).
+        """
         if type(key) is not bytes:
             key = as_bytes(key, "key")
         if type(value) is not bytes:
             value = as_bytes(value, "value")
-        self._write_one(VALUE, key, value, sync)
+        if sync is not False and sync is not True:
+            raise TypeError("sync must be a bool")
+        with self._write_lock:
+            if self._closed or self._bg_error is not None:
+                self._check_writable()
+            mem = self._mem
+            if mem.memory >= self._write_buffer_size or self._must_make_room:
+                self._make_room()
+                mem = self._mem
+            seq = self._last_seq + 1
+            user_bytes = len(key) + len(value)
+            if self._min_blob_size is not None and len(value) >= self._min_blob_size:
+                value = self._vlog_add(key, value)
+                kind = VALUE_POINTER
+            else:
+                kind = VALUE
+            try:
+                self._wal_append(frame(_SINGLE_RECORD_PACK(seq, 1, kind, len(key), len(value)) + key + value))
+                if sync:
+                    self._sync_wal()
+            except AntIOError as e:
+                self._set_bg_error(e)
+                raise
+            versions = mem.versions
+            lst = versions.get(key)
+            if lst is None:
+                versions[key] = [(seq, kind, value)]
+                mem.pending.append(key)
+                added = _NEW_KEY_OVERHEAD + len(key) + len(value)
+            else:
+                lst.append((seq, kind, value))
+                added = _VERSION_OVERHEAD + len(value)
+            mem.memory += added
+            mem.num_entries += 1
+            mem.last_seq = seq
+            self._last_seq = seq
+            self._stats["user_bytes_written"] += user_bytes
+            if self._wbm is not None:
+                self._wbm_account(added)
 
     def delete(self, key, *, sync: bool = False) -> None:
         """Remove ``key`` (no error if it is absent)."""
@@ -170,9 +215,8 @@ class DB:
             if kind == VALUE and self._min_blob_size is not None and len(value) >= self._min_blob_size:
                 value = self._vlog_add(key, value)
                 kind = VALUE_POINTER
-            payload = recovery.SINGLE_RECORD.pack(seq, 1, kind, len(key), len(value)) + key + value
             try:
-                self._wal.add_record(payload)
+                self._wal_append(frame(_SINGLE_RECORD_PACK(seq, 1, kind, len(key), len(value)) + key + value))
                 if sync:
                     self._sync_wal()
             except AntIOError as e:
@@ -203,7 +247,7 @@ class DB:
                 ops = out
             if not disable_wal:
                 try:
-                    self._wal.add_record(encode_batch(seq, ops))
+                    self._wal_append(frame(encode_batch(seq, ops)))
                     if sync:
                         self._sync_wal()
                 except AntIOError as e:
@@ -313,6 +357,7 @@ class DB:
             self._stats["wal_bytes_written"] += self._wal.size
             self._wal.close()
             self._wal = LogWriter(wal_file)
+            self._wal_append = wal_file.append
             self._memtable_counter += 1
             self._wal_files.add(new_log)
             self._mem = MemTable(self._memtable_counter, new_log, self._vlog.file_number if self._vlog is not None else None)

@@ -3,17 +3,21 @@
 A memtable holds two structures, as RocksDB does:
 
 * the *point memtable*: ``versions`` maps a user key to the list of its ``(seq, kind, value)``
-  versions in ascending sequence order (the newest is last), and ``keys`` (a
-  ``sortedcontainers.SortedList``) holds every user key in order for iteration;
+  versions in ascending sequence order (the newest is last); ``keys`` (a
+  ``sortedcontainers.SortedList``) plus ``pending`` (new keys not sorted in yet) hold every user
+  key.  A put only appends to ``pending``: sorting happens in bulk, in C, the first time an
+  iterator needs order (:meth:`_settle`), which keeps the put path free of per-key sorting;
 * the *range-tombstone memtable*: the list of ``(begin, end, seq)`` from ``delete_range``, with a
   fragmented view (:mod:`antkv.rangedel`) built lazily and cached until the next tombstone.
 
-Invariants: every key of ``versions`` is in ``keys`` exactly once and vice versa; each version
-list is strictly ascending in seq; ``first_seq``/``last_seq`` bound every seq held.
+Invariants: every key of ``versions`` is in exactly one of ``keys`` and ``pending``, once; each
+version list is strictly ascending in seq; ``last_seq`` bounds every seq held.
 
-Concurrency: one writer at a time (the DB's write lock).  Readers call :meth:`get` without a
-lock (dict and list reads are atomic in CPython); iterators read ``keys`` in chunks under
-``lock``, which the writer also takes to add a new key, so a chunk never sees a half-done insert.
+Concurrency: one writer at a time (the DB's write lock); it never takes ``lock``.  Readers call
+:meth:`get` without a lock (dict and list reads are atomic in CPython).  Iterators take ``lock``
+(among themselves) to move ``pending`` into ``keys`` and to read ``keys`` in chunks.  Moving is
+safe against a concurrent writer because it only uses atomic list operations: it takes the first
+``n`` pending keys by slice and deletes exactly that slice, so a key appended meanwhile stays.
 
 ``memory`` is an honest estimate of the bytes the memtable occupies in this process (object
 headers, dict and list slots), not just payload; the write buffer manager counts it.
@@ -51,52 +55,45 @@ class MemTable:
         "num_entries",
         "num_deletes",
         "num_range_deletes",
-        "first_seq",
         "last_seq",
         "lock",
         "log_number",
         "created",
-        "data_bytes",
         "first_vlog",
+        "pending",
     )
 
     def __init__(self, id: int = 0, log_number: int = 0, first_vlog: int | None = None):
         self.id = id
         self.versions: dict[bytes, list[tuple[int, int, bytes]]] = {}
         self.keys = SortedList()
+        self.pending: list[bytes] = []
         self.range_dels: list[tuple[bytes, bytes, int]] = []
         self._fragments: FragmentedRangeTombstones | None = EMPTY
         self.memory = 0
         self.num_entries = 0
         self.num_deletes = 0
         self.num_range_deletes = 0
-        self.first_seq = 0
         self.last_seq = 0
         self.lock = threading.Lock()
         self.log_number = log_number  # the WAL that holds this memtable's writes
-        self.created = 0  # process-wide clock at the first write: smaller = older data
-        self.data_bytes = 0  # user key + value bytes added
+        self.created = next(_FIRST_WRITE_CLOCK)  # process-wide order: smaller = older data
         self.first_vlog = first_vlog  # value-log files this memtable may point into are >= it
 
     # --- writes (REQUIRES: the DB's write lock) ---
 
     def add(self, seq: int, kind: int, key: bytes, value: bytes) -> int:
-        """Add a point entry; returns the memory it added."""
+        """Add a point entry; returns the memory it added.  (The DB's put path inlines this.)"""
         lst = self.versions.get(key)
         if lst is None:
             self.versions[key] = [(seq, kind, value)]
-            with self.lock:
-                self.keys.add(key)
+            self.pending.append(key)
             added = NEW_KEY_OVERHEAD + len(key) + len(value)
         else:
             lst.append((seq, kind, value))
             added = VERSION_OVERHEAD + len(value)
         self.memory += added
         self.num_entries += 1
-        self.data_bytes += len(key) + len(value)
-        if not self.first_seq:
-            self.first_seq = seq
-            self.created = next(_FIRST_WRITE_CLOCK)
         self.last_seq = seq
         return added
 
@@ -106,10 +103,6 @@ class MemTable:
         added = RANGE_DEL_OVERHEAD + len(begin) + len(end)
         self.memory += added
         self.num_range_deletes += 1
-        self.data_bytes += len(begin) + len(end)
-        if not self.first_seq:
-            self.first_seq = seq
-            self.created = next(_FIRST_WRITE_CLOCK)
         self.last_seq = seq
         return added
 
@@ -138,11 +131,20 @@ class MemTable:
             f = self._fragments = fragment(list(self.range_dels))
         return f
 
+    def _settle(self) -> None:
+        """REQUIRES ``lock``.  Sort the pending keys into ``keys`` (see the module docstring)."""
+        pending = self.pending
+        n = len(pending)
+        if n:
+            self.keys.update(pending[:n])
+            del pending[:n]
+
     def _key_chunks_forward(self, start: bytes | None) -> Iterator[list[bytes]]:
         keys = self.keys
         lo, inclusive = start, True
         while True:
             with self.lock:
+                self._settle()
                 if lo is None:
                     chunk = list(islice(keys, _CHUNK))
                 else:
@@ -159,6 +161,7 @@ class MemTable:
         hi, inclusive = start, True
         while True:
             with self.lock:
+                self._settle()
                 chunk = list(islice(keys.irange(None, hi, (True, inclusive), reverse=True), _CHUNK))
             if not chunk:
                 return
@@ -188,7 +191,14 @@ class MemTable:
                 for seq, kind, value in versions[key][:]:
                     yield (key, -seq, kind, value)
 
+    @property
+    def data_bytes(self) -> int:
+        """User key and value bytes held (an estimate: memory minus per-entry overheads)."""
+        return max(0, self.memory - NEW_KEY_OVERHEAD * len(self.versions))
+
     def _check(self) -> None:
+        with self.lock:
+            self._settle()
         assert len(self.keys) == len(self.versions)
         for k in self.keys:
             lst = self.versions[k]

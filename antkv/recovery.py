@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 
-from .batch import SINGLE_RECORD, decode_batch  # noqa: F401 - SINGLE_RECORD used by db.py
+from .batch import decode_batch
 from .dbformat import RANGE_DELETION, VALUE_POINTER
 from .errors import CorruptionError, InvalidArgumentError
 from .fs import default_file_system
@@ -167,6 +167,7 @@ def _open_locked(db, fs, exists: bool) -> None:
     # --- fresh WAL and value-log file, one MANIFEST edit for all of it ---
     new_log = vs.new_file_number()
     db._wal = LogWriter(fs.create(wal_file_name(path, new_log)))
+    db._wal_append = db._wal.file.append
     edit.log_number = new_log
     if opts.enable_blob_files:
         _start_vlog(db, edit)
@@ -332,6 +333,11 @@ def close_db(db) -> None:
         if db._wbm is not None and db._wbm_token is not None:
             db._wbm.unregister(db._wbm_token)
             if db._wbm_reserved:
+                # what was reported for the mutable memtable is still counted as mutable:
+                # move it to "being freed" first, then free everything (RocksDB's FreeMem)
+                mutable_part = db._wbm_reserved - sum(m.memory for m in db._imms)
+                if mutable_part > 0:
+                    db._wbm.schedule_free_mem(mutable_part)
                 db._wbm.free_mem(db._wbm_reserved)
                 db._wbm_reserved = 0
         _release_resources(db)

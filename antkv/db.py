@@ -76,6 +76,7 @@ class DB:
         self._snapshots = SnapshotList()
         self._live_views: "weakref.WeakSet[SuperVersion]" = weakref.WeakSet()
         self._bg_error: Error | None = None
+        self._unpersisted = False  # a disable_wal write happened: close() must flush
         self._stats = recovery.new_stats()
         self._imms: list[MemTable] = []
         self._flush_requested = False
@@ -253,6 +254,8 @@ class DB:
                 except AntIOError as e:
                     self._set_bg_error(e)
                     raise
+            else:
+                self._unpersisted = True  # only a flush makes it durable: close() flushes
             added = 0
             user_bytes = 0
             for i, (kind, key, value) in enumerate(ops):
@@ -675,6 +678,15 @@ class DB:
         """Close the database; pending background work is finished first."""
         if self._closed:
             return
+        flush_error = None
+        if self._unpersisted and self._bg_error is None:
+            # As RocksDB does (avoid_flush_during_shutdown=false): writes that skipped the WAL
+            # live only in memtables, so flush them; a clean close loses no acknowledged write.
+            try:
+                self.flush(wait=True)
+                self._wait_for_background(lambda: not self._imms)
+            except Error as e:  # close anyway, then report it
+                flush_error = e
         with self._write_lock:
             if self._closed:
                 return
@@ -685,6 +697,8 @@ class DB:
         if self._bg_thread is not None:
             self._bg_thread.join()
         recovery.close_db(self)
+        if flush_error is not None:
+            raise flush_error
 
     @builtins.property
     def closed(self) -> bool:

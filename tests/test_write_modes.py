@@ -1,0 +1,97 @@
+"""What each write mode survives (docs/durability.md), on the in-memory file system:
+
+* ``sync=False``: survives a process kill, not a power loss (until a later sync or flush);
+* ``sync=True``: survives a power loss, and so does every write acknowledged before it;
+* ``disable_wal=True``: survives neither crash until a flush, but a clean ``close()`` flushes it
+  (as RocksDB does with ``avoid_flush_during_shutdown=false``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import antkv
+from antkv.fs.memory import MemoryFileSystem
+
+CONFIGS = {
+    "inline": dict(max_background_jobs=0),
+    "background": dict(max_background_jobs=2),
+    "blobs": dict(max_background_jobs=0, min_blob_size=10),
+}
+
+
+def _reopen(fs, **opts) -> dict:
+    with antkv.open("db", file_system=fs, **opts) as db:
+        return dict(db.items())
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_disable_wal_writes_survive_a_clean_close(config):
+    opts = CONFIGS[config]
+    fs = MemoryFileSystem()
+    db = antkv.open("db", file_system=fs, **opts)
+    db.put(b"logged", b"1")
+    with db.write_batch(disable_wal=True) as b:
+        b.put(b"unlogged", b"value-of-twenty-bytes")
+        b.delete(b"logged")
+    db.close()
+    fs.crash("power")  # close() made everything durable
+    assert _reopen(fs, **opts) == {b"unlogged": b"value-of-twenty-bytes"}
+
+
+def test_disable_wal_writes_in_an_immutable_memtable_survive_close():
+    fs = MemoryFileSystem()
+    opts = dict(max_background_jobs=2, write_buffer_size=4096, max_write_buffer_number=4)
+    db = antkv.open("db", file_system=fs, **opts)
+    b = antkv.WriteBatch()
+    for i in range(200):
+        b.put(b"k%04d" % i, b"v" * 40)  # more than one write buffer: a switch follows
+    db.write(b, disable_wal=True)
+    db.put(b"after", b"x")
+    db.close()
+    fs.crash("power")
+    got = _reopen(fs, **opts)
+    assert len(got) == 201 and got[b"k0199"] == b"v" * 40
+
+
+def test_disable_wal_writes_are_lost_by_a_crash_until_flushed():
+    fs = MemoryFileSystem()
+    db = antkv.open("db", file_system=fs, max_background_jobs=0)
+    db.put(b"a", b"1")
+    db.write(antkv.WriteBatch().put(b"b", b"2"), disable_wal=True)
+    fs.crash("kill")
+    assert _reopen(fs, max_background_jobs=0) == {b"a": b"1"}  # the unlogged write is gone
+    db = antkv.open("db", file_system=fs, max_background_jobs=0)
+    db.write(antkv.WriteBatch().put(b"b", b"2"), disable_wal=True)
+    db.flush()
+    fs.crash("power")
+    assert _reopen(fs, max_background_jobs=0) == {b"a": b"1", b"b": b"2"}
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_sync_false_survives_a_kill_not_a_power_loss(config):
+    opts = CONFIGS[config]
+    fs = MemoryFileSystem()
+    db = antkv.open("db", file_system=fs, **opts)
+    db.put(b"a", b"value-one-long-enough")
+    db.delete_range(b"x", b"z")
+    fs.crash("kill")
+    assert _reopen(fs, **opts) == {b"a": b"value-one-long-enough"}
+    fs = MemoryFileSystem()
+    db = antkv.open("db", file_system=fs, **opts)
+    db.put(b"a", b"value-one-long-enough", sync=True)
+    db.put(b"b", b"value-two-long-enough")
+    fs.crash("power")
+    assert _reopen(fs, **opts) == {b"a": b"value-one-long-enough"}
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_sync_true_survives_a_power_loss_with_everything_before_it(config):
+    opts = CONFIGS[config]
+    fs = MemoryFileSystem()
+    db = antkv.open("db", file_system=fs, **opts)
+    db.put(b"a", b"unsynced-but-earlier")
+    db.put(b"b", b"synced-value-long-enough", sync=True)
+    db.put(b"c", b"unsynced-and-later-long")
+    fs.crash("power")
+    assert _reopen(fs, **opts) == {b"a": b"unsynced-but-earlier", b"b": b"synced-value-long-enough"}

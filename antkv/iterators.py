@@ -11,10 +11,11 @@ merges them with C-level tuple comparisons.  On top of the merge, :func:`visible
 * a range tombstone with ``entry seq < tombstone seq <= read_seq`` covering the key hides it.
 
 Range tombstones come as one fragmented view over every source (:mod:`antkv.rangedel`),
-already restricted to ``read_seq``; a moving index walks it in step with the keys, so the cost
-per key is O(1) amortised.  Before merging, each table-backed source skips the spans that a
-tombstone of a *newer* source covers with one seek (keys in older sources are always older
-than tombstones in newer sources), so a deleted range is never read key by key.
+already restricted to ``read_seq``; an index walks it in step with the keys, moving by binary
+search, so a scan starting deep inside thousands of fragments does not step through them.
+Before merging, each table-backed source skips the spans that a tombstone of a *newer* source
+covers with one seek (keys in older sources are always older than tombstones in newer
+sources), so a deleted range is never read key by key.
 
 :class:`DBIterator` is the RocksDB-style cursor.  It keeps one generator in the current
 direction and rebuilds it on a seek or a change of direction.
@@ -23,6 +24,7 @@ direction and rebuilds it on a seek or a change of direction.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from typing import Callable, Iterator
 
 from .dbformat import DELETION, VALUE, VALUE_POINTER
@@ -79,8 +81,8 @@ def visible_forward(
             return
         if kind == DELETION:
             continue
-        while fi < nfrag and ends[fi] <= key:
-            fi += 1
+        if fi < nfrag and ends[fi] <= key:
+            fi = bisect_right(ends, key, fi + 1)
         if fi < nfrag and starts[fi] <= key and seqs[fi][0] > -nseq:
             continue  # covered by a newer range tombstone
         yield key, kind, value
@@ -105,8 +107,8 @@ def visible_backward(
                 if starts is None:
                     yield cur_key, cur[1], cur[2]
                 else:
-                    while fi >= 0 and starts[fi] > cur_key:
-                        fi -= 1
+                    if fi >= 0 and starts[fi] > cur_key:
+                        fi = bisect_right(starts, cur_key, 0, fi) - 1
                     if not (fi >= 0 and cur_key < ends[fi] and seqs[fi][0] > cur[0]):
                         yield cur_key, cur[1], cur[2]
             if lower is not None and key < lower:
@@ -119,8 +121,8 @@ def visible_backward(
         if starts is None:
             yield cur_key, cur[1], cur[2]
         else:
-            while fi >= 0 and starts[fi] > cur_key:
-                fi -= 1
+            if fi >= 0 and starts[fi] > cur_key:
+                fi = bisect_right(starts, cur_key, 0, fi) - 1
             if not (fi >= 0 and cur_key < ends[fi] and seqs[fi][0] > cur[0]):
                 yield cur_key, cur[1], cur[2]
 
@@ -140,8 +142,8 @@ def skip_covered_forward(
         jumped = False
         for e in source:
             key = e[0]
-            while fi < n and ends[fi] <= key:
-                fi += 1
+            if fi < n and ends[fi] <= key:
+                fi = bisect_right(ends, key, fi + 1)
             if fi < n and starts[fi] <= key:
                 source = reopen(ends[fi])
                 jumped = True
@@ -164,8 +166,8 @@ def skip_covered_backward(
         jumped = False
         for e in source:
             key = e[0]
-            while fi >= 0 and starts[fi] > key:
-                fi -= 1
+            if fi >= 0 and starts[fi] > key:
+                fi = bisect_right(starts, key, 0, fi) - 1
             if fi >= 0 and key < ends[fi]:
                 source = reopen(starts[fi])
                 jumped = True

@@ -18,7 +18,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
-from .dbformat import VALUE_POINTER
+from .dbformat import MAX_SEQUENCE, VALUE_POINTER
 from .errors import DBClosedError
 from .iterators import (
     merge_backward,
@@ -48,7 +48,7 @@ class SuperVersion:
         self.imms = imms
         self.version = version
         self.memtables = (mem,) + imms
-        self._frag_cache = None  # (key, per-source cumulative fragments, all fragments)
+        self._frag_cache = None  # (num_range_deletes, lo, hi, all fragments, per-source newer)
 
     def table_get(self, key: bytes, read_seq: int, db):
         """Newest visible ``(seq, kind, value)`` of ``key`` in the tables, or None (absent or
@@ -107,11 +107,15 @@ class SuperVersion:
     def fragments(self, db, read_seq: int):
         """``(all, newer)``: fragments of every tombstone visible at ``read_seq``, and per source
         the fragments of the tombstones of strictly newer sources (None where there are none)."""
-        key = (read_seq, self.mem.num_range_deletes)
+        # The view is the same for every read_seq in [lo, hi) (lo: newest tombstone seq at or
+        # below read_seq, hi: oldest above it), so the cache is keyed by that range: a write
+        # between two iterators must not re-fragment thousands of tombstones.
+        n = self.mem.num_range_deletes
         cached = self._frag_cache
-        if cached is not None and cached[0] == key:
-            return cached[1], cached[2]
+        if cached is not None and cached[0] == n and cached[1] <= read_seq < cached[2]:
+            return cached[3], cached[4]
         per_source = self._source_tombstones(db)
+        lo, hi = 0, MAX_SEQUENCE + 1
         if not any(per_source):
             result = (EMPTY, None)
         else:
@@ -119,9 +123,16 @@ class SuperVersion:
             acc: list[tuple[bytes, bytes, int]] = []
             for ts in per_source:
                 newer.append(fragment(acc) if acc else None)
-                acc.extend(t for t in ts if t[2] <= read_seq)
+                for t in ts:
+                    s = t[2]
+                    if s <= read_seq:
+                        acc.append(t)
+                        if s > lo:
+                            lo = s
+                    elif s < hi:
+                        hi = s
             result = (fragment(acc), newer)
-        self._frag_cache = (key, result[0], result[1])
+        self._frag_cache = (n, lo, hi, result[0], result[1])
         return result
 
 

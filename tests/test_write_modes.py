@@ -95,3 +95,21 @@ def test_sync_true_survives_a_power_loss_with_everything_before_it(config):
     db.put(b"c", b"unsynced-and-later-long")
     fs.crash("power")
     assert _reopen(fs, **opts) == {b"a": b"unsynced-but-earlier", b"b": b"synced-value-long-enough"}
+
+
+def test_replay_stops_at_a_wal_record_whose_value_log_bytes_were_lost():
+    """A power loss may keep an unsynced WAL record but not the value-log record it points to
+    (each file keeps its own prefix of unsynced bytes).  Recovery then ends the replay at that
+    record: what follows was never durable either, and the result stays a prefix of history."""
+    opts = dict(max_background_jobs=0, min_blob_size=50)
+    fs = MemoryFileSystem()
+    db = antkv.open("db", file_system=fs, **opts)
+    db.put(b"a", b"small")
+    db.put(b"b", b"B" * 100, sync=True)  # value log and WAL synced up to here
+    db.put(b"c", b"C" * 100)  # value log record 2, WAL record 3
+    db.put(b"d", b"small")
+    vlog = next(n for n in fs.listdir("db") if n.endswith(".vlog"))
+    size_after_b = 24 + 25 + 1 + 100  # file header + record of b
+    fs.crash("kill")
+    fs.truncate(f"db/{vlog}", size_after_b)  # c's value is lost, the WAL survived whole
+    assert _reopen(fs, **opts) == {b"a": b"small", b"b": b"B" * 100}

@@ -31,11 +31,11 @@ MiB = 1024 * KiB
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ALL_ENGINES = list(ENGINES)
-QUICK_WORKLOADS = ["fillseq", "fillrandom", "overwrite", "readrandom", "seekrandom",
+QUICK_WORKLOADS = ["fillrandom", "overwrite", "readrandom", "seekrandom",
                    "readseq", "deleterange", "deleteseq", "ycsb_a"]
 PROFILES = {
     "quick": dict(num=20_000, data_mb=16, value_sizes=[1 * KiB, 16 * KiB], runs=3,
-                  workloads=QUICK_WORKLOADS, max_seconds=2.0, physical_mb=64, timeout=120.0),
+                  workloads=QUICK_WORKLOADS, max_seconds=1.5, physical_mb=64, timeout=120.0),
     "full": dict(num=1_000_000, data_mb=1024, value_sizes=[100, 1 * KiB, 16 * KiB, 64 * KiB],
                  runs=3, workloads=list(WORKLOADS), max_seconds=120.0, physical_mb=1024,
                  timeout=1800.0),

@@ -136,6 +136,26 @@ def render(meta: dict, results: list[dict]) -> str:
                          f"{_cell(a, 'space_amp', False)} | {_cell(a, 'space_amp_gc', False)} | "
                          f"{_cell(a, 'rss_mib', False)} |")
     L.append("")
+    if "deleterange" in meta["workloads"] and "deleteseq" in meta["workloads"]:
+        L += ["## Deleting 10% of the keys: one delete_range vs one delete per key", "",
+              "Time includes the flush that makes the deletes durable in tables; bytes are what "
+              "the process wrote (`/proc/self/io`).", "",
+              "| value | engine | delete_range ms | MiB written | delete one by one ms | "
+              "MiB written |", "|---|---|---|---|---|---|"]
+        for vs in meta["value_sizes"]:
+            for e in engines:
+                cells = []
+                for wl in ("deleterange", "deleteseq"):
+                    a = aggs.get((wl, vs, e))
+                    if a and "ops_s" in a and a["ops_s"][0]:
+                        cells += [_num(a["ops"][0] / a["ops_s"][0] * 1000),
+                                  _num(a["disk_write_bytes"][0] / MiB)]
+                    else:
+                        cells += ["–", "–"]
+                native = aggs.get(("deleterange", vs, e), {}).get("native", True)
+                L.append(f"| {_size(vs)} | {e}{'' if native else ' (emulated)'} | "
+                         + " | ".join(cells) + " |")
+        L.append("")
     behind = furthest_behind(aggs, meta)
     if behind:
         L += ["## Where antkv is furthest behind RocksDB", "",

@@ -30,7 +30,7 @@ import traceback
 
 from . import measure
 from .engines import ENGINES, EngineUnavailable
-from .workloads import CHECKS, KEY_SIZE, WORKLOADS, WRITE_WORKLOADS, Context
+from .workloads import CHECKS, KEY_SIZE, WORKLOADS, WRITE_WORKLOADS, Context, key
 
 MARKER = "BENCH-RESULT "
 META = "bench-meta.json"
@@ -48,11 +48,14 @@ def run_one(spec: dict) -> dict:
     num = spec["num"]
     loaded = num
     if kind != "fill":
+        if not os.path.exists(_meta_path(spec["base"])):
+            raise RuntimeError("no base database: this engine's fillrandom failed")
         with open(_meta_path(spec["base"])) as f:
             loaded = json.load(f)["loaded"]
         if kind == "mutate":
             shutil.rmtree(path, ignore_errors=True)
             shutil.copytree(spec["base"], path, symlinks=True)
+            _fsync_tree(path)  # clean pages: an engine rewriting them must be charged
         else:
             path = spec["base"]
     elif os.path.exists(path):
@@ -121,18 +124,41 @@ def run_one(spec: dict) -> dict:
         with open(_meta_path(path), "w") as f:
             json.dump({"loaded": out.ops, "num": num, "engine": name}, f)
     if wl_name == "overwrite" and spec.get("gc", True):
-        eng = cls(path)
-        t = time.perf_counter()
-        eng.compact()
-        res["secs_gc"] = time.perf_counter() - t
-        eng.close()
-        res["disk_bytes_gc"] = measure.dir_bytes(path)
-        res["space_amp_gc"] = res["disk_bytes_gc"] / live_bytes if live_bytes else None
+        _measure_after_gc(cls, path, ctx, live_bytes, res)
     if kind == "mutate" and not spec.get("keep"):
         shutil.rmtree(path, ignore_errors=True)
     if profile_text:
         res["profile"] = profile_text
     return res
+
+
+def _measure_after_gc(cls, path: str, ctx: Context, live_bytes: int, res: dict) -> None:
+    """Reopen, compact + GC, check a sample of keys survived, measure the space again."""
+    eng = cls(path)
+    try:
+        t = time.perf_counter()
+        eng.compact()
+        res["secs_gc"] = time.perf_counter() - t
+        sample = ctx.loaded_keys()[:: max(1, ctx.loaded // 50)]
+        lost = sum(1 for i in sample if eng.get(key(i)) is None)
+        if lost:
+            res["wrong"] = f"compact()/GC lost {lost} of {len(sample)} sampled keys"
+    except Exception as e:  # a peer's GC that breaks its own data is a finding, not a crash
+        res["wrong"] = f"compact()/GC, then get: {type(e).__name__}: {e}"
+    finally:
+        eng.close()
+    res["disk_bytes_gc"] = measure.dir_bytes(path)
+    res["space_amp_gc"] = res["disk_bytes_gc"] / live_bytes if live_bytes else None
+
+
+def _fsync_tree(path: str) -> None:
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 def _jsonable(d: dict) -> dict:

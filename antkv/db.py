@@ -70,6 +70,8 @@ class DB:
         self.path = path
         self.options = options
         self._closed = True
+        self._write_blocked = True  # closed, or read-only after an error: the write path checks this one flag
+        self._user_bytes = 0  # user key + value bytes written (a plain int: it is on the put path)
         self._write_lock = threading.Lock()
         self._mutex = threading.RLock()
         self._bg_cv = threading.Condition(self._mutex)
@@ -89,6 +91,7 @@ class DB:
         self._wbm_pending = 0  # bytes not yet reported (reported in chunks)
         recovery.open_db(self)  # sets fs, versions, mem, wal, vlog, cache, sv; may raise
         self._closed = False
+        self._write_blocked = False
         if options.max_background_jobs > 0:
             self._bg_thread = threading.Thread(target=self._bg_loop, name=f"antkv-bg:{path}", daemon=True)
             self._bg_thread.start()
@@ -112,6 +115,7 @@ class DB:
     def _set_bg_error(self, e: BaseException) -> None:
         if self._bg_error is None:
             self._bg_error = e if isinstance(e, Error) else AntIOError(str(e), None, self.path)
+            self._write_blocked = True
 
     # ------------------------------------------------------------------ writes
 
@@ -128,21 +132,24 @@ class DB:
         if sync is not False and sync is not True:
             raise TypeError("sync must be a bool")
         with self._write_lock:
-            if self._closed or self._bg_error is not None:
+            if self._write_blocked:
                 self._check_writable()
             mem = self._mem
             if mem.memory >= self._write_buffer_size or self._must_make_room:
                 self._make_room()
                 mem = self._mem
             seq = self._last_seq + 1
-            user_bytes = len(key) + len(value)
-            if self._min_blob_size is not None and len(value) >= self._min_blob_size:
+            lk = len(key)
+            lv = len(value)
+            self._user_bytes += lk + lv
+            if lv >= self._min_blob_size:
                 value = self._vlog_add(key, value)
                 kind = VALUE_POINTER
+                lv = len(value)
             else:
                 kind = VALUE
             try:
-                self._wal_append(frame(_SINGLE_RECORD_PACK(seq, 1, kind, len(key), len(value)) + key + value))
+                self._wal_append(frame(_SINGLE_RECORD_PACK(seq, 1, kind, lk, lv) + key + value))
                 if sync:
                     self._sync_wal()
             except AntIOError as e:
@@ -153,15 +160,12 @@ class DB:
             if lst is None:
                 versions[key] = [(seq, kind, value)]
                 mem.pending.append(key)
-                added = _NEW_KEY_OVERHEAD + len(key) + len(value)
+                added = _NEW_KEY_OVERHEAD + lk + lv
             else:
                 lst.append((seq, kind, value))
-                added = _VERSION_OVERHEAD + len(value)
+                added = _VERSION_OVERHEAD + lv
             mem.memory += added
-            mem.num_entries += 1
-            mem.last_seq = seq
             self._last_seq = seq
-            self._stats["user_bytes_written"] += user_bytes
             if self._wbm is not None:
                 self._wbm_account(added)
 
@@ -205,15 +209,15 @@ class DB:
         if sync is not False and not isinstance(sync, bool):
             raise TypeError("sync must be a bool")
         with self._write_lock:
-            if self._closed or self._bg_error is not None:
+            if self._write_blocked:
                 self._check_writable()
             mem = self._mem
             if mem.memory >= self._write_buffer_size or self._must_make_room:
                 self._make_room()
                 mem = self._mem
             seq = self._last_seq + 1
-            user_bytes = len(key) + len(value)
-            if kind == VALUE and self._min_blob_size is not None and len(value) >= self._min_blob_size:
+            self._user_bytes += len(key) + len(value)
+            if kind == VALUE and len(value) >= self._min_blob_size:
                 value = self._vlog_add(key, value)
                 kind = VALUE_POINTER
             try:
@@ -225,7 +229,6 @@ class DB:
                 raise
             added = mem.add(seq, kind, key, value)
             self._last_seq = seq
-            self._stats["user_bytes_written"] += user_bytes
             if self._wbm is not None:
                 self._wbm_account(added)
 
@@ -236,12 +239,12 @@ class DB:
                 self._make_room()
             mem = self._mem
             seq = self._last_seq + 1
-            if self._min_blob_size is not None:
-                limit = self._min_blob_size
+            limit = self._min_blob_size
+            if any(kind == VALUE and len(value) >= limit for kind, _, value in ops):
                 out = []
                 for kind, key, value in ops:
                     if kind == VALUE and len(value) >= limit:
-                        self._stats["user_bytes_written"] += len(key) + len(value)
+                        self._user_bytes += len(key) + len(value)
                         out.append((VALUE_POINTER, key, self._vlog_add(key, value)))
                     else:
                         out.append((kind, key, value))
@@ -266,7 +269,7 @@ class DB:
                 if kind != VALUE_POINTER:
                     user_bytes += len(key) + len(value)
             self._last_seq = seq + len(ops) - 1
-            self._stats["user_bytes_written"] += user_bytes
+            self._user_bytes += user_bytes
             if self._wbm is not None:
                 self._wbm_account(added)
             lim = self.options.memtable_max_range_deletions
@@ -691,6 +694,7 @@ class DB:
             if self._closed:
                 return
             self._closed = True
+            self._write_blocked = True
         with self._mutex:
             self._bg_shutdown = True
             self._bg_cv.notify_all()

@@ -11,7 +11,7 @@ A memtable holds two structures, as RocksDB does:
   fragmented view (:mod:`antkv.rangedel`) built lazily and cached until the next tombstone.
 
 Invariants: every key of ``versions`` is in exactly one of ``keys`` and ``pending``, once; each
-version list is strictly ascending in seq; ``last_seq`` bounds every seq held.
+version list is strictly ascending in seq.
 
 Concurrency: one writer at a time (the DB's write lock); it never takes ``lock``.  Readers call
 :meth:`get` without a lock (dict and list reads are atomic in CPython).  Iterators take ``lock``
@@ -52,10 +52,8 @@ class MemTable:
         "range_dels",
         "_fragments",
         "memory",
-        "num_entries",
         "num_deletes",
         "num_range_deletes",
-        "last_seq",
         "lock",
         "log_number",
         "created",
@@ -71,10 +69,8 @@ class MemTable:
         self.range_dels: list[tuple[bytes, bytes, int]] = []
         self._fragments: FragmentedRangeTombstones | None = EMPTY
         self.memory = 0
-        self.num_entries = 0
         self.num_deletes = 0
         self.num_range_deletes = 0
-        self.last_seq = 0
         self.lock = threading.Lock()
         self.log_number = log_number  # the WAL that holds this memtable's writes
         self.created = next(_FIRST_WRITE_CLOCK)  # process-wide order: smaller = older data
@@ -93,8 +89,6 @@ class MemTable:
             lst.append((seq, kind, value))
             added = VERSION_OVERHEAD + len(value)
         self.memory += added
-        self.num_entries += 1
-        self.last_seq = seq
         return added
 
     def add_range_deletion(self, seq: int, begin: bytes, end: bytes) -> int:
@@ -103,7 +97,6 @@ class MemTable:
         added = RANGE_DEL_OVERHEAD + len(begin) + len(end)
         self.memory += added
         self.num_range_deletes += 1
-        self.last_seq = seq
         return added
 
     # --- reads ---
@@ -190,6 +183,11 @@ class MemTable:
             for key in chunk:
                 for seq, kind, value in versions[key][:]:
                     yield (key, -seq, kind, value)
+
+    @property
+    def num_entries(self) -> int:
+        """Point entries held (O(keys): for statistics, not for hot paths)."""
+        return sum(map(len, self.versions.values()))
 
     @property
     def data_bytes(self) -> int:

@@ -99,7 +99,7 @@ def _open_locked(db, fs, exists: bool) -> None:
     db._pool = None
     db._wbm = opts.write_buffer_manager
     db._write_buffer_size = opts.write_buffer_size
-    db._min_blob_size = opts.min_blob_size if opts.enable_blob_files else None
+    db._min_blob_size = opts.min_blob_size if opts.enable_blob_files else 1 << 62  # never reached
     db._must_make_room = False
     db._vlog_dirty = False
     db._stats = new_stats()
@@ -135,6 +135,11 @@ def _open_locked(db, fs, exists: bool) -> None:
     db._memtable_counter = 0
     # --- WAL replay ---
     wal_numbers = sorted(n for (kind, n) in on_disk if kind == "log" and n >= vs.log_number)
+    if exists and vs.log_number not in wal_numbers:
+        # The WAL an edit names is made durable (directory sync) before the edit is written and
+        # deleted only after a later edit moves past it: if it is missing, MANIFEST edits were
+        # lost (a damaged last record taken for a torn tail), and with them acknowledged data.
+        raise CorruptionError(f"WAL {vs.log_number:06d}.log named by the MANIFEST is missing", wal_file_name(path, vs.log_number))
     mem = _new_memtable(db, 0)
     stopped = False
     for number in wal_numbers:
@@ -144,7 +149,7 @@ def _open_locked(db, fs, exists: bool) -> None:
         reader = LogReader(fs.read_all(wal_path), wal_path)
         for offset, payload in reader:
             seq, ops = decode_batch(payload, wal_path, offset)
-            if not _pointers_survived(ops, vlog_lengths):
+            if not _pointers_survived(ops, vlog_lengths, vs.vlogs, wal_path, offset):
                 log.warning("%s: replay stops at offset %d: a value it points to was lost in the crash", wal_path, offset)
                 stopped = True
                 break
@@ -214,13 +219,24 @@ def _recover_vlogs(db, fs, vs, on_disk, edit) -> dict[int, int]:
     return lengths
 
 
-def _pointers_survived(ops, vlog_lengths: dict[int, int]) -> bool:
+def _pointers_survived(ops, vlog_lengths: dict[int, int], vlogs, wal_path: str, wal_offset: int) -> bool:
+    """False when a value pointer reaches past the recovered tail of the active value-log file
+    (lost in the crash).  Only that file can lose a tail: a pointer past the end of a sealed
+    file, or into a file the MANIFEST does not list, is damage (CorruptionError)."""
     from .vlog.pointer import decode_pointer
 
     for kind, _key, value in ops:
         if kind == VALUE_POINTER:
             fnum, offset, size = decode_pointer(value)
             if offset + size > vlog_lengths.get(fnum, -1):
+                st = vlogs.get(fnum)
+                if st is None or st.sealed:
+                    raise CorruptionError(
+                        f"WAL record points to {size} bytes at {offset} of value-log file {fnum:06d}.vlog, "
+                        f"which is {'not in the MANIFEST' if st is None else 'sealed and shorter'}",
+                        wal_path,
+                        wal_offset,
+                    )
                 return False
     return True
 

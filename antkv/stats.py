@@ -15,6 +15,7 @@ from .version_set import parse_file_name, table_file_name, vlog_file_name
 
 def collect(db) -> dict:
     s = dict(db._stats)
+    s["user_bytes_written"] = db._user_bytes
     vs = db._versions
     version = vs.current
     s["wal_bytes_written"] = db._wal_bytes_total()

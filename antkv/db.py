@@ -354,6 +354,8 @@ class DB:
             new_log = self._versions.new_file_number()
             try:
                 wal_file = self._fs.create(wal_file_name(self.path, new_log))
+                # its name must be durable before a synced write to it is acknowledged
+                self._fs.sync_dir(self.path)
                 # the old WAL is synced so a later synced write can never survive a power
                 # loss that its predecessors did not (recovery must yield a prefix)
                 self._sync_wal()

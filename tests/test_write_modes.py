@@ -113,3 +113,17 @@ def test_replay_stops_at_a_wal_record_whose_value_log_bytes_were_lost():
     fs.crash("kill")
     fs.truncate(f"db/{vlog}", size_after_b)  # c's value is lost, the WAL survived whole
     assert _reopen(fs, **opts) == {b"a": b"small", b"b": b"B" * 100}
+
+
+def test_sync_write_right_after_a_memtable_switch_survives_a_power_loss():
+    """The switch creates a new WAL; its name must be durable before a synced write to it is
+    acknowledged, not only once the background flush fsyncs the directory."""
+    fs = MemoryFileSystem()
+    db = antkv.open("db", file_system=fs, max_background_jobs=1, write_buffer_size=1000, enable_blob_files=False)
+    db.put(b"a", b"1", sync=True)
+    with db._mutex:  # holds the background flush off: the window between switch and flush
+        db.put(b"fill", b"x" * 1200)  # the memtable is full now
+        db.put(b"b", b"2", sync=True)  # switches to a new WAL, then syncs it
+        fs.crash("power")
+    got = _reopen(fs, max_background_jobs=0)
+    assert got[b"a"] == b"1" and got[b"b"] == b"2"

@@ -8,8 +8,9 @@
 2. pins the current super version (no table it lists can be deleted meanwhile);
 3. hard-links (or copies, across file systems) every table and every value-log file of the
    pinned state into a temporary directory ``dir + ".tmp"``;
-4. writes a fresh MANIFEST describing exactly that state (with a log number past every WAL,
-   so the copy replays nothing) and ``CURRENT``; syncs everything;
+4. writes a fresh MANIFEST describing exactly that state, with a log number past every WAL of
+   the source and an empty WAL of that number (recovery requires the WAL the MANIFEST names;
+   the copy replays nothing), and ``CURRENT``; syncs everything;
 5. renames the temporary directory to ``dir`` and syncs the parent directory.
 
 A crash at any step leaves either no ``dir`` or a complete one.
@@ -21,7 +22,7 @@ import os
 
 from .errors import InvalidArgumentError
 from .log_format import LogWriter
-from .version_set import VersionSet, manifest_file_name, set_current_file, table_file_name, vlog_file_name
+from .version_set import VersionSet, manifest_file_name, set_current_file, table_file_name, vlog_file_name, wal_file_name, wal_file_name
 
 
 def create_checkpoint(db, directory: str) -> None:
@@ -59,20 +60,24 @@ def create_checkpoint(db, directory: str) -> None:
     # a MANIFEST for exactly this state
     cvs = VersionSet(fs, tmp, len(sv.version.levels), db.options.max_manifest_file_size)
     cvs.current = sv.version
-    cvs.next_file_number = next_file + 1
-    cvs.log_number = next_file
+    cvs.next_file_number = next_file + 2
+    cvs.log_number = next_file  # an empty WAL of this number is written below: recovery wants it
     cvs.last_sequence = last_sequence
     from .version_set import VlogFileState
 
     cvs.vlogs = {n: VlogFileState(n, total, garbage, True) for n, (total, garbage) in vlogs.items()}
     edit = cvs.snapshot_edit(sv.version)
-    manifest_number = next_file
+    fs.write_all(wal_file_name(tmp, next_file), b"", sync=True)
+    manifest_number = next_file + 1
     writer = LogWriter(fs.create(manifest_file_name(tmp, manifest_number)))
     try:
         writer.add_record(edit.encode())
         writer.sync()
     finally:
         writer.close()
+    # the MANIFEST names log number ``next_file``: an empty WAL of that number says "nothing
+    # to replay" (recovery treats a missing named WAL as lost MANIFEST edits)
+    fs.write_all(wal_file_name(tmp, next_file), b"", sync=True)
     set_current_file(fs, tmp, manifest_number)  # syncs tmp
     fs.rename(tmp, directory)
     fs.sync_dir(os.path.dirname(directory) or ".")

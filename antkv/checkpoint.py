@@ -22,7 +22,7 @@ import os
 
 from .errors import InvalidArgumentError
 from .log_format import LogWriter
-from .version_set import VersionSet, manifest_file_name, set_current_file, table_file_name, vlog_file_name, wal_file_name, wal_file_name
+from .version_set import VersionSet, manifest_file_name, set_current_file, table_file_name, vlog_file_name, wal_file_name
 
 
 def create_checkpoint(db, directory: str) -> None:
@@ -67,7 +67,6 @@ def create_checkpoint(db, directory: str) -> None:
 
     cvs.vlogs = {n: VlogFileState(n, total, garbage, True) for n, (total, garbage) in vlogs.items()}
     edit = cvs.snapshot_edit(sv.version)
-    fs.write_all(wal_file_name(tmp, next_file), b"", sync=True)
     manifest_number = next_file + 1
     writer = LogWriter(fs.create(manifest_file_name(tmp, manifest_number)))
     try:

@@ -127,3 +127,19 @@ def test_sync_write_right_after_a_memtable_switch_survives_a_power_loss():
         fs.crash("power")
     got = _reopen(fs, max_background_jobs=0)
     assert got[b"a"] == b"1" and got[b"b"] == b"2"
+
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_a_checkpoint_opens_with_every_acknowledged_write(config, tmp_path):
+    """On the real file system: MemoryFileSystem cannot rename the checkpoint's directory."""
+    opts = CONFIGS[config]
+    with antkv.open(str(tmp_path / "db"), **opts) as db:
+        db.put(b"a", b"value-one-long-enough")
+        db.write(antkv.WriteBatch().put(b"b", b"unlogged-value-long"), disable_wal=True)
+        db.delete_range(b"x", b"z")
+        db.checkpoint(str(tmp_path / "cp"))
+        db.put(b"c", b"after the checkpoint")
+    with antkv.open(str(tmp_path / "cp"), create_if_missing=False, **opts) as cp:
+        assert dict(cp.items()) == {b"a": b"value-one-long-enough", b"b": b"unlogged-value-long"}
+        cp.verify()

@@ -268,9 +268,18 @@ def _emit(view: ReadView, gen: Iterator, mode: str) -> Iterator:
                 value = resolve(value)
             yield (key, value) if mode == "items" else value
         return
+    # inline values stream straight through; the first value pointer switches to prefetching
+    # chunks of ``ahead`` entries whose pointers are resolved in parallel
+    items = mode == "items"
+    for e in gen:
+        if e[1] == VALUE_POINTER:
+            break
+        yield (e[0], e[2]) if items else e[2]
+    else:
+        return
     pool = db._prefetch_pool()
-    chunk: list = []
-    npointers = 0
+    chunk: list = [e]
+    npointers = 1
     for e in gen:
         chunk.append(e)
         if e[1] == VALUE_POINTER:

@@ -165,7 +165,7 @@ def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, l
         n, r, g, ends, seqs_off, qw, kinds_off = _layout(buf, size)
         if n == 0:
             return [], [], [], []
-        pieces = [buf[a:b] for a, b in zip((0,) + ends[:-1], ends)]
+        pieces = list(map(buf.__getitem__, map(slice, (0,) + ends[:-1], ends)))
         prefixes = pieces[:g]
         suffixes = pieces[g : g + n]
         neg_seqs = list(map(neg, _array_struct(n, _WIDTH_CODES[qw]).unpack_from(buf, seqs_off)))

@@ -28,6 +28,7 @@ import antkv
 from antkv import iterators
 from antkv.fs.fault import FaultInjectionFileSystem
 from antkv.fs.memory import MemoryFileSystem
+from antkv.rangedel import fragment
 
 BASE = dict(max_background_jobs=0, enable_blob_files=False, level0_file_num_compaction_trigger=100,
             level0_slowdown_writes_trigger=200, level0_stop_writes_trigger=300)
@@ -79,6 +80,32 @@ def files_per_level(db) -> list[int]:
     return [len(files) for files in db._versions.current.levels]
 
 
+def check_tombstones_truncated(db, spans: list[tuple[bytes, bytes]]) -> None:
+    """Each table's tombstones lie inside its key range, and together the tables of the bottom
+    level still cover exactly ``spans`` (the tombstones were cut at table boundaries, not lost)."""
+    levels = db._versions.current.levels
+    bottom = max(i for i, files in enumerate(levels) if files)
+    carrying = 0
+    pieces = []
+    for files in levels:
+        for f in files:
+            ts = db._open_table(f).range_tombstones
+            carrying += bool(ts)
+            for b, e, _ in ts:
+                assert f.smallest <= b < e <= f.largest, (f.number, b, e, f.smallest, f.largest)
+            if files is levels[bottom]:
+                pieces.extend(ts)
+    assert carrying >= 2, "a tombstone spanning many tables was not split among them"
+    frags = fragment(pieces)
+    runs = []
+    for b, e in zip(frags.starts, frags.ends):
+        if runs and runs[-1][1] == b:
+            runs[-1][1] = e
+        else:
+            runs.append([b, e])
+    assert [tuple(r) for r in runs] == spans
+
+
 def delete_model(model: dict, lo: bytes, hi: bytes) -> None:
     for x in [x for x in model if lo <= x < hi]:
         del model[x]
@@ -125,6 +152,7 @@ def test_tombstones_in_every_layer_with_snapshots_held_across_flush_and_compacti
     db.compact_range()
     assert files_per_level(db)[0] == 0
     assert sum(tombstones_per_level(db)) >= 2
+    check_tombstones_truncated(db, [(k(0), k(900))])
     check(db, model)
     check(db, m2, snapshot=s2)
     check(db, m1, snapshot=s1)

@@ -214,6 +214,10 @@ def _recover_vlogs(db, fs, vs, on_disk, edit) -> dict[int, int]:
             lengths[number] = fs.size(p)
             continue
         scan = ValueLogScan(fs, p).recover()  # cuts a torn tail back
+        # after a process kill its unsynced tail is intact and WAL records replayed now may
+        # point into it; they are about to be flushed into a synced table, so the bytes they
+        # point at must become durable first
+        fs.sync_file(p)
         lengths[number] = scan.valid_length
         edit.sealed_vlogs.append((number, scan.record_bytes))
     return lengths

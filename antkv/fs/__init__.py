@@ -124,6 +124,10 @@ class FileSystem:
         """Make the names in directory ``path`` durable."""
         raise NotImplementedError
 
+    def sync_file(self, path: str) -> None:
+        """Make the bytes of an existing file durable (fsync without an open handle)."""
+        raise NotImplementedError
+
     def lock(self, path: str) -> FileLock:
         raise NotImplementedError
 

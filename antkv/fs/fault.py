@@ -126,6 +126,10 @@ class FaultInjectionFileSystem(FileSystem):
         self._hook("sync_dir", path)
         self.inner.sync_dir(path)
 
+    def sync_file(self, path: str) -> None:
+        self._hook("sync", path)
+        self.inner.sync_file(path)
+
     def lock(self, path: str) -> FileLock:
         self._hook("lock", path)
         return self.inner.lock(path)

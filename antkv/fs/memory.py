@@ -183,11 +183,37 @@ class MemoryFileSystem(FileSystem):
     def rename(self, src: str, dst: str) -> None:
         s, d = _norm(src), _norm(dst)
         with self.mutex:
+            if s in self._dirs:
+                self._rename_dir(s, d)
+                return
             inode = self._inode(src, "rename")
             if not self._parent_exists(d):
                 raise _err(errno.ENOENT, "rename", dst)
             del self._files[s]
             self._files[d] = inode
+
+    def _rename_dir(self, s: str, d: str) -> None:
+        """REQUIRES mutex.  Rename directory ``s`` (and everything below it) to ``d``; like
+        rename(2), durable only after a sync of the parent directories."""
+        if d in self._files or (d in self._dirs and self.listdir(d)):
+            raise _err(errno.ENOTEMPTY, "rename", d)
+        if not self._parent_exists(d):
+            raise _err(errno.ENOENT, "rename", d)
+        prefix = s + os.sep
+        moved = {p: d + p[len(s):] for p in self._files if p.startswith(prefix)}
+        for old_p, new_p in moved.items():
+            self._files[new_p] = self._files.pop(old_p)
+        dirs = {p for p in self._dirs if p == s or p.startswith(prefix)}
+        self._dirs -= dirs
+        self._dirs |= {d + p[len(s):] for p in dirs}
+        # the subtree moves with its directory entry: what was durable inside stays durable
+        # under the new name once the parent is synced
+        dmoved = {p: d + p[len(s):] for p in self._durable_files if p.startswith(prefix)}
+        for old_p, new_p in dmoved.items():
+            self._durable_files[new_p] = self._durable_files.pop(old_p)
+        ddirs = {p for p in self._durable_dirs if p.startswith(prefix)}
+        self._durable_dirs -= ddirs
+        self._durable_dirs |= {d + p[len(s):] for p in ddirs}
 
     def link(self, src: str, dst: str) -> None:
         d = _norm(dst)
@@ -241,6 +267,13 @@ class MemoryFileSystem(FileSystem):
             self._durable_dirs = {p for p in self._durable_dirs if not in_dir(p) or p in self._dirs}
             self._durable_dirs |= {p for p in self._dirs if in_dir(p)}
             self._durable_dirs.add(d)
+            self.sync_count += 1
+
+    def sync_file(self, path: str) -> None:
+        with self.mutex:
+            inode = self._inode(path, "fsync")
+            inode.synced_len = len(inode.data)
+            inode.durable_copy = None
             self.sync_count += 1
 
     def lock(self, path: str) -> FileLock:

@@ -193,6 +193,16 @@ class OSFileSystem(FileSystem):
         except OSError as e:
             raise _io_error("fsync directory", path, e) from e
 
+    def sync_file(self, path: str) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            raise _io_error("fsync", path, e) from e
+
     def lock(self, path: str) -> FileLock:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)

@@ -1,6 +1,7 @@
 """PNG plots of a run (matplotlib, Agg backend, small files):
 
-* ``throughput.png`` -- MiB/s by value size, one panel per workload, one line per engine;
+* ``throughput.png`` -- MiB/s by value size, one panel per workload, one line per engine
+  (keys deleted per second for the delete workloads);
 * ``amplification.png`` -- write amplification of fillrandom and overwrite, space
   amplification after overwrite (after compaction + GC where the engine has it);
 * ``latency.png`` -- p50 and p99 of fillrandom and readrandom per engine and value size.
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 import os
 
-from .report import aggregate
+from .report import NO_WRITE_AMP, aggregate
 
-DPI = 72
+DPI = 60
 
 
 def _plt():
@@ -41,14 +42,16 @@ def throughput(out: str, meta: dict, aggs: dict) -> str:
     sizes = meta["value_sizes"]
     for i, wl in enumerate(wls):
         ax = axes[i // cols][i % cols]
+        # deletes move no values: their panels show keys deleted per second instead
+        metric = "ops_s" if wl in NO_WRITE_AMP else "mib_s"
         for e in _engines(meta):
-            pts = [(j, aggs[(wl, vs, e)]["mib_s"][0]) for j, vs in enumerate(sizes)
-                   if (wl, vs, e) in aggs and "mib_s" in aggs[(wl, vs, e)]
-                   and aggs[(wl, vs, e)]["mib_s"][0] > 0]
+            pts = [(j, aggs[(wl, vs, e)][metric][0]) for j, vs in enumerate(sizes)
+                   if (wl, vs, e) in aggs and metric in aggs[(wl, vs, e)]
+                   and aggs[(wl, vs, e)][metric][0] > 0]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=e,
                         linewidth=2.2 if e.startswith("antkv") else 1.2)
-        ax.set_title(wl, fontsize=9)
+        ax.set_title(wl + (" (keys/s)" if metric == "ops_s" else ""), fontsize=9)
         ax.set_yscale("log")
         ax.set_xticks(range(len(sizes)), [_label(v) for v in sizes], fontsize=7)
         ax.tick_params(labelsize=7)

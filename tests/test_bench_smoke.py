@@ -85,3 +85,41 @@ def test_antkv_is_measured_or_reported_unavailable(run):
     else:
         assert "antkv not available yet" in data["meta"]["unavailable"]["antkv"]
         assert "**antkv**: antkv not available yet" in report
+
+
+def test_ycsb_streams_have_their_mix_and_skew():
+    from collections import Counter
+
+    from bench.ycsb import ycsb_ops
+
+    loaded = list(range(10_000))
+    ops, inserted = ycsb_ops("a", loaded, 10_000, 20_000, seed=1)
+    kinds = Counter(op for op, _k, _n in ops)
+    assert inserted == 0 and 0.47 < kinds["read"] / len(ops) < 0.53
+    hottest = Counter(k for _op, k, _n in ops).most_common(1)[0][1]
+    assert hottest > 50 * len(ops) / len(loaded)  # zipfian, not uniform
+    ops_e, inserted_e = ycsb_ops("e", loaded, 10_000, 20_000, seed=1)
+    scans = [n for op, _k, n in ops_e if op == "scan"]
+    assert 0.93 < len(scans) / len(ops_e) < 0.97 and min(scans) >= 1 and max(scans) <= 100
+    assert inserted_e == len(ops_e) - len(scans)
+    assert ycsb_ops("a", loaded, 10_000, 100, seed=1) == ycsb_ops("a", loaded, 10_000, 100, seed=1)
+
+
+def test_values_are_ascii_half_compressible_and_sized():
+    import zlib
+
+    from bench.workloads import make_values
+
+    vals = make_values(1000, 50, seed=3)
+    assert len(vals) == 50 and all(len(v) == 1000 and v.isascii() for v in vals)
+    ratio = len(zlib.compress(b"".join(vals))) / (1000 * 50)
+    assert 0.3 < ratio < 0.7
+
+
+def test_percentiles_and_io_counters():
+    from bench import measure
+
+    s = sorted(float(i) for i in range(1, 101))
+    assert measure.percentile(s, 50) == 50.0 and measure.percentile(s, 99) == 99.0
+    io = measure.read_proc_io()
+    assert io["write_bytes"] >= 0 and "cancelled_write_bytes" in io

@@ -220,10 +220,12 @@ class TableReader:
             cache.put(ckey, (buf, n), n + _BLOCK_CHARGE)
             found = search_block(buf, n, user_key, neg, self.path, offset)
             return None if found is None else (-found[0], found[1], found[2])
-        if len(block) == 2:  # raw, touched a second time: decode it for good
-            buf, n = block
-            block = decode_block(buf, n, self.path, offset)
-            cache.put(ckey, block, _block_charge(n, len(block[0])))
+        if len(block) == 2:
+            # raw: point reads keep blocks raw and search the bytes; a decoded block costs
+            # ~2.5x the memory, and promoting blocks on a second touch made random reads over a
+            # table near the cache size thrash (decode, evict, read again)
+            found = search_block(block[0], block[1], user_key, neg, self.path, offset)
+            return None if found is None else (-found[0], found[1], found[2])
         keys, negs, kinds, values = block
         j = bisect_left(keys, user_key)
         if j == len(keys) or keys[j] != user_key:

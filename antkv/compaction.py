@@ -109,12 +109,23 @@ def manual_compactions(db, version, lo: bytes | None, hi: bytes | None, level: i
         files = list(version.levels[0])  # L0 goes down whole: keeps L1 older than L0
     last_data = max((i for i, fs in enumerate(version.levels) if fs), default=0)
     out = level if level >= max(last_data, 1) else level + 1
+    if out == level:
+        # the bottom level is rewritten in place only where that can drop something: tables
+        # holding deletions or range tombstones (RocksDB skips the bottommost level by default)
+        files = [f for f in files if _has_deletions(db, f)]
+        if not files:
+            return None
     inputs = [(level, f) for f in files]
     if out != level:
         flo = min(f.smallest for f in files)
         fhi = max(f.largest for f in files)
         inputs += [(out, f) for f in version.overlapping(out, flo, fhi)]
     return Compaction(level, out, inputs, "manual")
+
+
+def _has_deletions(db, f: FileMetaData) -> bool:
+    props = (f.reader or db._open_table(f)).properties
+    return props.num_deletions > 0 or props.num_range_deletions > 0
 
 
 def is_bottommost(version, c: Compaction) -> bool:
@@ -130,7 +141,12 @@ def run_compaction(db, c: Compaction, snapshots: list[int]) -> VersionEdit:
     for lvl, f in c.inputs:
         edit.deleted_tables.append((lvl, f.number))
     readers = {f.number: (f.reader or db._open_table(f)) for _, f in c.inputs}
-    if len(c.inputs) == 1 and c.output_level == c.level + 1 and not c.gc_files and not readers[c.inputs[0][1].number].range_tombstones:
+    if (
+        len(c.inputs) == 1
+        and c.output_level == c.level + 1
+        and c.reason == "score"  # an explicit compact_range rewrites (and splits) its tables
+        and not readers[c.inputs[0][1].number].range_tombstones
+    ):
         f = c.inputs[0][1]
         edit.new_tables.append((c.output_level, f))
         db._stats["trivial_moves"] += 1

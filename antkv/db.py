@@ -39,7 +39,7 @@ from .log_format import LogWriter, frame
 from .memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
 from .memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
 from .memtable import MemTable
-from .options import Options
+from .options import Options, WriteOptions
 from .read_view import ReadView, SuperVersion
 from .snapshot import Snapshot, SnapshotList
 from .version_set import VersionSet, wal_file_name
@@ -119,7 +119,7 @@ class DB:
 
     # ------------------------------------------------------------------ writes
 
-    def put(self, key, value, *, sync: bool = False) -> None:
+    def put(self, key, value, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:
         """Set ``key`` to ``value``.
 
         The hottest path of the engine, so it is written out flat: no batch object, the WAL
@@ -129,6 +129,10 @@ class DB:
             key = as_bytes(key, "key")
         if type(value) is not bytes:
             value = as_bytes(value, "value")
+        if write_options is not None:
+            sync, disable_wal = _write_options(sync, False, write_options)
+            self._write_ops([(VALUE, key, value)], sync, disable_wal)
+            return
         if sync is not False and sync is not True:
             raise TypeError("sync must be a bool")
         with self._write_lock:
@@ -169,29 +173,40 @@ class DB:
             if self._wbm is not None:
                 self._wbm_account(added)
 
-    def delete(self, key, *, sync: bool = False) -> None:
+    def delete(self, key, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:
         """Remove ``key`` (no error if it is absent)."""
         if type(key) is not bytes:
             key = as_bytes(key, "key")
+        if write_options is not None:
+            sync, disable_wal = _write_options(sync, False, write_options)
+            self._write_ops([(DELETION, key, b"")], sync, disable_wal)
+            return
         self._write_one(DELETION, key, b"", sync)
 
-    def delete_range(self, begin, end, *, sync: bool = False) -> None:
+    def delete_range(self, begin, end, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:
         """Remove every key in ``[begin, end)``; ``begin == end`` is a no-op."""
         begin = as_bytes(begin, "begin")
         end = as_bytes(end, "end")
         if begin > end:
             raise InvalidArgumentError(f"delete_range: begin {begin!r} > end {end!r}")
-        if not isinstance(sync, bool):
-            raise TypeError("sync must be a bool")
+        sync, disable_wal = _write_options(sync, False, write_options)
         if begin == end:
             self._check_writable()
             return
-        self._write_ops([(RANGE_DELETION, begin, end)], sync, False)
+        self._write_ops([(RANGE_DELETION, begin, end)], sync, disable_wal)
 
-    def write(self, batch: WriteBatch, *, sync: bool = False, disable_wal: bool = False) -> None:
-        """Apply ``batch`` atomically: all of it or none, also across a crash."""
+    def write(
+        self, batch: WriteBatch, *, sync: bool = False, disable_wal: bool = False,
+        write_options: WriteOptions | None = None,
+    ) -> None:
+        """Apply ``batch`` atomically: all of it or none, also across a crash.
+
+        ``disable_wal=True`` (or ``write_options=WriteOptions(disable_wal=True)``) skips the
+        WAL as Flink and Spark do: UNSAFE, such writes are lost by a crash until flushed.
+        """
         if not isinstance(batch, WriteBatch):
             raise TypeError(f"batch must be an antkv.WriteBatch, not {type(batch).__name__}")
+        sync, disable_wal = _write_options(sync, disable_wal, write_options)
         if not isinstance(sync, bool) or not isinstance(disable_wal, bool):
             raise TypeError("sync and disable_wal must be bools")
         ops = batch.ops()
@@ -200,8 +215,11 @@ class DB:
             return
         self._write_ops(ops, sync, disable_wal)
 
-    def write_batch(self, sync: bool = False, disable_wal: bool = False) -> "_BatchContext":
+    def write_batch(
+        self, sync: bool = False, disable_wal: bool = False, write_options: WriteOptions | None = None
+    ) -> "_BatchContext":
         """``with db.write_batch() as b: b.put(...)`` -- written when the block exits cleanly."""
+        sync, disable_wal = _write_options(sync, disable_wal, write_options)
         return _BatchContext(self, sync, disable_wal)
 
     def _write_one(self, kind: int, key: bytes, value: bytes, sync: bool) -> None:
@@ -734,6 +752,17 @@ class _BatchContext:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self._db.write(self.batch, sync=self._sync, disable_wal=self._disable_wal)
+
+
+def _write_options(sync, disable_wal, write_options) -> tuple[bool, bool]:
+    """``(sync, disable_wal)``: from ``write_options`` when given, else the keywords."""
+    if write_options is None:
+        if not isinstance(sync, bool) or not isinstance(disable_wal, bool):
+            raise TypeError("sync and disable_wal must be bools")
+        return sync, disable_wal
+    if not isinstance(write_options, WriteOptions):
+        raise TypeError(f"write_options must be an antkv.WriteOptions, not {type(write_options).__name__}")
+    return write_options.sync, write_options.disable_wal
 
 
 def _prefix_successor(prefix: bytes) -> bytes | None:

@@ -8,7 +8,9 @@ descending, so the newest version of a key comes first::
     | user key (n B)  | trailer: u64 = (seq << 8) | kind     |
     +-----------------+--------------------------------------+
 
-In memory antkv never concatenates the two: hot paths carry ``(user_key, seq, kind)``
+The packed trailer is a notation: no file stores it as one u64.  The WAL and the tables store
+the sequence number and the kind as separate fields (``docs/format.md``).  In memory antkv
+never concatenates key and trailer either: hot paths carry ``(user_key, seq, kind)``
 separately.  Iterators of every layer (memtable, table, level, merge) yield *entry tuples*::
 
     (user_key: bytes, neg_seq: int, kind: int, value: bytes)      # neg_seq == -seq
@@ -16,8 +18,7 @@ separately.  Iterators of every layer (memtable, table, level, merge) yield *ent
 whose natural tuple order IS the internal-key order (user key ascending, sequence descending),
 so ``heapq.merge`` and ``bisect`` compare them in C.  A user key appears at most once per
 sequence number in the whole database, so two entry tuples never compare equal on their first
-two fields.  Reverse iterators yield the same tuples in exactly the opposite order.  On disk the trailer is stored as a little-endian u64 next to
-the key (see ``docs/format.md``).
+two fields.  Reverse iterators yield the same tuples in exactly the opposite order.  
 
 The ``Kind`` values are PART OF THE FILE FORMAT: they are written into the WAL, the SST data
 blocks and range-tombstone blocks.  DO NOT CHANGE THEM.

@@ -273,3 +273,20 @@ def test_write_batch_context_manager_and_atomicity(db):
     assert again.ops() == antkv.WriteBatch().put(b"x", b"y").delete_range(b"a", b"b").ops()
     with pytest.raises(antkv.CorruptionError):
         antkv.WriteBatch.from_data(data[:-1])
+
+
+def test_write_options_object(tmp_path):
+    from antkv.fs.memory import MemoryFileSystem
+
+    fs = MemoryFileSystem()
+    db = antkv.open("db", file_system=fs, max_background_jobs=0)
+    db.put(b"synced", b"1", write_options=antkv.WriteOptions(sync=True))
+    db.put(b"no-wal", b"2", write_options=antkv.WriteOptions(disable_wal=True))
+    db.delete(b"synced", write_options=antkv.WriteOptions(sync=True))
+    db.write(antkv.WriteBatch().put(b"b", b"3"), write_options=antkv.WriteOptions(sync=True))
+    with pytest.raises(TypeError):
+        db.put(b"k", b"v", write_options={"sync": True})
+    fs.crash("kill")  # the WAL-less write was never logged: a crash loses it (documented as unsafe)
+    with antkv.open("db", file_system=fs, max_background_jobs=0) as db:
+        assert db.get(b"no-wal") is None
+        assert db.get(b"synced") is None and db.get(b"b") == b"3"

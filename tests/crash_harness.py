@@ -43,8 +43,10 @@ def make_workload(seed: int, n: int = 60, big: bool = True) -> list[tuple]:
             ops.append(("batch", batch, sync))
         elif r < 0.93:
             ops.append(("flush",))
-        elif r < 0.97:
+        elif r < 0.96:
             ops.append(("compact",))
+        elif r < 0.98:
+            ops.append(("checkpoint",))
         else:
             ops.append(("gc",))
     return ops
@@ -89,11 +91,14 @@ def apply_db(db, op: tuple) -> None:
         db.compact_range()
     elif kind == "gc":
         db.gc_value_log()
+    elif kind == "checkpoint":
+        n = db._checkpoints_taken = getattr(db, "_checkpoints_taken", 0) + 1
+        db.checkpoint(f"cp{n}")
 
 
 def is_durable_point(op: tuple) -> bool:
     """Ops after which everything before them must survive a power loss."""
-    return op[0] in ("flush", "compact", "gc") or (op[0] != "batch" and op[-1] is True) or (op[0] == "batch" and op[2])
+    return op[0] in ("flush", "compact", "gc", "checkpoint") or (op[0] != "batch" and op[-1] is True) or (op[0] == "batch" and op[2])
 
 
 def prefix_states(ops: list[tuple]) -> list[dict]:
@@ -127,6 +132,7 @@ def check_recovery(inner: MemoryFileSystem, ops, acked: int, mode: str, options:
     """Recover after ``inner.crash(mode)`` and check the prefix rule; returns the prefix length."""
     inner.crash(mode, random.Random(seed))
     states = prefix_states(ops)
+    _check_checkpoints(inner, ops, acked, options)
     db = antkv.open("db", file_system=inner, **options)
     try:
         got = dict(db.items())
@@ -149,3 +155,20 @@ def check_recovery(inner: MemoryFileSystem, ops, acked: int, mode: str, options:
         f"is not an allowed prefix"
     )
     return matches[0]
+
+
+def _check_checkpoints(inner: MemoryFileSystem, ops, acked: int, options: dict) -> None:
+    """Every checkpoint directory that survived the crash opens and holds exactly the state
+    of the history up to its checkpoint operation (a crash leaves it complete or absent)."""
+    states = prefix_states(ops)
+    n = 0
+    for i, op in enumerate(ops[: acked + 1]):
+        if op[0] != "checkpoint":
+            continue
+        n += 1
+        name = f"cp{n}"
+        if not inner.exists(name):
+            assert i >= acked, f"acknowledged checkpoint {name} is missing"
+            continue
+        with antkv.open(name, file_system=inner, create_if_missing=False, **options) as cp:
+            assert dict(cp.items()) == states[i], f"checkpoint {name} differs from the state at op {i}"

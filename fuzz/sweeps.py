@@ -51,7 +51,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import antkv
 from antkv.batch import decode_batch
@@ -409,3 +409,517 @@ def summarize(counts: Counter) -> str:
         by_file[kind] += n
     return (f"{sum(counts.values())} mutations; by file {dict(sorted(by_file.items()))}; "
             f"outcomes {dict(sorted(by_outcome.items()))}")
+
+
+# ---------------------------------------------------------------------------------------------
+# I/O-error sweep
+# ---------------------------------------------------------------------------------------------
+
+IO_OPTIONS = dict(
+    max_background_jobs=0,
+    write_buffer_size=1200,
+    block_size=128,
+    target_file_size_base=800,
+    max_bytes_for_level_base=2000,
+    level0_file_num_compaction_trigger=3,
+    num_levels=4,
+    min_blob_size=80,
+    blob_file_size=1500,
+    blob_gc_threshold=0.3,
+    max_manifest_file_size=1500,
+)
+
+# operation name -> (what it does to the model, what it does to the database)
+IO_OPERATIONS = (
+    "put", "put-sync", "put-blob", "put-blob-sync", "batch-sync", "delete-range",
+    "fill-memtable", "flush", "compact", "gc", "checkpoint", "open",
+)
+
+
+def _io_op_writes(name: str, rng: random.Random) -> list[tuple[list, bool]]:
+    """The writes of a write operation: ``[(ops, sync), ...]``."""
+    small, blob = rng.randbytes(20), rng.randbytes(150)
+    if name == "put":
+        return [([("put", b"k03", small)], False)]
+    if name == "put-sync":
+        return [([("put", b"k04", small)], True)]
+    if name == "put-blob":
+        return [([("put", b"k05", blob)], False)]
+    if name == "put-blob-sync":
+        return [([("put", b"k06", blob)], True)]
+    if name == "batch-sync":
+        return [([("put", b"k07", blob), ("delete", b"k08"), ("delete_range", b"k10", b"k12")], True)]
+    if name == "delete-range":
+        return [([("delete_range", b"k01", b"k09")], False)]
+    if name == "fill-memtable":  # enough writes to switch the memtable: flush (and compaction) inline
+        return [([("put", b"k%02d" % (i % 20), rng.randbytes(rng.choice([30, 120])))], i % 3 == 0) for i in range(14)]
+    return []
+
+
+def _io_op_setup(name: str) -> list[tuple[list, bool]]:
+    """Unflushed writes made (without faults) before a flush, compaction, GC or checkpoint,
+    so the operation has a memtable to write out; overwrites add value-log garbage."""
+    writes = [([("put", b"k%02d" % i, bytes([i]) * (30 if i % 4 else 140))], False) for i in range(0, 20, 2)]
+    if name == "gc":  # overwrite every separated value and compact: most value-log bytes are garbage
+        blobs = [([("put", b"k%02d" % i, bytes([i]) * 100)], False) for i in range(20)]
+        return blobs + ["compact"] + [([("put", b"k%02d" % i, b"x")], False) for i in range(20)] + ["compact"] + writes
+    if name in ("flush", "compact", "checkpoint"):
+        return writes
+    return []
+
+
+def _setup(db, model: dict | None, name: str) -> None:
+    for step in _io_op_setup(name):
+        if step == "compact":
+            db.compact_range()
+        else:
+            _write(db, step[0], sync=step[1])
+            if model is not None:
+                _apply(model, step[0])
+
+
+@dataclass
+class IOBase:
+    """The preloaded database every I/O-error case starts from."""
+
+    seed: int
+    files: dict[str, bytes]
+    model: dict
+
+
+def build_io_base(seed: int = 0) -> IOBase:
+    """Tables on several levels, value-log files with garbage, unflushed WAL records."""
+    rng = random.Random(seed)
+    fs = MemoryFileSystem()
+    db = antkv.open(DB, file_system=fs, **IO_OPTIONS)
+    model: dict = {}
+    keys = [b"k%02d" % i for i in range(20)]
+    for i in range(90):
+        ops = _random_write(rng, keys)
+        _write(db, ops, sync=i % 7 == 0)
+        _apply(model, ops)
+    db.close()
+    return IOBase(seed, snapshot_files(fs), model)
+
+
+@dataclass
+class IOCase:
+    op: str
+    n: int  # the n-th file-system call of the operation fails
+    persistent: bool
+
+    def spec(self, seed: int) -> str:
+        return f"{seed}:{self.op}:{self.n}:{'persistent' if self.persistent else 'once'}"
+
+
+@dataclass
+class IOEnv:
+    """Where a case runs: the preloaded files on an inner file system, and the paths.
+
+    Checkpoints run on the real file system in a temporary directory: ``MemoryFileSystem``
+    cannot rename the checkpoint's temporary directory (it renames files only)."""
+
+    inner: object
+    db: str
+    ckpt: str
+    tmp: tempfile.TemporaryDirectory | None = None
+
+    def cleanup(self) -> None:
+        if self.tmp is not None:
+            self.tmp.cleanup()
+
+
+def _io_env(base: IOBase, op: str) -> IOEnv:
+    if op != "checkpoint":
+        return IOEnv(restore_files(base.files), DB, "ckpt")
+    from antkv.fs.posix import OSFileSystem
+
+    tmp = tempfile.TemporaryDirectory(prefix="antkv-io-")
+    db = os.path.join(tmp.name, DB)
+    os.mkdir(db)
+    for name, data in base.files.items():
+        with open(os.path.join(db, name), "wb") as f:
+            f.write(data)
+    return IOEnv(OSFileSystem.instance(), db, os.path.join(tmp.name, "ckpt"), tmp)
+
+
+def _run_io_op(db_holder: list, fs, op: str, writes, env: IOEnv) -> None:
+    """Run ``op``; ``db_holder[0]`` is the open database (or None for ``open``)."""
+    db = db_holder[0]
+    if op == "open":
+        db_holder[0] = antkv.open(env.db, file_system=fs, **IO_OPTIONS)
+    elif writes:
+        for ops, sync in writes:
+            _write(db, ops, sync=sync)
+    elif op == "flush":
+        db.flush()
+    elif op == "compact":
+        db.compact_range()
+    elif op == "gc":
+        db.gc_value_log()
+    elif op == "checkpoint":
+        db.checkpoint(env.ckpt)
+    else:
+        raise ValueError(op)
+
+
+def count_io_calls(base: IOBase, op: str) -> int:
+    """How many file-system calls ``op`` makes when nothing fails."""
+    env = _io_env(base, op)
+    try:
+        fs = FaultInjectionFileSystem(env.inner)
+        holder = [None if op == "open" else antkv.open(env.db, file_system=fs, **IO_OPTIONS)]
+        _setup(holder[0], None, op)
+        start = fs.calls
+        _run_io_op(holder, fs, op, _io_op_writes(op, random.Random(base.seed)), env)
+        n = fs.calls - start
+        if op == "gc":
+            assert holder[0].stats()["gc_bytes_relocated"] > 0, "the GC case must relocate values"
+        holder[0].close()
+        return n
+    finally:
+        env.cleanup()
+
+
+def _close_with_timeout(db, where: str, timeout: float = 20.0) -> str | None:
+    """Close ``db`` in a thread; returns the antkv.Error class name it raised, if any."""
+    result: list = []
+
+    def run():
+        try:
+            db.close()
+            result.append(None)
+        except antkv.Error as e:
+            result.append(type(e).__name__)
+        except BaseException as e:  # noqa: BLE001 - reported as a failure below
+            result.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise SweepFailure(f"{where}: close() hangs")
+    if isinstance(result[0], BaseException):
+        e = result[0]
+        raise SweepFailure(f"{where}: close raised {type(e).__name__}: {e} (not an antkv.Error)") from e
+    return result[0]
+
+
+def check_io_case(base: IOBase, case: IOCase) -> str:
+    """Run one case; returns an outcome name or raises SweepFailure."""
+    env = _io_env(base, case.op)
+    try:
+        return _check_io_case(base, case, env)
+    finally:
+        env.cleanup()
+
+
+def _check_io_case(base: IOBase, case: IOCase, env: IOEnv) -> str:
+    where = f"io case {case.spec(base.seed)}"
+    inner = env.inner
+    fs = FaultInjectionFileSystem(inner)
+    writes = _io_op_writes(case.op, random.Random(base.seed))
+    before = dict(base.model)
+    holder = [None if case.op == "open" else antkv.open(env.db, file_system=fs, **IO_OPTIONS)]
+    if holder[0] is not None:
+        _setup(holder[0], before, case.op)
+    after = dict(before)
+    for ops, _ in writes:
+        _apply(after, ops)
+    # the states a sequence of writes may leave: every prefix of it (the writes before the
+    # failing one were acknowledged and must survive)
+    allowed = [dict(before)]
+    m = dict(before)
+    for ops, _ in writes:
+        _apply(m, ops)
+        allowed.append(dict(m))
+    acked = 0
+    fs.fail_at(fs.calls + case.n, case.persistent)
+    outcome = "ok"
+    try:
+        if writes:
+            for ops, sync in writes:
+                _write(holder[0], ops, sync=sync)
+                acked += 1
+        else:
+            _run_io_op(holder, fs, case.op, writes, env)
+    except antkv.Error as e:
+        outcome = f"raised:{type(e).__name__}"
+    except Exception as e:  # noqa: BLE001 - exactly what the sweep exists to catch
+        raise SweepFailure(f"{where}: {case.op} raised {type(e).__name__}: {e} (not an antkv.Error)") from e
+    if writes:
+        allowed = allowed[acked:]  # every acknowledged write must survive
+        if outcome == "ok":
+            allowed = [after]
+    closed = None
+    if holder[0] is not None:
+        closed = _close_with_timeout(holder[0], where)
+    fs.disarm()
+    try:
+        db = antkv.open(env.db, file_system=inner, **IO_OPTIONS)
+    except antkv.Error as e:
+        raise SweepFailure(f"{where}: reopen without faults failed: {type(e).__name__}: {e}"
+                           f" ({case.op} {outcome}, close {closed or 'ok'})") from e
+    try:
+        try:
+            db.verify()
+        except antkv.Error as e:
+            raise SweepFailure(f"{where}: verify after reopen failed: {type(e).__name__}: {e}") from e
+        got = dict(db.items())
+        if got not in allowed:
+            diff = sorted(k for k in set(got) | set(after) if got.get(k) != after.get(k))[:6]
+            raise SweepFailure(f"{where}: after reopen the state is neither before nor after {case.op}"
+                               f" ({outcome}); keys differing from 'after': {diff}")
+        for k, v in list(got.items())[:30]:
+            if db.get(k) != v:
+                raise SweepFailure(f"{where}: get({k!r}) disagrees with the scan")
+        if case.op == "checkpoint" and outcome == "ok":
+            with antkv.open(env.ckpt, file_system=inner, **IO_OPTIONS) as ck:
+                ck.verify()
+                if dict(ck.items()) != after:
+                    raise SweepFailure(f"{where}: the checkpoint does not hold the state")
+    finally:
+        db.close()
+    return outcome + ("" if closed is None else f"+close:{closed}")
+
+
+def io_cases(base: IOBase, ops=IO_OPERATIONS, step: int = 1) -> list[IOCase]:
+    cases = []
+    for op in ops:
+        total = count_io_calls(base, op)
+        for n in list(range(1, total + 1, step)) + ([total] if (total - 1) % step else []):
+            for persistent in (False, True):
+                cases.append(IOCase(op, n, persistent))
+    return cases
+
+
+def run_io_sweep(base: IOBase, cases: list[IOCase], deadline: float | None = None) -> Counter:
+    counts: Counter = Counter()
+    for case in cases:
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        try:
+            outcome = check_io_case(base, case)
+        except SweepFailure as e:
+            raise SweepFailure(f"{e}\n  reproduce: {sys.executable} -m fuzz.sweeps --io-case {case.spec(base.seed)}") from None
+        counts[(case.op, outcome)] += 1
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------
+# Blackbox SIGKILL test
+# ---------------------------------------------------------------------------------------------
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def read_expected(path: str) -> tuple[list[list], list | None]:
+    """``(acknowledged writes, the write in flight or None)`` from a child's expected log."""
+    from .blackbox_child import decode_pairs
+
+    acked: list[list] = []
+    pending = None
+    with open(path, "rb") as f:
+        data = f.read().decode()
+    for line in data.split("\n")[:-1]:  # a last line without "\n" was cut by the kill: ignore it
+        fields = line.split(" ")
+        if fields[0] == "pending":
+            if pending is not None:
+                raise SweepFailure(f"{path}: two pending lines without an acked between them")
+            pending = decode_pairs(fields[1:])
+        elif fields[0] == "acked":
+            acked.append(pending)
+            pending = None
+        else:
+            raise SweepFailure(f"{path}: bad line {line[:60]!r}")
+    return acked, pending
+
+
+def _apply_pairs(model: dict, pairs) -> None:
+    for k, v in pairs:
+        if v is None:
+            model.pop(k, None)
+        else:
+            model[k] = v
+
+
+def start_child(directory: str, seed: int, seconds: float = 60.0) -> subprocess.Popen:
+    """Start the workload process and wait until it has the database open."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fuzz.blackbox_child", directory, str(seed), "--seconds", str(seconds)],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    line = proc.stdout.readline()
+    if line.strip() != "ready":
+        proc.kill()
+        _, err = proc.communicate()
+        raise SweepFailure(f"blackbox child {seed} did not start: {line!r} {err[-2000:]}")
+    return proc
+
+
+def blackbox_round(directory: str, seed: int, model: dict, kill_after: float) -> tuple[dict, str]:
+    """One child run killed after ``kill_after`` seconds; returns (recovered state, outcome)."""
+    where = f"blackbox seed {seed} (kill after {kill_after:.3f}s)"
+    proc = start_child(directory, seed)
+    time.sleep(kill_after)
+    proc.send_signal(signal.SIGKILL)
+    _, err = proc.communicate()
+    if proc.returncode != -signal.SIGKILL:
+        raise SweepFailure(f"{where}: the child exited with {proc.returncode} before the kill: {err[-2000:]}")
+    return check_after_kill(directory, seed, model, where)
+
+
+def check_after_kill(directory: str, seed: int, model: dict, where: str) -> tuple[dict, str]:
+    """Reopen after child ``seed`` was killed; the state must be ``model`` plus its
+    acknowledged writes, optionally plus the write in flight.  Returns (state, outcome)."""
+    from .blackbox_child import CHILD_OPTIONS
+
+    acked, pending = read_expected(os.path.join(directory, f"expected-{seed}.log"))
+    old = dict(model)
+    for pairs in acked:
+        _apply_pairs(old, pairs)
+    new = None
+    if pending is not None:
+        new = dict(old)
+        _apply_pairs(new, pending)
+    try:
+        db = antkv.open(os.path.join(directory, "db"), **CHILD_OPTIONS)
+    except antkv.Error as e:
+        raise SweepFailure(f"{where}: reopen after the kill failed: {type(e).__name__}: {e}") from e
+    try:
+        db.verify()
+        got = dict(db.items())
+        for k in list(got)[:20]:
+            if db.get(k) != got[k]:
+                raise SweepFailure(f"{where}: get({k!r}) disagrees with the scan")
+    except antkv.Error as e:
+        raise SweepFailure(f"{where}: reading after the kill failed: {type(e).__name__}: {e}") from e
+    finally:
+        db.close()
+    if got == old:
+        return got, f"old ({len(acked)} acked)"
+    if new is not None and got == new:
+        return got, f"in-flight applied ({len(acked)} acked)"
+    bad = [k for k in sorted(set(got) | set(old)) if got.get(k) != old.get(k) and (new is None or got.get(k) != new.get(k))]
+    torn = new is not None and not bad
+    raise SweepFailure(
+        f"{where}: after {len(acked)} acknowledged writes "
+        + ("the in-flight batch was applied in part" if torn else
+           f"keys hold neither their acknowledged nor their in-flight value: {[(k, _short(got.get(k)), _short(old.get(k))) for k in bad[:5]]}")
+    )
+
+
+def run_blackbox(rounds: int, seed: int, deadline: float | None = None, out=None) -> Counter:
+    """``rounds`` kill rounds on one directory, each child continuing the last one's data."""
+    rng = random.Random(seed)
+    counts: Counter = Counter()
+    with tempfile.TemporaryDirectory(prefix="antkv-blackbox-") as d:
+        model: dict = {}
+        for i in range(rounds):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            child_seed = seed * 1000 + i
+            kill_after = rng.choice([0.0, 0.01, 0.05]) + rng.random() * 0.6
+            try:
+                model, outcome = blackbox_round(d, child_seed, model, kill_after)
+            except SweepFailure as e:
+                raise SweepFailure(f"{e}\n  reproduce (timing varies): {sys.executable} -m fuzz.sweeps --only blackbox"
+                                   f" --seed {seed} --rounds {i + 1}") from None
+            counts[outcome.split(" (")[0]] += 1
+            if out is not None:
+                print(f"  round {i}: {outcome}, {len(model)} keys", file=out)
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+
+
+def _parse_case(spec: str, parts: int) -> list[str]:
+    fields = spec.split(":")
+    if len(fields) != parts:
+        raise SystemExit(f"bad case {spec!r}")
+    return fields
+
+
+def main(argv: list[str] | None = None) -> int:
+    import logging
+
+    ap = argparse.ArgumentParser(prog="python -m fuzz.sweeps", description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="run until this much time is used (shared: corruption 1/2, io 1/4, blackbox 1/4)")
+    ap.add_argument("--seed", type=int, default=None, help="first seed (default: from the clock, printed)")
+    ap.add_argument("--only", choices=("corruption", "io", "blackbox"), default=None)
+    ap.add_argument("--rounds", type=int, default=None, help="blackbox kill rounds (default: until time is up)")
+    ap.add_argument("--corruption-case", default=None, metavar="SEED:FILE:KIND:OFFSET", help="one mutation")
+    ap.add_argument("--io-case", default=None, metavar="SEED:OP:N:once|persistent", help="one I/O-error case")
+    ap.add_argument("--verbose", action="store_true", help="show the engine's recovery warnings")
+    args = ap.parse_args(argv)
+    if not args.verbose:
+        logging.getLogger("antkv").setLevel(logging.ERROR)
+    try:
+        if args.corruption_case:
+            seed, name, kind, offset = _parse_case(args.corruption_case, 4)
+            cdb = build_corruption_db(int(seed))
+            print(check_mutation(cdb, Mutation(name, kind, int(offset))))
+            return 0
+        if args.io_case:
+            seed, op, n, mode = _parse_case(args.io_case, 4)
+            print(check_io_case(build_io_base(int(seed)), IOCase(op, int(n), mode == "persistent")))
+            return 0
+        return _long_run(args)
+    except SweepFailure as e:
+        print(f"FAILURE: {e}", flush=True)
+        return 1
+
+
+def _long_run(args) -> int:
+    seed = args.seed if args.seed is not None else int(time.time()) % 100000
+    seconds = args.seconds
+    print(f"sweeps: seed {seed}" + (f", {seconds:.0f} s" if seconds else ", one pass"), flush=True)
+    start = time.monotonic()
+    kinds = [args.only] if args.only else ["corruption", "io", "blackbox"]
+    # cumulative deadlines: time one sweep leaves unused goes to the next
+    ends = {"corruption": 0.5, "io": 0.75, "blackbox": 1.0} if len(kinds) == 3 else {args.only: 1.0}
+    for kind in kinds:
+        deadline = None if seconds is None else start + seconds * ends[kind]
+        if kind == "corruption":
+            total: Counter = Counter()
+            s = seed
+            while True:
+                cdb = build_corruption_db(s)
+                muts = mutations(cdb)
+                random.Random(s).shuffle(muts)  # a run cut short by the deadline still samples every file
+                counts = run_corruption_sweep(cdb, muts, deadline)
+                total.update(counts)
+                print(f"  corruption seed {s}: {summarize(counts)}", flush=True)
+                s += 1
+                if deadline is None or time.monotonic() > deadline:
+                    break
+            print(f"corruption: {summarize(total)}", flush=True)
+        elif kind == "io":
+            total = Counter()
+            s = seed
+            while True:
+                base = build_io_base(s)
+                counts = run_io_sweep(base, io_cases(base), deadline)
+                total.update(counts)
+                print(f"  io seed {s}: {sum(counts.values())} cases", flush=True)
+                s += 1
+                if deadline is None or time.monotonic() > deadline:
+                    break
+            outcomes: Counter = Counter()
+            for (_, outcome), n in total.items():
+                outcomes[outcome] += n
+            print(f"io: {sum(total.values())} cases; outcomes {dict(sorted(outcomes.items()))}", flush=True)
+        else:
+            rounds = args.rounds if args.rounds is not None else (10 if deadline is None else 10 ** 9)
+            counts = run_blackbox(rounds, seed, deadline, out=sys.stdout if args.rounds else None)
+            print(f"blackbox: {sum(counts.values())} kills; {dict(counts)}", flush=True)
+    print(f"sweeps: all passed in {time.monotonic() - start:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

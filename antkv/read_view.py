@@ -29,6 +29,7 @@ from .iterators import (
     visible_forward,
 )
 from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
+from .version_set import _file_for_key
 
 
 def table_fragments(reader) -> FragmentedRangeTombstones:
@@ -69,10 +70,8 @@ class SuperVersion:
                 return None if tomb > e[0] else e
             if tomb:
                 return None
-        for level in range(1, len(levels)):
-            if not levels[level]:
-                continue
-            f = self.version.file_for_key(level, key)
+        for _level, files, largest in self.version.sorted_levels:
+            f = _file_for_key(files, largest, key)
             if f is None:
                 continue
             r = f.reader or open_table(f)

@@ -66,10 +66,19 @@ class VlogFileState:
 
 
 class Version:
-    __slots__ = ("levels", "__weakref__")
+    """Tables per level; immutable once built.
+
+    ``sorted_levels`` lists ``(level, files, largest_keys)`` for every non-empty level >= 1,
+    with ``largest_keys`` ready for a C-level ``bisect`` (the point-read path uses them).
+    """
+
+    __slots__ = ("levels", "sorted_levels", "__weakref__")
 
     def __init__(self, levels: list[list[FileMetaData]]):
         self.levels = levels
+        self.sorted_levels = [
+            (level, files, [f.largest for f in files]) for level, files in enumerate(levels) if level and files
+        ]
 
     @property
     def num_levels(self) -> int:
@@ -92,17 +101,7 @@ class Version:
     def file_for_key(self, level: int, key: bytes) -> FileMetaData | None:
         """The table of sorted level >= 1 that may hold ``key``."""
         files = self.levels[level]
-        lo, hi = 0, len(files)
-        while lo < hi:  # first file whose largest >= key (exclusive largest: > key)
-            mid = (lo + hi) // 2
-            f = files[mid]
-            if f.largest < key or (f.largest_exclusive and f.largest == key):
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < len(files) and files[lo].smallest <= key:
-            return files[lo]
-        return None
+        return _file_for_key(files, [f.largest for f in files], key)
 
     def file_index_at_or_after(self, level: int, key: bytes) -> int:
         files = self.levels[level]
@@ -120,6 +119,22 @@ class Version:
                 assert a.largest < b.smallest or (a.largest_exclusive and a.largest <= b.smallest), (
                     f"L{level} overlap {a.number} {b.number}"
                 )
+
+
+def _file_for_key(files: list[FileMetaData], largest: list[bytes], key: bytes) -> FileMetaData | None:
+    """The first file whose range may hold ``key`` (largest >= key; > key when exclusive)."""
+    i = bisect_left(largest, key)
+    n = len(files)
+    if i < n:
+        f = files[i]
+        if f.largest_exclusive and f.largest == key:
+            i += 1
+            if i == n:
+                return None
+            f = files[i]
+        if f.smallest <= key:
+            return f
+    return None
 
 
 class VersionSet:

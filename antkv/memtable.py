@@ -34,11 +34,12 @@ from sortedcontainers import SortedList
 
 from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
 
-# Per-entry overhead estimates in CPython 3.11 (bytes): a version tuple (64) + list slot (8),
-# and for a new key also the dict slot (~100 with resizing slack), the list (56+), the
-# SortedList slot (~16) and the key object header (33).
-VERSION_OVERHEAD = 72
-NEW_KEY_OVERHEAD = 210
+# Per-entry memory in CPython 3.11, measured with tracemalloc (tests/test_memtable_memory.py
+# keeps these honest): a new key costs its dict slot, its version list, the version tuple, its
+# SortedList slot and the two bytes-object headers (33 B each) beyond the payload; another
+# version of an existing key costs the tuple, the list slot and the value's object header.
+VERSION_OVERHEAD = 138
+NEW_KEY_OVERHEAD = 286
 RANGE_DEL_OVERHEAD = 200
 _CHUNK = 256  # keys read per lock hold by iterators
 _FIRST_WRITE_CLOCK = itertools.count(1)  # process-wide: orders memtables of all databases

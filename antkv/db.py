@@ -177,11 +177,8 @@ class DB:
         """Remove ``key`` (no error if it is absent)."""
         if type(key) is not bytes:
             key = as_bytes(key, "key")
-        if write_options is not None:
-            sync, disable_wal = _write_options(sync, False, write_options)
-            self._write_ops([(DELETION, key, b"")], sync, disable_wal)
-            return
-        self._write_one(DELETION, key, b"", sync)
+        sync, disable_wal = _write_options(sync, False, write_options)
+        self._write_ops([(DELETION, key, b"")], sync, disable_wal)
 
     def delete_range(self, begin, end, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:
         """Remove every key in ``[begin, end)``; ``begin == end`` is a no-op."""
@@ -221,34 +218,6 @@ class DB:
         """``with db.write_batch() as b: b.put(...)`` -- written when the block exits cleanly."""
         sync, disable_wal = _write_options(sync, disable_wal, write_options)
         return _BatchContext(self, sync, disable_wal)
-
-    def _write_one(self, kind: int, key: bytes, value: bytes, sync: bool) -> None:
-        """The hot path of put and delete: one op, no intermediate batch object."""
-        if sync is not False and not isinstance(sync, bool):
-            raise TypeError("sync must be a bool")
-        with self._write_lock:
-            if self._write_blocked:
-                self._check_writable()
-            mem = self._mem
-            if mem.memory >= self._write_buffer_size or self._must_make_room:
-                self._make_room()
-                mem = self._mem
-            seq = self._last_seq + 1
-            self._user_bytes += len(key) + len(value)
-            if kind == VALUE and len(value) >= self._min_blob_size:
-                value = self._vlog_add(key, value)
-                kind = VALUE_POINTER
-            try:
-                self._wal_append(frame(_SINGLE_RECORD_PACK(seq, 1, kind, len(key), len(value)) + key + value))
-                if sync:
-                    self._sync_wal()
-            except AntIOError as e:
-                self._set_bg_error(e)
-                raise
-            added = mem.add(seq, kind, key, value)
-            self._last_seq = seq
-            if self._wbm is not None:
-                self._wbm_account(added)
 
     def _write_ops(self, ops: list, sync: bool, disable_wal: bool) -> None:
         with self._write_lock:

@@ -24,6 +24,7 @@ direction and rebuilds it on a seek or a change of direction.
 from __future__ import annotations
 
 import heapq
+from itertools import chain
 from bisect import bisect_right
 from typing import Callable, Iterator
 
@@ -101,30 +102,23 @@ def visible_backward(
     fi = len(starts) - 1 if starts else -1
     cur_key = None
     cur = None  # newest visible version of cur_key seen so far: (seq, kind, value)
-    for key, nseq, kind, value in merged:
+    # a sentinel entry ends the stream so the last key is decided by the same code as the rest
+    for key, nseq, kind, value in chain(merged, _END_OF_STREAM):
         if key != cur_key:
             if cur is not None and cur[1] != DELETION:
-                if starts is None:
+                if starts is not None and fi >= 0 and starts[fi] > cur_key:
+                    fi = bisect_right(starts, cur_key, 0, fi) - 1
+                if starts is None or not (fi >= 0 and cur_key < ends[fi] and seqs[fi][0] > cur[0]):
                     yield cur_key, cur[1], cur[2]
-                else:
-                    if fi >= 0 and starts[fi] > cur_key:
-                        fi = bisect_right(starts, cur_key, 0, fi) - 1
-                    if not (fi >= 0 and cur_key < ends[fi] and seqs[fi][0] > cur[0]):
-                        yield cur_key, cur[1], cur[2]
-            if lower is not None and key < lower:
+            if key is None or (lower is not None and key < lower):
                 return
             cur_key = key
             cur = None
         if -nseq <= read_seq:
             cur = (-nseq, kind, value)
-    if cur is not None and cur[1] != DELETION:
-        if starts is None:
-            yield cur_key, cur[1], cur[2]
-        else:
-            if fi >= 0 and starts[fi] > cur_key:
-                fi = bisect_right(starts, cur_key, 0, fi) - 1
-            if not (fi >= 0 and cur_key < ends[fi] and seqs[fi][0] > cur[0]):
-                yield cur_key, cur[1], cur[2]
+
+
+_END_OF_STREAM = ((None, 0, DELETION, b""),)
 
 
 def skip_covered_forward(
@@ -319,5 +313,4 @@ __all__ = [
     "visible_backward",
     "skip_covered_forward",
     "skip_covered_backward",
-    "VALUE",
 ]

@@ -53,27 +53,16 @@ class SuperVersion:
 
     def table_get(self, key: bytes, read_seq: int, db):
         """Newest visible ``(seq, kind, value)`` of ``key`` in the tables, or None (absent or
-        covered by a range tombstone)."""
-        tomb = 0
-        levels = self.version.levels
-        open_table = db._open_table
-        for f in levels[0]:
-            if key < f.smallest or key > f.largest:
-                continue
-            r = f.reader or open_table(f)
-            if r.range_tombstones:
-                t = table_fragments(r).max_covering_seq(key, read_seq)
-                if t > tomb:
-                    tomb = t
-            e = r.get(key, read_seq)
-            if e is not None:
-                return None if tomb > e[0] else e
-            if tomb:
-                return None
+        covered by a range tombstone).  Tables are probed newest first: the L0 tables whose
+        range holds the key, then at most one table per sorted level."""
+        candidates = [f for f in self.version.levels[0] if f.smallest <= key <= f.largest]
         for _level, files, largest in self.version.sorted_levels:
             f = _file_for_key(files, largest, key)
-            if f is None:
-                continue
+            if f is not None:
+                candidates.append(f)
+        tomb = 0
+        open_table = db._open_table
+        for f in candidates:
             r = f.reader or open_table(f)
             if r.range_tombstones:
                 t = table_fragments(r).max_covering_seq(key, read_seq)
@@ -82,7 +71,7 @@ class SuperVersion:
             e = r.get(key, read_seq)
             if e is not None:
                 return None if tomb > e[0] else e
-            if tomb:
+            if tomb:  # older tables hold only versions older than this tombstone
                 return None
         return None
 

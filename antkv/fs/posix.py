@@ -16,6 +16,17 @@ def _io_error(op: str, path: str, e: OSError) -> AntIOError:
     return AntIOError(f"{op} failed: {e.strerror or e}", e, path)
 
 
+def _fsync_path(path: str, flags: int, op: str) -> None:
+    try:
+        fd = os.open(path, flags | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise _io_error(op, path, e) from e
+
+
 class _OSWritableFile(WritableFile):
     __slots__ = ("path", "size", "_fd")
 
@@ -184,24 +195,10 @@ class OSFileSystem(FileSystem):
             raise _io_error("rmdir", path, e) from e
 
     def sync_dir(self, path: str) -> None:
-        try:
-            fd = os.open(path or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as e:
-            raise _io_error("fsync directory", path, e) from e
+        _fsync_path(path or ".", os.O_RDONLY | os.O_DIRECTORY, "fsync directory")
 
     def sync_file(self, path: str) -> None:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as e:
-            raise _io_error("fsync", path, e) from e
+        _fsync_path(path, os.O_RDONLY, "fsync")
 
     def lock(self, path: str) -> FileLock:
         try:

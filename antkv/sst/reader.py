@@ -33,7 +33,8 @@ from typing import Iterator
 from ..dbformat import RANGE_DELETION
 from ..errors import CorruptionError, DBClosedError
 from .block import decode_block, search_block
-from .bloom import HASH_SEED, decode_filter, hash64
+from .bloom import decode_filter
+from .bloom import may_contain as bloom_may_contain
 from .format import BLOCK_HANDLE, BLOCK_TRAILER_SIZE, FOOTER_SIZE, decode_footer, read_block
 from .properties import TableProperties, decode_properties
 
@@ -178,17 +179,7 @@ class TableReader:
 
     def may_contain(self, user_key: bytes) -> bool:
         """False only if the table certainly holds no point entry for ``user_key``."""
-        bits, m, k = self._filter
-        if not k:
-            return True
-        h1, h2 = hash64(user_key, HASH_SEED, True, False)
-        p = h1 % m
-        step = h2 % m
-        for _ in range(k):
-            if not (bits[p >> 3] >> (p & 7)) & 1:
-                return False
-            p = (p + step) % m
-        return True
+        return bloom_may_contain(self._filter, user_key)
 
     def get(self, user_key: bytes, read_seq: int) -> tuple[int, int, bytes] | None:
         """``(seq, kind, value)`` of the newest entry of ``user_key`` with seq <= read_seq."""

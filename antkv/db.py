@@ -609,7 +609,8 @@ class DB:
         with self._write_lock:
             self._check_writable()
             if self._mem.is_empty():
-                target = None
+                # nothing new, but wait for memtables already being flushed (as RocksDB does)
+                target = self._imms[0] if self._imms else None
             else:
                 target = self._mem
                 self._switch_memtable()

@@ -97,3 +97,14 @@ def test_writers_readers_and_background_work(tmp_path):
     with antkv.open(str(tmp_path / "db"), **OPTS) as db:
         assert dict(db.items()) == expected
         db._versions.current._check()
+
+
+def test_flush_waits_for_memtables_already_being_flushed(tmp_path):
+    db = antkv.open(str(tmp_path / "db"), **OPTS)
+    for i in range(2000):
+        db.put(b"k%05d" % i, b"v" * 50)
+    db.flush()  # returns only when every memtable is in a table
+    assert not db._imms
+    db.flush()  # empty memtable, nothing pending: returns at once
+    assert db.stats()["immutable_memtables"] == 0
+    db.close()

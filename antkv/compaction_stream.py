@@ -151,6 +151,22 @@ class TableOutputs:
             fnum, _off, size = decode_pointer(value)
             self._refs[fnum] = self._refs.get(fnum, 0) + size
 
+    def add_run(self, entries: list[tuple[bytes, int, int, bytes]]) -> None:
+        """Add sorted entries in one loop (a flush's fast path).  REQUIRES: nothing added yet
+        and no size limit (one output table)."""
+        assert self._builder is None and self.target_size >= 1 << 62
+        if not entries:
+            return
+        self._open()
+        add = self._builder.add
+        refs = self._refs
+        for key, seq, kind, value in entries:
+            add(key, seq, kind, value)
+            if kind == VALUE_POINTER:
+                fnum, _off, size = decode_pointer(value)
+                refs[fnum] = refs.get(fnum, 0) + size
+        self._last_key = entries[-1][0]
+
     def _close(self, upper: bytes | None) -> None:
         for b, e, s in truncate(self.tombstones, self._lower, upper):
             self._builder.add_range_tombstone(b, e, s)

@@ -35,7 +35,7 @@ from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
 from .errors import IOError as AntIOError
 from .iterators import DBIterator
 from .batch import SINGLE_RECORD
-from .log_format import LogWriter, frame
+from .log_format import _LEN_MUL, _LEN_XOR, HEADER, LogWriter, checksum, frame
 from .memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
 from .memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
 from .memtable import MemTable
@@ -45,6 +45,8 @@ from .snapshot import Snapshot, SnapshotList
 from .version_set import VersionSet, wal_file_name
 
 _SINGLE_RECORD_PACK = SINGLE_RECORD.pack  # a one-record write batch header (batch.py)
+_FRAME_HEADER_PACK = HEADER.pack  # the log record header (log_format.py)
+_checksum = checksum
 
 
 def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A001
@@ -153,20 +155,27 @@ class DB:
             else:
                 kind = VALUE
             try:
-                self._wal_append(frame(_SINGLE_RECORD_PACK(seq, 1, kind, lk, lv) + key + value))
+                payload = _SINGLE_RECORD_PACK(seq, 1, kind, lk, lv) + key + value
+                n = len(payload)  # the WAL frame of log_format.frame, inlined
+                self._wal_append(_FRAME_HEADER_PACK(n, ((n ^ _LEN_XOR) * _LEN_MUL) & 0xFFFFFFFF, _checksum(payload)) + payload)
                 if sync:
                     self._sync_wal()
             except AntIOError as e:
                 self._set_bg_error(e)
                 raise
             versions = mem.versions
-            lst = versions.get(key)
-            if lst is None:
-                versions[key] = [(seq, kind, value)]
+            old = versions.get(key)
+            if old is None:
+                versions[key] = (seq, kind, value)
                 mem.pending.append(key)
                 added = _NEW_KEY_OVERHEAD + lk + lv
             else:
-                lst.append((seq, kind, value))
+                older = mem.older.get(key)
+                if older is None:
+                    mem.older[key] = [old]
+                else:
+                    older.append(old)
+                versions[key] = (seq, kind, value)  # after the append (memtable.py docstring)
                 added = _VERSION_OVERHEAD + lv
             mem.memory += added
             self._last_seq = seq
@@ -511,13 +520,9 @@ class DB:
         sv = self._sv
         tomb = 0
         for mem in sv.memtables:
-            lst = mem.versions.get(key)
-            if lst is not None:
-                e = lst[-1]
-                if e[0] > read_seq:
-                    e = mem.get(key, read_seq)
-            else:
-                e = None
+            e = mem.versions.get(key)
+            if e is not None and e[0] > read_seq:
+                e = mem.get(key, read_seq)
             if mem.range_dels:
                 t = mem.fragments().max_covering_seq(key, read_seq)
                 if t > tomb:

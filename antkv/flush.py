@@ -5,6 +5,10 @@ as a compaction (shadowed versions no snapshot can see are dropped, and dropped 
 are counted as value-log garbage), never as bottommost: deletions must survive to hide older
 versions in lower levels.  Its range tombstones go to the table's range-tombstone block.
 
+With no live snapshot and no range tombstone (the common case) only the newest version of each
+key can be seen by anyone, so the flush takes it straight from the memtable's version lists,
+skipping the general stream (:func:`_newest_versions`).
+
 Before the table is made durable, the active value-log file is synced: a table must never
 point at value-log bytes a power loss could take away.
 """
@@ -12,7 +16,9 @@ point at value-log bytes a power loss could take away.
 from __future__ import annotations
 
 from .compaction_stream import TableOutputs, compaction_stream, output_tombstones
+from .dbformat import VALUE_POINTER
 from .memtable import MemTable
+from .vlog.pointer import decode_pointer
 from .version_edit import FileMetaData
 
 
@@ -24,10 +30,13 @@ def write_level0_table(db, mem: MemTable, snapshots: list[int]) -> tuple[FileMet
     tombstones = output_tombstones(list(mem.range_dels), snapshots, bottommost=False)
     outputs = TableOutputs(db, target_size=1 << 62, tombstones=tombstones, stats_key="flush_bytes_written")
     try:
-        for key, seq, kind, value in compaction_stream(
-            mem.iter_forward(None), snapshots, mem.fragments(), False, garbage
-        ):
-            outputs.add(key, seq, kind, value)
+        if not snapshots and not mem.range_dels:
+            outputs.add_run(_newest_versions(mem, garbage))
+        else:
+            for key, seq, kind, value in compaction_stream(
+                mem.iter_forward(None), snapshots, mem.fragments(), False, garbage
+            ):
+                outputs.add(key, seq, kind, value)
         metas = outputs.finish()
     except BaseException:
         outputs.abandon()
@@ -35,3 +44,20 @@ def write_level0_table(db, mem: MemTable, snapshots: list[int]) -> tuple[FileMet
     db._fs.sync_dir(db.path)
     db._stats["flushes"] += 1
     return (metas[0] if metas else None), garbage
+
+
+def _newest_versions(mem: MemTable, garbage: dict[int, int]) -> list[tuple[bytes, int, int, bytes]]:
+    """``(key, seq, kind, value)`` of every key's newest version, in key order; the value
+    pointers of older versions are counted as garbage.  REQUIRES: no live snapshot, no range
+    tombstone, and an immutable ``mem``."""
+    with mem.lock:
+        mem._settle()
+        keys = list(mem.keys)
+    versions = mem.versions
+    newest = [(k,) + versions[k] for k in keys]
+    for lst in mem.older.values():
+        for _seq, kind, value in lst:
+            if kind == VALUE_POINTER:
+                fnum, _off, size = decode_pointer(value)
+                garbage[fnum] = garbage.get(fnum, 0) + size
+    return newest

@@ -2,19 +2,25 @@
 
 A memtable holds two structures, as RocksDB does:
 
-* the *point memtable*: ``versions`` maps a user key to the list of its ``(seq, kind, value)``
-  versions in ascending sequence order (the newest is last); ``keys`` (a
+* the *point memtable*: ``versions`` maps a user key to its newest ``(seq, kind, value)``, and
+  ``older`` maps the keys that have older versions to their list, in ascending sequence order.
+  Most keys have one version, and a lone tuple of atoms is ignored by CPython's cyclic garbage
+  collector where a one-element list is not: with lists, the collector's passes over a memtable
+  of a few hundred thousand keys cost ~40% of the insert time.  ``keys`` (a
   ``sortedcontainers.SortedList``) plus ``pending`` (new keys not sorted in yet) hold every user
   key.  A put only appends to ``pending``: sorting happens in bulk, in C, the first time an
   iterator needs order (:meth:`_settle`), which keeps the put path free of per-key sorting;
 * the *range-tombstone memtable*: the list of ``(begin, end, seq)`` from ``delete_range``, with a
   fragmented view (:mod:`antkv.rangedel`) built lazily and cached until the next tombstone.
 
-Invariants: every key of ``versions`` is in exactly one of ``keys`` and ``pending``, once; each
-version list is strictly ascending in seq.
+Invariants: every key of ``versions`` is in exactly one of ``keys`` and ``pending``, once;
+``older[k]`` is strictly ascending in seq and older than ``versions[k]``.
 
 Concurrency: one writer at a time (the DB's write lock); it never takes ``lock``.  Readers call
-:meth:`get` without a lock (dict and list reads are atomic in CPython).  Iterators take ``lock``
+:meth:`get` without a lock (dict and list reads are atomic in CPython).  The writer appends the
+replaced version to ``older`` *before* it stores the new one in ``versions``, and readers read
+``versions`` first: a reader that sees the new version therefore finds the old one in ``older``
+(it may see one version twice, which the merge tolerates, but never misses one).  Iterators take ``lock``
 (among themselves) to move ``pending`` into ``keys`` and to read ``keys`` in chunks.  Moving is
 safe against a concurrent writer because it only uses atomic list operations: it takes the first
 ``n`` pending keys by slice and deletes exactly that slice, so a key appended meanwhile stays.
@@ -35,11 +41,11 @@ from sortedcontainers import SortedList
 from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
 
 # Per-entry memory in CPython 3.11, measured with tracemalloc (tests/test_memtable_memory.py
-# keeps these honest): a new key costs its dict slot, its version list, the version tuple, its
-# SortedList slot and the two bytes-object headers (33 B each) beyond the payload; another
-# version of an existing key costs the tuple, the list slot and the value's object header.
+# keeps these honest): a new key costs its dict slot, the version tuple, its SortedList slot and
+# the two bytes-object headers (33 B each) beyond the payload; another version of an existing
+# key costs the tuple, a slot in its ``older`` list and the value's object header.
 VERSION_OVERHEAD = 138
-NEW_KEY_OVERHEAD = 286
+NEW_KEY_OVERHEAD = 230
 RANGE_DEL_OVERHEAD = 200
 _CHUNK = 256  # keys read per lock hold by iterators
 _FIRST_WRITE_CLOCK = itertools.count(1)  # process-wide: orders memtables of all databases
@@ -60,11 +66,13 @@ class MemTable:
         "created",
         "first_vlog",
         "pending",
+        "older",
     )
 
     def __init__(self, id: int = 0, log_number: int = 0, first_vlog: int | None = None):
         self.id = id
-        self.versions: dict[bytes, list[tuple[int, int, bytes]]] = {}
+        self.versions: dict[bytes, tuple[int, int, bytes]] = {}
+        self.older: dict[bytes, list[tuple[int, int, bytes]]] = {}
         self.keys = SortedList()
         self.pending: list[bytes] = []
         self.range_dels: list[tuple[bytes, bytes, int]] = []
@@ -81,13 +89,19 @@ class MemTable:
 
     def add(self, seq: int, kind: int, key: bytes, value: bytes) -> int:
         """Add a point entry; returns the memory it added.  (The DB's put path inlines this.)"""
-        lst = self.versions.get(key)
-        if lst is None:
-            self.versions[key] = [(seq, kind, value)]
+        versions = self.versions
+        old = versions.get(key)
+        if old is None:
+            versions[key] = (seq, kind, value)
             self.pending.append(key)
             added = NEW_KEY_OVERHEAD + len(key) + len(value)
         else:
-            lst.append((seq, kind, value))
+            lst = self.older.get(key)
+            if lst is None:
+                self.older[key] = [old]
+            else:
+                lst.append(old)
+            versions[key] = (seq, kind, value)  # after the append: see the module docstring
             added = VERSION_OVERHEAD + len(value)
         self.memory += added
         return added
@@ -107,13 +121,10 @@ class MemTable:
 
     def get(self, key: bytes, read_seq: int) -> tuple[int, int, bytes] | None:
         """Newest ``(seq, kind, value)`` of ``key`` with seq <= ``read_seq``, or None."""
-        lst = self.versions.get(key)
-        if lst is None:
-            return None
-        e = lst[-1]
-        if e[0] <= read_seq:
+        e = self.versions.get(key)
+        if e is None or e[0] <= read_seq:
             return e
-        for e in reversed(lst):
+        for e in reversed(self.older.get(key, ())[:]):
             if e[0] <= read_seq:
                 return e
         return None
@@ -167,28 +178,33 @@ class MemTable:
     def iter_forward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Entry tuples ``(key, -seq, kind, value)`` in internal order from ``key >= start``."""
         versions = self.versions
+        older = self.older
         for chunk in self._key_chunks_forward(start):
             for key in chunk:
-                lst = versions[key]
-                if len(lst) == 1:
-                    seq, kind, value = lst[0]
-                    yield (key, -seq, kind, value)
-                else:
-                    for seq, kind, value in reversed(lst[:]):
-                        yield (key, -seq, kind, value)
+                seq, kind, value = versions[key]
+                yield (key, -seq, kind, value)
+                if key in older:
+                    for oseq, okind, ovalue in reversed(older[key][:]):
+                        if oseq < seq:  # a version replaced meanwhile may show up twice
+                            yield (key, -oseq, okind, ovalue)
 
     def iter_backward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Entry tuples in reverse internal order from ``key <= start``."""
         versions = self.versions
+        older = self.older
         for chunk in self._key_chunks_backward(start):
             for key in chunk:
-                for seq, kind, value in versions[key][:]:
-                    yield (key, -seq, kind, value)
+                newest = versions[key]
+                if key in older:
+                    for oseq, okind, ovalue in older[key][:]:
+                        if oseq < newest[0]:
+                            yield (key, -oseq, okind, ovalue)
+                yield (key, -newest[0], newest[1], newest[2])
 
     @property
     def num_entries(self) -> int:
         """Point entries held (O(keys): for statistics, not for hot paths)."""
-        return sum(map(len, self.versions.values()))
+        return len(self.versions) + sum(map(len, self.older.values()))
 
     @property
     def data_bytes(self) -> int:
@@ -200,6 +216,7 @@ class MemTable:
             self._settle()
         assert len(self.keys) == len(self.versions)
         for k in self.keys:
-            lst = self.versions[k]
-            assert all(lst[i][0] < lst[i + 1][0] for i in range(len(lst) - 1))
+            lst = self.older.get(k, []) + [self.versions[k]]
+            assert all(lst[i][0] < lst[i + 1][0] for i in range(len(lst) - 1)), k
+        assert set(self.older) <= set(self.versions)
         self.fragments()._check()

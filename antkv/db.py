@@ -30,7 +30,7 @@ from typing import Iterator
 
 from . import recovery
 from .batch import WriteBatch, as_bytes, encode_batch
-from .dbformat import DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from .dbformat import CHECK_INVARIANTS, DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
 from .errors import IOError as AntIOError
 from .iterators import DBIterator
@@ -407,6 +407,8 @@ class DB:
         for _, f in edit.new_tables:
             self._table_files.add(f.number)
         self._install_super_version()
+        if CHECK_INVARIANTS:
+            vs.current._check()
 
     def _open_table(self, f):
         """The reader of table ``f`` (opened once, then kept on its metadata)."""

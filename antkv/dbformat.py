@@ -29,6 +29,13 @@ from __future__ import annotations
 import struct
 from enum import IntEnum
 
+import os as _os
+
+CHECK_INVARIANTS = _os.environ.get("ANTKV_INVARIANTS") == "1"
+"""With ``ANTKV_INVARIANTS=1`` (the tests set it) the engine checks structural invariants as it
+goes: every installed version (levels sorted and non-overlapping, L1 older than L0) and every
+flushed memtable."""
+
 MAX_SEQUENCE = (1 << 56) - 1
 """The largest sequence number; a read at MAX_SEQUENCE sees everything."""
 

@@ -16,7 +16,7 @@ point at value-log bytes a power loss could take away.
 from __future__ import annotations
 
 from .compaction_stream import TableOutputs, compaction_stream, output_tombstones
-from .dbformat import VALUE_POINTER
+from .dbformat import CHECK_INVARIANTS, VALUE_POINTER
 from .memtable import MemTable
 from .vlog.pointer import decode_pointer
 from .version_edit import FileMetaData
@@ -24,6 +24,8 @@ from .version_edit import FileMetaData
 
 def write_level0_table(db, mem: MemTable, snapshots: list[int]) -> tuple[FileMetaData | None, dict[int, int]]:
     """Write ``mem`` as one table; ``(metadata or None if nothing survived, vlog garbage)``."""
+    if CHECK_INVARIANTS:
+        mem._check()
     if db._vlog is not None:
         db._vlog.sync()
     garbage: dict[int, int] = {}

@@ -52,15 +52,14 @@ def visible_forward(
     read_seq: int,
     frags: FragmentedRangeTombstones | None,
     upper: bytes | None,
-    resolve: Callable[[bytes], bytes],
+    last: bytes | None = None,
 ) -> Iterator[tuple[bytes, int, bytes]]:
     """``(key, kind, value)`` of every visible key in ascending order, below ``upper``.
 
     ``kind`` is VALUE or VALUE_POINTER (the pointer is NOT resolved: callers resolve it, so a
-    scan can prefetch); ``resolve`` is unused here and kept for symmetry with callers.
+    scan can prefetch).  ``last`` resumes a scan: versions of that key are skipped.
     """
     neg_read = -read_seq
-    last = None
     if not frags:
         for key, nseq, kind, value in merged:
             if nseq < neg_read or key == last:
@@ -87,6 +86,33 @@ def visible_forward(
         if fi < nfrag and starts[fi] <= key and seqs[fi][0] > -nseq:
             continue  # covered by a newer range tombstone
         yield key, kind, value
+
+
+def visible_items_forward(
+    merged: Iterator[Entry],
+    read_seq: int,
+    upper: bytes | None,
+    on_pointer: Callable[[bytes, bytes, Iterator], Iterator],
+) -> Iterator[tuple[bytes, bytes]]:
+    """:func:`visible_forward` and the ``(key, value)`` shaping fused into one generator, for
+    scans with no range tombstone in view (the common case): one generator layer less per key.
+
+    At the first VALUE_POINTER it hands over: ``on_pointer(key, pointer, rest)`` yields the
+    rest, where ``rest`` is :func:`visible_forward` resumed after ``key``.
+    """
+    neg_read = -read_seq
+    last = None
+    for key, nseq, kind, value in merged:
+        if nseq < neg_read or key == last:
+            continue
+        last = key
+        if upper is not None and key >= upper:
+            return
+        if kind == VALUE:
+            yield key, value
+        elif kind == VALUE_POINTER:
+            yield from on_pointer(key, value, visible_forward(merged, read_seq, None, upper, last=key))
+            return
 
 
 def visible_backward(

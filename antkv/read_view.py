@@ -16,6 +16,7 @@ jump over covered spans and :meth:`SuperVersion.table_get` stop at the first cov
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from itertools import chain
 from typing import Iterator
 
 from .dbformat import MAX_SEQUENCE, VALUE_POINTER
@@ -27,6 +28,7 @@ from .iterators import (
     skip_covered_forward,
     visible_backward,
     visible_forward,
+    visible_items_forward,
 )
 from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
 from .version_set import _file_for_key
@@ -195,7 +197,7 @@ class ReadView:
     def scan_forward(self, start: bytes | None, upper: bytes | None, exclusive: bool) -> Iterator:
         frags, newer = self.sv.fragments(self.db, self.read_seq)
         merged = merge_forward(self._forward_sources(start, newer))
-        gen = visible_forward(merged, self.read_seq, frags, upper, self.resolve)
+        gen = visible_forward(merged, self.read_seq, frags, upper)
         if exclusive and start is not None:
             return _drop_key(gen, start)
         return gen
@@ -214,6 +216,14 @@ class ReadView:
         if reverse:
             gen = self.scan_backward(hi, lo, True) if hi is not None else self.scan_backward(None, lo, False)
         else:
+            frags, newer = self.sv.fragments(self.db, self.read_seq)
+            if not frags and mode == "items":
+                merged = merge_forward(self._forward_sources(lo, newer))
+
+                def on_pointer(key: bytes, pointer: bytes, rest: Iterator) -> Iterator:
+                    return _emit(self, chain(((key, VALUE_POINTER, pointer),), rest), mode)
+
+                return visible_items_forward(merged, self.read_seq, hi, on_pointer)
             gen = self.scan_forward(lo, hi, False)
         return _emit(self, gen, mode)
 

@@ -315,7 +315,6 @@ class _LevelSource:
 
     def forward(self, start: bytes | None) -> Iterator:
         files = self.files
-        open_table = self.db._open_table
         i = 0
         if start is not None:
             lo, hi = 0, len(files)
@@ -327,21 +326,25 @@ class _LevelSource:
                 else:
                     hi = mid
             i = lo
-        first = True
-        for f in files[i:]:
-            r = f.reader or open_table(f)
-            yield from r.iter_forward(start if first else None)
-            first = False
+        # tables are concatenated by chain in C: no Python frame per entry at this layer
+        return chain.from_iterable(self._tables_forward(files[i:], start))
+
+    def _tables_forward(self, files: list, start: bytes | None) -> Iterator[Iterator]:
+        open_table = self.db._open_table
+        for f in files:
+            yield (f.reader or open_table(f)).iter_forward(start)
+            start = None
 
     def backward(self, start: bytes | None) -> Iterator:
         files = self.files
-        open_table = self.db._open_table
         i = len(files) - 1
         if start is not None:
             while i >= 0 and files[i].smallest > start:
                 i -= 1
-        first = True
-        for f in reversed(files[: i + 1]):
-            r = f.reader or open_table(f)
-            yield from r.iter_backward(start if first else None)
-            first = False
+        return chain.from_iterable(self._tables_backward(files[i::-1] if i >= 0 else [], start))
+
+    def _tables_backward(self, files: list, start: bytes | None) -> Iterator[Iterator]:
+        open_table = self.db._open_table
+        for f in files:
+            yield (f.reader or open_table(f)).iter_backward(start)
+            start = None

@@ -167,10 +167,11 @@ def run_compaction(db, c: Compaction, snapshots: list[int]) -> VersionEdit:
     relocate, gc_writer = _gc_relocator(db, c.gc_files)
     outputs = TableOutputs(db, db.options.target_file_size_base, out_frags, "compaction_bytes_written")
     try:
-        for key, seq, kind, value in compaction_stream(
-            merge_forward(sources) if sources else iter(()), snapshots, all_frags, bottommost, garbage, relocate
-        ):
-            outputs.add(key, seq, kind, value)
+        outputs.add_all(
+            compaction_stream(
+                merge_forward(sources) if sources else iter(()), snapshots, all_frags, bottommost, garbage, relocate
+            )
+        )
         metas = outputs.finish()
         if gc_writer is not None:
             gc_writer.seal()

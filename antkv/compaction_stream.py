@@ -136,36 +136,33 @@ class TableOutputs:
         self._refs = {}
 
     def add(self, key: bytes, seq: int, kind: int, value: bytes) -> None:
-        b = self._builder
-        if b is None:
-            self._open()
-            b = self._builder
-        elif key != self._last_key and b.estimated_file_size() >= self.target_size:
-            self._close(upper=key)
-            self._lower = key
-            self._open()
-            b = self._builder
-        b.add(key, seq, kind, value)
-        self._last_key = key
-        if kind == VALUE_POINTER:
-            fnum, _off, size = decode_pointer(value)
-            self._refs[fnum] = self._refs.get(fnum, 0) + size
+        self.add_all(((key, seq, kind, value),))
 
-    def add_run(self, entries: list[tuple[bytes, int, int, bytes]]) -> None:
-        """Add sorted entries in one loop (a flush's fast path).  REQUIRES: nothing added yet
-        and no size limit (one output table)."""
-        assert self._builder is None and self.target_size >= 1 << 62
-        if not entries:
-            return
-        self._open()
-        add = self._builder.add
+    def add_all(self, entries) -> None:
+        """Add entries in internal order, cutting a new table at a user-key boundary once the
+        current one reached the target size (its written bytes; the open block is not counted,
+        so a table overshoots by at most one block)."""
+        target = self.target_size
+        b = self._builder
+        add = b.add if b is not None else None
+        size_of = self._file if b is not None else None
+        last = self._last_key
         refs = self._refs
         for key, seq, kind, value in entries:
+            if add is None:
+                self._open()
+                b, add, size_of, refs = self._builder, self._builder.add, self._file, self._refs
+            elif key != last and size_of.size >= target:
+                self._close(upper=key)
+                self._lower = key
+                self._open()
+                b, add, size_of, refs = self._builder, self._builder.add, self._file, self._refs
             add(key, seq, kind, value)
+            last = key
             if kind == VALUE_POINTER:
                 fnum, _off, size = decode_pointer(value)
                 refs[fnum] = refs.get(fnum, 0) + size
-        self._last_key = entries[-1][0]
+        self._last_key = last
 
     def _close(self, upper: bytes | None) -> None:
         for b, e, s in truncate(self.tombstones, self._lower, upper):

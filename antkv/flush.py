@@ -33,12 +33,9 @@ def write_level0_table(db, mem: MemTable, snapshots: list[int]) -> tuple[FileMet
     outputs = TableOutputs(db, target_size=1 << 62, tombstones=tombstones, stats_key="flush_bytes_written")
     try:
         if not snapshots and not mem.range_dels:
-            outputs.add_run(_newest_versions(mem, garbage))
+            outputs.add_all(_newest_versions(mem, garbage))
         else:
-            for key, seq, kind, value in compaction_stream(
-                mem.iter_forward(None), snapshots, mem.fragments(), False, garbage
-            ):
-                outputs.add(key, seq, kind, value)
+            outputs.add_all(compaction_stream(mem.iter_forward(None), snapshots, mem.fragments(), False, garbage))
         metas = outputs.finish()
     except BaseException:
         outputs.abandon()

@@ -63,6 +63,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--profile", metavar="WORKLOAD",
                    help="run WORKLOAD once for antkv (or --engines) under a profiler, print top 25")
     p.add_argument("--profiler", choices=["cprofile", "pyinstrument"], default="cprofile")
+    p.add_argument("--antkv-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an antkv Options override for antkv and antkv-tuned (repeatable; the "
+                        "value is parsed as JSON, else taken as a string); --profile adds "
+                        "max_background_jobs=0 so flushes and compactions run in the profiled "
+                        "thread")
     a = p.parse_args(argv)
     prof = PROFILES["quick" if a.quick else "full"]
     for name, value in prof.items():
@@ -70,9 +75,20 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             setattr(a, name, value)
     if a.engines is None:
         a.engines = ["antkv"] if a.profile else ALL_ENGINES
+    a.antkv_options = {}
+    for item in a.antkv_option:
+        k, sep, v = item.partition("=")
+        if not sep:
+            p.error(f"--antkv-option wants KEY=VALUE, got {item!r}")
+        try:
+            a.antkv_options[k] = json.loads(v)
+        except ValueError:
+            a.antkv_options[k] = v
     if a.profile:
         a.workloads = [a.profile]
         a.runs = 1
+        # cProfile sees only the thread it runs in: do flushes and compactions there too.
+        a.antkv_options.setdefault("max_background_jobs", 0)
     for e in a.engines:
         if e not in ENGINES:
             p.error(f"unknown engine {e!r}; known: {', '.join(ENGINES)}")
@@ -137,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"command": command, "started": stamp, "engines": args.engines, "runs": args.runs,
             "value_sizes": args.value_sizes, "workloads": args.workloads, "num": args.num,
             "data_mb": args.data_mb, "max_seconds": args.max_seconds, "unavailable": unavailable,
+            "antkv_options": args.antkv_options,
             "keys": {str(vs): keys_for(args, vs) for vs in args.value_sizes},
             "python": sys.version.split()[0], "cpus": os.cpu_count(), "physical": []}
     results: list[dict] = []
@@ -168,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
                     path = base if wl == "fillrandom" else os.path.join(data, f"{e}-{vs}-r{run}-{wl}")
                     spec = {"engine": e, "workload": wl, "value_size": vs, "num": n,
                             "path": path, "base": base, "reads": args.reads, "seed": args.seed,
-                            "max_seconds": args.max_seconds}
+                            "max_seconds": args.max_seconds, "antkv_options": args.antkv_options}
                     profiled = args.profile == wl
                     if profiled:
                         spec["profile"] = args.profiler

@@ -5,7 +5,7 @@ Invariants the rest of the harness relies on:
 
 * every figure is taken inside ONE fresh child process per (engine, workload, value size, run),
   so ``/proc/self/io`` (which counts the whole process, every thread included: RocksDB's
-  background compactions too) and ``ru_maxrss`` belong to that workload alone;
+  background compactions too) and the peak RSS (``VmHWM``) belong to that workload alone;
 * ``write_bytes`` of ``/proc/self/io`` is charged when a page is first dirtied, so it counts
   what the engine asked the kernel to write, even if the file is deleted before writeback
   (``cancelled_write_bytes`` is recorded beside it, never subtracted);
@@ -44,7 +44,18 @@ def io_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 
 
 def peak_rss_mib() -> float:
-    """Peak resident set size of this process so far, in MiB (Linux reports KiB)."""
+    """Peak resident set size of this process so far, in MiB.
+
+    ``VmHWM`` of ``/proc/self/status`` belongs to this process's address space, which exec
+    makes new; ``ru_maxrss`` would not do: Linux carries it across fork + exec, so a child would
+    report its parent's peak.  ``ru_maxrss`` is only the fallback off Linux."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 

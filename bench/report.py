@@ -102,7 +102,9 @@ def render(meta: dict, results: list[dict]) -> str:
          f"alternating A B A B; median ±half-range; † = a run hit --max-seconds "
          f"({meta['max_seconds']} s). Keys per fill: "
          + ", ".join(f"{_size(int(vs))}: {n:,}" for vs, n in meta["keys"].items())
-         + f" (--num {meta['num']:,}, --data-mb {meta['data_mb']}).", ""]
+         + f" (--num {meta['num']:,}, --data-mb {meta['data_mb']})."
+         + (f" antkv options: `{meta['antkv_options']}`." if meta.get("antkv_options") else ""),
+         ""]
     for vs in meta["value_sizes"]:
         L += [f"## Throughput, ops/s — {_size(vs)} values", "",
               "| workload | " + " | ".join(engines) + " | antkv/rocksdb | antkv/rocksdb-blob |",

@@ -6,8 +6,9 @@ profiler, the profile before it).  Running each measurement in a fresh process i
 
 Order inside the child, so the counters cover exactly what they claim:
 
-1. copy the base database if the workload changes it, generate the operation stream, run the
-   workload's setup (e.g. the range tombstones of ``readrandom_rt100``);
+1. copy the base database if the workload changes it, open it, import whatever the engine
+   loads lazily (``Engine.warm``), run the workload's setup (e.g. the range tombstones of
+   ``readrandom_rt100``);
 2. snapshot ``/proc/self/io``; start the clock;
 3. run the workload; for write workloads ``settle()`` (flush and the compactions the writes
    triggered); stop the clock; check the answers (``workloads.CHECKS``, untimed);
@@ -21,15 +22,17 @@ read and mutate workloads of the same (engine, value size, run) read.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import pstats
 import shutil
 import sys
 import time
 import traceback
 
 from . import measure
-from .engines import ENGINES, EngineUnavailable
+from .engines import ENGINES, AntKV, EngineUnavailable
 from .workloads import CHECKS, KEY_SIZE, WORKLOADS, WRITE_WORKLOADS, Context, key
 
 MARKER = "BENCH-RESULT "
@@ -44,6 +47,7 @@ def run_one(spec: dict) -> dict:
     name, wl_name, vs = spec["engine"], spec["workload"], spec["value_size"]
     setup, workload, kind = WORKLOADS[wl_name]
     cls = ENGINES[name]
+    AntKV.extra_options = dict(spec.get("antkv_options") or {})
     path = spec["path"]
     num = spec["num"]
     loaded = num
@@ -66,6 +70,7 @@ def run_one(spec: dict) -> dict:
                   ycsb_ops=spec.get("ycsb_ops") or 0)
 
     eng = cls(path)
+    eng.warm()
     if setup is not None:
         setup(eng, ctx)
     rss_before = measure.peak_rss_mib()
@@ -197,9 +202,6 @@ def _stop_profiler(p, kind: str | None) -> str:
     if kind == "pyinstrument":
         p.stop()
         return p.output_text(unicode=False, color=False, show_all=False)
-    import io
-    import pstats
-
     p.disable()
     buf = io.StringIO()
     st = pstats.Stats(p, stream=buf)

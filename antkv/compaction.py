@@ -112,9 +112,12 @@ def manual_compactions(db, version, lo: bytes | None, hi: bytes | None, level: i
     if out == level:
         # the bottom level is rewritten in place only where that can drop something: tables
         # holding deletions or range tombstones (RocksDB skips the bottommost level by default)
-        files = [f for f in files if _has_deletions(db, f)]
-        if not files:
+        marked = [i for i, f in enumerate(files) if _has_deletions(db, f)]
+        if not marked:
             return None
+        # a contiguous run: the output spans its inputs' whole range, so a table left out from
+        # the middle would overlap it (found by the differential fuzzer)
+        files = files[marked[0] : marked[-1] + 1]
     inputs = [(level, f) for f in files]
     if out != level:
         flo = min(f.smallest for f in files)

@@ -9,40 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from crash_harness import check_recovery, make_workload, run_until_crash
+from fuzz.crash import CONFIGS, check_recovery, make_workload, run_until_crash
 
-CRASH_CONFIGS = {
-    "tiny-lsm": dict(
-        max_background_jobs=0,
-        write_buffer_size=1024,
-        block_size=64,
-        target_file_size_base=512,
-        max_bytes_for_level_base=2048,
-        level0_file_num_compaction_trigger=1,
-        num_levels=4,
-        max_manifest_file_size=600,
-        enable_blob_files=False,
-    ),
-    "blobs": dict(
-        max_background_jobs=0,
-        write_buffer_size=2048,
-        block_size=128,
-        target_file_size_base=1024,
-        level0_file_num_compaction_trigger=2,
-        min_blob_size=100,
-        blob_file_size=1500,
-        blob_gc_threshold=0.05,
-        max_manifest_file_size=1000,
-    ),
-    "all-blobs": dict(
-        max_background_jobs=0,
-        write_buffer_size=4096,
-        min_blob_size=0,
-        blob_file_size=3000,
-        blob_gc_threshold=0.2,
-        level0_file_num_compaction_trigger=2,
-    ),
-}
+CRASH_CONFIGS = CONFIGS
 
 
 @pytest.mark.parametrize("config", sorted(CRASH_CONFIGS))

@@ -1,4 +1,4 @@
-"""Crash-test harness: run a workload on a fault-injecting in-memory file system, crash it at
+"""Crash harness (used by ``tests/test_crash.py``, and long by ``python -m fuzz.crash``): run a workload on a fault-injecting in-memory file system, crash it at
 a chosen file-system call, recover, and check the recovered state against the history.
 
 The rule (SPEC section 3): after a power loss the database holds the state after some prefix of
@@ -172,3 +172,82 @@ def _check_checkpoints(inner: MemoryFileSystem, ops, acked: int, options: dict) 
             continue
         with antkv.open(name, file_system=inner, create_if_missing=False, **options) as cp:
             assert dict(cp.items()) == states[i], f"checkpoint {name} differs from the state at op {i}"
+
+
+CONFIGS = {
+    "tiny-lsm": dict(
+        max_background_jobs=0, write_buffer_size=1024, block_size=64, target_file_size_base=512,
+        max_bytes_for_level_base=2048, level0_file_num_compaction_trigger=1, num_levels=4,
+        max_manifest_file_size=600, enable_blob_files=False,
+    ),
+    "blobs": dict(
+        max_background_jobs=0, write_buffer_size=2048, block_size=128, target_file_size_base=1024,
+        level0_file_num_compaction_trigger=2, min_blob_size=100, blob_file_size=1500,
+        blob_gc_threshold=0.05, max_manifest_file_size=1000,
+    ),
+    "all-blobs": dict(
+        max_background_jobs=0, write_buffer_size=4096, min_blob_size=0, blob_file_size=3000,
+        blob_gc_threshold=0.2, level0_file_num_compaction_trigger=2,
+    ),
+}
+
+
+def sweep(config: str, seed: int, ops_per_workload: int = 50, max_points: int | None = None) -> int:
+    """Crash at every (or ``max_points`` evenly spread) file-system call of one workload and
+    check recovery in all three modes; returns the number of kill points checked."""
+    options = CONFIGS[config]
+    ops = make_workload(seed, n=ops_per_workload)
+    _, acked, total_calls, crashed = run_until_crash(ops, options, None, seed)
+    assert not crashed and acked == len(ops)
+    step = 1 if max_points is None else max(1, total_calls // max_points)
+    points = 0
+    for n in range(1, total_calls + 1, step):
+        for mode in ("kill", "power", "partial"):
+            inner, acked, _, crashed = run_until_crash(ops, options, n, seed)
+            assert crashed
+            try:
+                check_recovery(inner, ops, acked, mode, options, seed * 1000 + n)
+            except AssertionError as e:
+                raise AssertionError(
+                    f"{e}\nreproduce: python -m fuzz.crash --config {config} --seed {seed} --point {n} --mode {mode}"
+                ) from None
+        points += 1
+    return points
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import logging
+    import time
+
+    ap = argparse.ArgumentParser(description="Long crash run: every file-system call of seeded workloads is a kill point")
+    ap.add_argument("--seconds", type=float, default=600)
+    ap.add_argument("--seed", type=int, default=1000)
+    ap.add_argument("--config", choices=sorted(CONFIGS), default=None)
+    ap.add_argument("--point", type=int, default=None, help="with --seed and --config: one kill point")
+    ap.add_argument("--mode", choices=("kill", "power", "partial"), default=None)
+    args = ap.parse_args(argv)
+    logging.disable(logging.WARNING)  # recovery reports every torn tail; the check is the point
+    if args.point is not None:
+        options = CONFIGS[args.config or "tiny-lsm"]
+        ops = make_workload(args.seed, n=50)
+        inner, acked, _, _ = run_until_crash(ops, options, args.point, args.seed)
+        check_recovery(inner, ops, acked, args.mode or "power", options, args.seed * 1000 + args.point)
+        print("recovered correctly")
+        return 0
+    deadline = time.monotonic() + args.seconds
+    total = 0
+    seed = args.seed
+    configs = [args.config] if args.config else sorted(CONFIGS)
+    while time.monotonic() < deadline:
+        for config in configs:
+            n = sweep(config, seed)
+            total += n
+            print(f"seed {seed} {config}: {n} kill points x 3 recovery modes, all recovered correctly", flush=True)
+        seed += 1
+    print(f"crash summary: {total} kill points, {3 * total} recoveries, no failure")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -138,6 +138,21 @@ def render(meta: dict, results: list[dict]) -> str:
                          f"{_cell(a, 'space_amp', False)} | {_cell(a, 'space_amp_gc', False)} | "
                          f"{_cell(a, 'rss_mib', False)} |")
     L.append("")
+    if "fillrandom" in meta["workloads"] and "overwrite" in meta["workloads"]:
+        L += ["## Write and space amplification", "",
+              "Write amp: bytes the process wrote (`/proc/self/io`) / user bytes. Space amp: "
+              "bytes on disk / live user bytes, after the writes and after compact() + GC.", "",
+              "| value | engine | fillrandom write amp | overwrite write amp | "
+              "space amp after overwrite | after compact + GC | peak RSS MiB (overwrite) |",
+              "|---|---|---|---|---|---|---|"]
+        for vs in meta["value_sizes"]:
+            for e in engines:
+                f, o = aggs.get(("fillrandom", vs, e)), aggs.get(("overwrite", vs, e))
+                L.append(f"| {_size(vs)} | {e} | {_cell(f, 'write_amp', False)} | "
+                         f"{_cell(o, 'write_amp', False)} | {_cell(o, 'space_amp', False)} | "
+                         f"{_cell(o, 'space_amp_gc', False)}{' ⚠' if o and o['wrong'] else ''} | "
+                         f"{_cell(o, 'rss_mib', False)} |")
+        L.append("")
     if "deleterange" in meta["workloads"] and "deleteseq" in meta["workloads"]:
         L += ["## Deleting 10% of the keys: one delete_range vs one delete per key", "",
               "Time includes the flush that makes the deletes durable in tables; bytes are what "

@@ -213,6 +213,7 @@ class DBIterator:
         self._key: bytes | None = None
         self._value: bytes | None = None
         self._closed = False
+        self._db = view.db  # its ``_closed`` flag is read inline on every call: a hot path
 
     # --- positioning ---
 
@@ -265,23 +266,27 @@ class DBIterator:
         self._start_backward(_key_arg(key), False)
 
     def valid(self) -> bool:
-        self._check_open()
+        if self._closed or self._db._closed:
+            self._check_open()
         return self._key is not None
 
     def key(self) -> bytes:
-        self._check_open()
+        if self._closed or self._db._closed:
+            self._check_open()
         if self._key is None:
             raise InvalidArgumentError("iterator is not valid")
         return self._key
 
     def value(self) -> bytes:
-        self._check_open()
+        if self._closed or self._db._closed:
+            self._check_open()
         if self._key is None:
             raise InvalidArgumentError("iterator is not valid")
         return self._value  # type: ignore[return-value]
 
     def next(self) -> None:
-        self._check_open()
+        if self._closed or self._db._closed:
+            self._check_open()
         if self._key is None:
             raise InvalidArgumentError("iterator is not valid")
         if self._forward:
@@ -290,7 +295,8 @@ class DBIterator:
             self._start_forward(self._key, True)
 
     def prev(self) -> None:
-        self._check_open()
+        if self._closed or self._db._closed:
+            self._check_open()
         if self._key is None:
             raise InvalidArgumentError("iterator is not valid")
         if not self._forward:
@@ -303,6 +309,7 @@ class DBIterator:
             self._closed = True
             self._gen = None
             self._view = _ClosedView()
+            self._db = _ClosedView
 
     def __enter__(self) -> "DBIterator":
         return self
@@ -321,6 +328,8 @@ class DBIterator:
 
 
 class _ClosedView:
+    _closed = True
+
     def check_open(self) -> None:
         raise DBClosedError("iterator is closed")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
+from time import perf_counter
 from typing import Iterator
 
 from .dbformat import MAX_SEQUENCE, VALUE_POINTER
@@ -266,18 +267,31 @@ def _emit(view: ReadView, gen: Iterator, mode: str) -> Iterator:
                 value = resolve(value)
             yield (key, value) if mode == "items" else value
         return
-    # inline values stream straight through; the first value pointer switches to prefetching
-    # chunks of ``ahead`` entries whose pointers are resolved in parallel
+    # Values are resolved inline while reads are fast (the value log is in the page cache: a
+    # thread hand-off costs more than the read).  Once SLOW_READS_IN_A_ROW reads in a row took
+    # longer than SLOW_READ_SECONDS -- the disk is being read -- the rest of the scan prefetches
+    # chunks of ``ahead`` entries whose pointers are resolved in parallel threads.
     items = mode == "items"
+    clock = perf_counter
+    slow = 0
     for e in gen:
-        if e[1] == VALUE_POINTER:
-            break
-        yield (e[0], e[2]) if items else e[2]
+        key, kind, value = e
+        if kind == VALUE_POINTER:
+            t0 = clock()
+            value = resolve(value)
+            if clock() - t0 > SLOW_READ_SECONDS:
+                slow += 1
+                if slow >= SLOW_READS_IN_A_ROW:
+                    yield (key, value) if items else value
+                    break
+            else:
+                slow = 0
+        yield (key, value) if items else value
     else:
         return
     pool = db._prefetch_pool()
-    chunk: list = [e]
-    npointers = 1
+    chunk: list = []
+    npointers = 0
     for e in gen:
         chunk.append(e)
         if e[1] == VALUE_POINTER:
@@ -290,18 +304,34 @@ def _emit(view: ReadView, gen: Iterator, mode: str) -> Iterator:
         yield from _resolve_chunk(chunk, npointers, resolve, pool, mode)
 
 
+SLOW_READ_SECONDS = 100e-6  # a value-log read slower than this came from the device, not the page cache
+SLOW_READS_IN_A_ROW = 3
+
+
 def _resolve_chunk(chunk: list, npointers: int, resolve, pool: ThreadPoolExecutor, mode: str):
     if npointers > 1:
-        futures = {i: pool.submit(resolve, e[2]) for i, e in enumerate(chunk) if e[1] == VALUE_POINTER}
+        # one task per worker, each resolving a slice of the chunk's pointers: a task per value
+        # spent more on the pool's hand-offs than a cached read costs
+        idx = [i for i, e in enumerate(chunk) if e[1] == VALUE_POINTER]
+        workers = max(1, min(pool._max_workers, len(idx) // 2))
+        parts = [idx[w::workers] for w in range(workers)]
+        futures = [pool.submit(_resolve_many, resolve, [chunk[i][2] for i in part]) for part in parts]
+        values: dict[int, bytes] = {}
+        for part, fut in zip(parts, futures):
+            values.update(zip(part, fut.result()))
         for i, (key, kind, value) in enumerate(chunk):
             if kind == VALUE_POINTER:
-                value = futures[i].result()
+                value = values[i]
             yield (key, value) if mode == "items" else value
     else:
         for key, kind, value in chunk:
             if kind == VALUE_POINTER:
                 value = resolve(value)
             yield (key, value) if mode == "items" else value
+
+
+def _resolve_many(resolve, pointers: list[bytes]) -> list[bytes]:
+    return [resolve(p) for p in pointers]
 
 
 class _LevelSource:

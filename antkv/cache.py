@@ -401,6 +401,9 @@ class Cache:
 
     def put(self, key: Hashable, value: Any, charge: int, priority: str = "low") -> bool:
         """Insert without a handle; False (and nothing kept) if it cannot fit."""
+        return self._insert(key, value, charge, priority, False) is not None
+
+    def _insert(self, key: Hashable, value: Any, charge: int, priority: str, pin: bool):
         if type(charge) is not int or charge < 0:
             _check_int("charge", charge, 0)
         high = _PRIORITIES.get(priority)
@@ -410,7 +413,7 @@ class Cache:
         lock = s.lock
         lock.acquire()
         try:
-            return s.insert(key, value, charge, high, False) is not None
+            return s.insert(key, value, charge, high, pin)
         finally:
             lock.release()
 
@@ -421,18 +424,7 @@ class Cache:
         Raises ``MemoryLimitError`` under ``strict_capacity_limit`` if it cannot fit; without
         the strict limit the entry is inserted over capacity.
         """
-        if type(charge) is not int or charge < 0:
-            _check_int("charge", charge, 0)
-        high = _PRIORITIES.get(priority)
-        if high is None:
-            high = _priority(priority)
-        s = self._shards[hash(key) & self._mask]
-        lock = s.lock
-        lock.acquire()
-        try:
-            return s.insert(key, value, charge, high, True)
-        finally:
-            lock.release()
+        return self._insert(key, value, charge, priority, True)
 
     def lookup(self, key: Hashable) -> Handle | None:
         """A pinned handle to ``key``'s entry, or None on a miss."""

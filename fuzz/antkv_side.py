@@ -26,6 +26,7 @@ import shutil
 from itertools import islice
 
 from .generator import make_value
+from .cursors import step_cursor
 from .oracle import NOT_VALID, SKIP
 
 # operation -> the DB method it needs (operations not listed need only the core API)
@@ -170,15 +171,7 @@ class AntkvSide:
         it = self.iters.get(iid)
         if it is None:
             return SKIP
-        if step in ("next", "prev") and not it.valid():
-            return NOT_VALID
-        if arg is None:
-            getattr(it, step)()
-        else:
-            getattr(it, step)(arg)
-        if it.valid():
-            return (True, it.key(), it.value())
-        return (False,)
+        return step_cursor(it, step, arg, NOT_VALID)
 
     def op_iter_close(self, iid):
         it = self.iters.pop(iid, None)

@@ -155,3 +155,18 @@ def scan(cursor: BoundedCursor, reverse: bool, limit: int) -> list[tuple[bytes, 
         out.append((cursor.key(), cursor.value()))
         step()
     return out
+
+
+def step_cursor(cursor, step: str, arg, not_valid):
+    """Apply one cursor step (``seek``, ``next``, ...) and report ``(True, key, value)`` or
+    ``(False,)``; ``next``/``prev`` on an invalid cursor answer ``not_valid`` instead of being
+    called (the RocksDB binding crashes on them).  Shared by both sides of the fuzzer."""
+    if step in ("next", "prev") and not cursor.valid():
+        return not_valid
+    if arg is None:
+        getattr(cursor, step)()
+    else:
+        getattr(cursor, step)(arg)
+    if cursor.valid():
+        return (True, cursor.key(), cursor.value())
+    return (False,)

@@ -42,7 +42,7 @@ import shutil
 
 import rocksdict
 
-from .cursors import BoundedCursor, ListCursor, prefix_upper, scan
+from .cursors import BoundedCursor, ListCursor, prefix_upper, scan, step_cursor
 from .generator import make_value
 
 SKIP = ("skip",)
@@ -208,15 +208,7 @@ class RocksSide:
         c = self.iters.get(iid)
         if c is None:
             return SKIP
-        if step in ("next", "prev") and not c.valid():
-            return NOT_VALID
-        if arg is None:
-            getattr(c, step)()
-        else:
-            getattr(c, step)(arg)
-        if c.valid():
-            return (True, c.key(), c.value())
-        return (False,)
+        return step_cursor(c, step, arg, NOT_VALID)
 
     def op_iter_close(self, iid):
         if self.iters.pop(iid, None) is None:

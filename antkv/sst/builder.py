@@ -16,7 +16,9 @@ internal order); the last index key is the table's exact last internal key.
 
 from __future__ import annotations
 
-from itertools import repeat
+from bisect import bisect_left
+from itertools import accumulate, islice, repeat
+from operator import add, lt
 
 from ..dbformat import MAX_SEQUENCE, RANGE_DELETION, VALUE
 from ..errors import InvalidArgumentError
@@ -129,6 +131,50 @@ class TableBuilder:
         self._block_bytes += len(user_key) + len(value) + _ENTRY_OVERHEAD
         if self._block_bytes >= self._block_size:
             self._flush_block()
+
+    def add_sorted(self, keys: list[bytes], seqs: list[int], kinds: list[int], values: list[bytes]) -> None:
+        """Append entries given as columns, user keys strictly increasing (a flush's fast path).
+
+        Blocks are cut exactly where :meth:`add` would cut them (once the running estimate
+        reaches ``block_size``), found with ``accumulate`` and ``bisect`` instead of a Python
+        call per entry.  REQUIRES: the current block is empty, and ``keys[0]`` sorts after the
+        last entry added.
+        """
+        n = len(keys)
+        if not n:
+            return
+        if self._done:
+            raise InvalidArgumentError("table builder already finished or abandoned")
+        if not (len(seqs) == len(kinds) == len(values) == n):
+            raise InvalidArgumentError("add_sorted: columns of different lengths")
+        if self._keys:
+            raise InvalidArgumentError("add_sorted needs an empty current block")
+        if not set(map(type, keys)) | set(map(type, values)) <= {bytes}:
+            raise TypeError("keys and values must be bytes")
+        first, last = keys[0], self._last_key
+        if first < last or (first == last and seqs[0] >= self._last_seq):
+            self._reject_order(first, seqs[0])
+        if n > 1 and not all(map(lt, keys, islice(keys, 1, None))):
+            raise InvalidArgumentError("add_sorted: user keys must be strictly increasing")
+        cum = list(accumulate(map(add, map(add, map(len, keys), map(len, values)), repeat(_ENTRY_OVERHEAD))))
+        block_size = self._block_size
+        start = 0
+        base = 0
+        while True:
+            j = bisect_left(cum, base + block_size, start)
+            if j >= n:
+                break
+            self._keys, self._seqs = keys[start : j + 1], seqs[start : j + 1]
+            self._kinds, self._values = kinds[start : j + 1], values[start : j + 1]
+            self._last_key, self._last_seq = keys[j], seqs[j]
+            self._block_bytes = cum[j] - base
+            self._flush_block()
+            start, base = j + 1, cum[j]
+        if start < n:
+            self._keys, self._seqs = keys[start:], seqs[start:]
+            self._kinds, self._values = kinds[start:], values[start:]
+            self._block_bytes = cum[-1] - base
+        self._last_key, self._last_seq = keys[-1], seqs[-1]
 
     def _set_done(self) -> None:
         self._done = True

@@ -115,13 +115,7 @@ def gc_value_log(db) -> dict:
         while True:
             with db._mutex:
                 gc = compaction.gc_candidate_files(db)
-                c = None
-                if gc:
-                    version = db._versions.current
-                    for level, f in version.all_files():
-                        if gc.intersection(f.blob_refs):
-                            c = compaction._expand(db, version, level, [f], "gc", gc)
-                            break
+                c = compaction.gc_compaction(db, db._versions.current, gc) if gc else None
                 if c is None:
                     break
             _run(db, c)

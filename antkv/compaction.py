@@ -63,14 +63,25 @@ def gc_candidate_files(db) -> set[int]:
     }
 
 
+def gc_compaction(db, version, gc: set[int]) -> Compaction | None:
+    """The compaction of the first table pointing into a value-log file being collected
+    (through the version's reverse map), or None when no table points into them."""
+    for vnum in sorted(gc):
+        tables = version.tables_by_vlog.get(vnum)
+        if tables:
+            level, f = min(tables, key=lambda lt: lt[0])
+            return _expand(db, version, level, [f], "gc", gc)
+    return None
+
+
 def pick_compaction(db) -> Compaction | None:
     """REQUIRES db._mutex.  The most urgent compaction, or None."""
     version = db._versions.current
     gc = gc_candidate_files(db)
     if gc:
-        for level, f in version.all_files():
-            if gc.intersection(f.blob_refs):
-                return _expand(db, version, level, [f], "gc", gc)
+        c = gc_compaction(db, version, gc)
+        if c is not None:
+            return c
     best = level_scores(db, version)
     if not best or best[0][0] < 1.0:
         return None

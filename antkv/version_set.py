@@ -72,13 +72,20 @@ class Version:
     with ``largest_keys`` ready for a C-level ``bisect`` (the point-read path uses them).
     """
 
-    __slots__ = ("levels", "sorted_levels", "__weakref__")
+    __slots__ = ("levels", "sorted_levels", "tables_by_vlog", "__weakref__")
 
     def __init__(self, levels: list[list[FileMetaData]]):
         self.levels = levels
         self.sorted_levels = [
             (level, files, [f.largest for f in files]) for level, files in enumerate(levels) if level and files
         ]
+        # the reverse map value-log file -> [(level, table)] pointing into it (GC picks by it)
+        by_vlog: dict[int, list[tuple[int, FileMetaData]]] = {}
+        for level, files in enumerate(levels):
+            for f in files:
+                for vnum in f.blob_refs:
+                    by_vlog.setdefault(vnum, []).append((level, f))
+        self.tables_by_vlog = by_vlog
 
     @property
     def num_levels(self) -> int:

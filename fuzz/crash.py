@@ -21,6 +21,9 @@ def make_workload(seed: int, n: int = 60, big: bool = True) -> list[tuple]:
     keys = [b"k%02d" % i for i in range(24)] + [b""]
     ops = []
     for _ in range(n):
+        if rng.random() < 0.08:  # snapshots held across flushes and compactions change what survives them
+            ops.append(("snapshot",) if rng.random() < 0.6 else ("release",))
+            continue
         r = rng.random()
         sync = rng.random() < 0.3
         k = rng.choice(keys)
@@ -91,6 +94,13 @@ def apply_db(db, op: tuple) -> None:
         db.compact_range()
     elif kind == "gc":
         db.gc_value_log()
+    elif kind == "snapshot":
+        db._crash_test_snapshots = getattr(db, "_crash_test_snapshots", [])
+        db._crash_test_snapshots.append(db.snapshot())
+    elif kind == "release":
+        held = getattr(db, "_crash_test_snapshots", [])
+        if held:
+            held.pop(0).release()
     elif kind == "checkpoint":
         n = db._checkpoints_taken = getattr(db, "_checkpoints_taken", 0) + 1
         db.checkpoint(f"cp{n}")

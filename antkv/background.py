@@ -111,6 +111,7 @@ def gc_value_log(db) -> dict:
     """Collect every sealed value-log file at or over the GC threshold now."""
     db.flush(wait=True)
     before = dict(db._stats)
+    _seal_active_vlog_if_due(db)
     with db._compaction_lock:
         while True:
             with db._mutex:
@@ -124,6 +125,20 @@ def gc_value_log(db) -> dict:
         "bytes_relocated": db._stats["gc_bytes_relocated"] - before["gc_bytes_relocated"],
         "files_deleted": db._stats["vlog_files_deleted"] - before["vlog_files_deleted"],
     }
+
+
+def _seal_active_vlog_if_due(db) -> None:
+    """An explicit GC also collects the active value-log file when it reached the threshold:
+    it is sealed first (and a new one started), since only sealed files are collected."""
+    from .recovery import rotate_vlog
+
+    with db._write_lock:
+        vlog = db._vlog
+        if vlog is None or not vlog.record_bytes:
+            return
+        st = db._versions.vlogs.get(vlog.file_number)
+        if st is not None and st.garbage / vlog.record_bytes >= db.options.blob_gc_threshold:
+            rotate_vlog(db)
 
 
 def delete_obsolete_files(db) -> None:
@@ -142,10 +157,11 @@ def delete_obsolete_files(db) -> None:
                 live_tables.add(f.number)
                 live_refs.update(f.blob_refs)
             for m in sv.memtables:
-                if m.first_vlog is not None and (oldest_mem is None or m.first_vlog < oldest_mem):
+                if m.first_vlog is not None and not m.is_empty() and (oldest_mem is None or m.first_vlog < oldest_mem):
                     oldest_mem = m.first_vlog
+        # an empty memtable pins nothing: what it will hold points into the active file or later
         for m in (db._mem, *db._imms):
-            if m.first_vlog is not None and (oldest_mem is None or m.first_vlog < oldest_mem):
+            if m.first_vlog is not None and not m.is_empty() and (oldest_mem is None or m.first_vlog < oldest_mem):
                 oldest_mem = m.first_vlog
         dead_tables = [n for n in db._table_files if n not in live_tables]
         for n in dead_tables:

@@ -30,6 +30,24 @@ from typing import Callable, Iterator
 MiB = 1024 * 1024
 
 
+def cursor_seek_next(it) -> Callable[[bytes, int], int]:
+    """``seek_next(key, n)`` over a RocksDB-style cursor (seek/valid/key/value/next): seek, then
+    read up to ``n`` entries; returns how many it read."""
+    seek, valid, key, value, nxt = it.seek, it.valid, it.key, it.value, it.next
+
+    def seek_next(k: bytes, n: int) -> int:
+        seek(k)
+        count = 0
+        while count < n and valid():
+            key()
+            value()
+            nxt()
+            count += 1
+        return count
+
+    return seek_next
+
+
 class EngineUnavailable(Exception):
     """The engine cannot be used on this machine; the message says why."""
 
@@ -157,20 +175,8 @@ class AntKV(Engine):
 
     def seeker(self):
         it = self.db.iterator()
-        seek, valid, key, value, nxt = it.seek, it.valid, it.key, it.value, it.next
-
-        def seek_next(k: bytes, n: int) -> int:
-            seek(k)
-            count = 0
-            while count < n and valid():
-                key()
-                value()
-                nxt()
-                count += 1
-            return count
-
         self._iterators = getattr(self, "_iterators", []) + [it]
-        return seek_next
+        return cursor_seek_next(it)
 
     def settle(self):
         self.db.flush()
@@ -258,20 +264,7 @@ class RocksDB(Engine):
                 step()
 
     def seeker(self):
-        it = self.db.iter()
-        seek, valid, key, value, nxt = it.seek, it.valid, it.key, it.value, it.next
-
-        def seek_next(k: bytes, n: int) -> int:
-            seek(k)
-            count = 0
-            while count < n and valid():
-                key()
-                value()
-                nxt()
-                count += 1
-            return count
-
-        return seek_next
+        return cursor_seek_next(self.db.iter())
 
     def settle(self):
         self.db.flush(True)

@@ -1,7 +1,9 @@
 """Shared test settings: invariant checks on, hypothesis deterministic and bounded."""
 
+import logging
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("ANTKV_INVARIANTS", "1")
@@ -14,3 +16,14 @@ settings.register_profile(
     print_blob=True,
 )
 settings.load_profile("antkv")
+
+
+@pytest.fixture
+def quiet_recovery():
+    """Silence the antkv logger: sweeps recover thousands of damaged databases, and every torn
+    tail and removed file is logged as a warning."""
+    logger = logging.getLogger("antkv")
+    old = logger.level
+    logger.setLevel(logging.ERROR)
+    yield
+    logger.setLevel(old)

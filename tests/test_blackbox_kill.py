@@ -11,7 +11,6 @@ runs many more rounds.
 
 from __future__ import annotations
 
-import logging
 import signal
 
 import pytest
@@ -21,13 +20,6 @@ from fuzz.blackbox_child import CHILD_OPTIONS
 from fuzz.sweeps import SweepFailure, check_after_kill, read_expected, run_blackbox, start_child
 
 
-@pytest.fixture(autouse=True)
-def _quiet_recovery():
-    logger = logging.getLogger("antkv")
-    old = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(old)
 
 
 def test_kill_rounds():
@@ -57,3 +49,6 @@ def test_expected_log_parser(tmp_path):
     acked, pending = read_expected(str(p))
     assert acked == [[(b"k1", b"v1")], [(b"k2", None), (b"k3", b"v3")]]
     assert pending == [(b"k1", b"v2")]
+
+
+pytestmark = pytest.mark.usefixtures("quiet_recovery")

@@ -14,7 +14,6 @@ recovery silently return an older state instead of raising ``CorruptionError``.
 
 from __future__ import annotations
 
-import logging
 import os
 
 import pytest
@@ -36,14 +35,6 @@ from fuzz.sweeps import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _quiet_recovery():
-    # every torn tail and removed file is logged as a warning: thousands of lines otherwise
-    logger = logging.getLogger("antkv")
-    old = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(old)
 
 
 # seed 0: the last MANIFEST edit is a flush; seed 3: a value-log file was sealed while the WAL
@@ -151,3 +142,6 @@ def test_wal_pointer_into_a_value_log_missing_from_the_manifest_is_corruption():
     with pytest.raises(antkv.CorruptionError, match="not in the MANIFEST"):
         antkv.open(DB, file_system=fs, **cdb.options)
     assert fs.exists(os.path.join(DB, cdb.active_vlog))
+
+
+pytestmark = pytest.mark.usefixtures("quiet_recovery")

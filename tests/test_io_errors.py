@@ -12,7 +12,6 @@ checks live in ``fuzz/sweeps.py``; ``python -m fuzz.sweeps --only io`` runs more
 
 from __future__ import annotations
 
-import logging
 
 import pytest
 
@@ -28,13 +27,6 @@ from fuzz.sweeps import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _quiet_recovery():
-    logger = logging.getLogger("antkv")
-    old = logger.level
-    logger.setLevel(logging.ERROR)
-    yield
-    logger.setLevel(old)
 
 
 @pytest.fixture(scope="module")
@@ -67,3 +59,6 @@ def test_the_oracle_rejects_a_wrong_state(base):
     wrong.model = dict(wrong.model) | {key: b"not what was written"}
     with pytest.raises(SweepFailure, match="neither before nor after"):
         check_io_case(wrong, IOCase("put", 1, False))
+
+
+pytestmark = pytest.mark.usefixtures("quiet_recovery")

@@ -261,3 +261,28 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def check_crash_during_recovery(config: str, seed: int, first_crash_at: int, mode: str = "power") -> int:
+    """Crash the workload at call ``first_crash_at``, then crash the recovery itself at each of
+    its file-system calls (power loss each time), then recover cleanly: the prefix rule must
+    still hold.  Returns the number of recovery kill points checked."""
+    options = CONFIGS[config]
+    ops = make_workload(seed, n=50)
+    probe, acked, _, _ = run_until_crash(ops, options, first_crash_at, seed)
+    probe.crash(mode, random.Random(seed))
+    counter = FaultInjectionFileSystem(probe, seed=seed)
+    antkv.open("db", file_system=counter, **options).close()
+    recovery_calls = counter.calls
+    for n in range(1, recovery_calls + 1):
+        inner, acked2, _, _ = run_until_crash(ops, options, first_crash_at, seed)
+        assert acked2 == acked
+        inner.crash(mode, random.Random(seed))
+        fs = FaultInjectionFileSystem(inner, seed=seed + n)
+        fs.crash_at(n)
+        try:
+            antkv.open("db", file_system=fs, **options).close()
+        except SimulatedCrash:
+            pass
+        check_recovery(inner, ops, acked, "power", options, seed * 7919 + n)
+    return recovery_calls

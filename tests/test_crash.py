@@ -42,3 +42,16 @@ def test_power_loss_after_clean_run_keeps_synced_prefix(config):
         assert not crashed
         # close() synced everything: nothing may be lost, even on power loss
         assert check_recovery(inner, ops, acked, "power", options, seed) == len(ops)
+
+
+@pytest.mark.parametrize("config", sorted(CRASH_CONFIGS))
+def test_crash_during_recovery(config):
+    """A power loss while recovering from a power loss: every file-system call of the recovery
+    (replay, flush of the replayed data, value-log sealing, MANIFEST roll, CURRENT swap,
+    obsolete-file removal) is a kill point, and the final recovery still obeys the prefix rule."""
+    from fuzz.crash import check_crash_during_recovery
+
+    checked = 0
+    for first in (60, 140, 220):
+        checked += check_crash_during_recovery(config, seed=3, first_crash_at=first)
+    assert checked > 30

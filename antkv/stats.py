@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from .errors import IOError as AntIOError
 from .version_set import parse_file_name, table_file_name, vlog_file_name
 
 
@@ -70,7 +71,7 @@ def _bytes_on_disk(db) -> int:
         if parse_file_name(name) is not None or name == "CURRENT":
             try:
                 total += fs.size(os.path.join(db.path, name))
-            except Exception:  # noqa: BLE001 - a file deleted by the background thread meanwhile
+            except AntIOError:  # a file deleted by the background thread meanwhile
                 continue
     return total
 

@@ -81,24 +81,25 @@ class _MemWritableFile(WritableFile):
 
 
 class _MemRandomAccessFile(RandomAccessFile):
-    __slots__ = ("path", "_fs", "_inode", "_gen")
+    __slots__ = ("path", "_fs", "_inode", "_gen", "_closed")
 
     def __init__(self, fs: "MemoryFileSystem", path: str, inode: _Inode):
         self.path = path
         self._fs = fs
         self._inode = inode
         self._gen = fs.generation
+        self._closed = False
 
     def read(self, offset: int, n: int) -> bytes:
-        if self._gen != self._fs.generation:
-            raise _err(errno.EBADF, "read", self.path)
+        if self._closed or self._gen != self._fs.generation:
+            raise _err(errno.EBADF, "read", self.path)  # as the OS answers a closed descriptor
         return bytes(self._inode.data[offset : offset + n])
 
     def size(self) -> int:
         return len(self._inode.data)
 
     def close(self) -> None:
-        pass
+        self._closed = True
 
 
 class _MemLock(FileLock):

@@ -255,14 +255,12 @@ def _gc_relocator(db, gc_files: set[int]):
     """``(relocate, writer)``: moves live values out of ``gc_files`` into a new value-log file."""
     if not gc_files:
         return None, None
-    import os
-
     from .vlog.pointer import decode_pointer
     from .vlog.writer import ValueLogWriter
 
     with db._mutex:
         number = db._versions.new_file_number()
-    writer = ValueLogWriter(db._fs, os.path.join(db.path, f"{number:06d}.vlog"), number, compression=db.options.blob_compression)
+    writer = ValueLogWriter.create_in(db._fs, db.path, number, compression=db.options.blob_compression)
     reader = db._vlog_reader
     stats = db._stats
 

@@ -31,7 +31,7 @@ from .fs import default_file_system
 from .log_format import LogReader, LogWriter
 from .memtable import MemTable
 from .version_edit import VersionEdit
-from .version_set import VersionSet, parse_file_name, table_file_name, wal_file_name
+from .version_set import VersionSet, parse_file_name, table_file_name, vlog_file_name, wal_file_name
 
 log = logging.getLogger("antkv")
 
@@ -204,7 +204,7 @@ def _recover_vlogs(db, fs, vs, on_disk, edit) -> dict[int, int]:
 
     lengths: dict[int, int] = {}
     for number, st in sorted(vs.vlogs.items()):
-        p = os.path.join(db.path, f"{number:06d}.vlog")
+        p = vlog_file_name(db.path, number)
         if ("vlog", number) not in on_disk:
             if st.sealed and st.garbage >= st.total:
                 edit.deleted_vlogs.append(number)  # deleted after its MANIFEST edit; finish the job
@@ -260,7 +260,7 @@ def _start_vlog(db, edit: VersionEdit) -> None:
 
     vs = db._versions
     number = vs.new_file_number()
-    db._vlog = ValueLogWriter(db._fs, os.path.join(db.path, f"{number:06d}.vlog"), number, compression=db.options.blob_compression)
+    db._vlog = ValueLogWriter.create_in(db._fs, db.path, number, compression=db.options.blob_compression)
     edit.new_vlogs.append(number)
 
 
@@ -272,7 +272,7 @@ def rotate_vlog(db) -> None:
     with db._mutex:
         old = db._vlog
         number = vs.new_file_number()
-        new = ValueLogWriter(db._fs, os.path.join(db.path, f"{number:06d}.vlog"), number, compression=db.options.blob_compression)
+        new = ValueLogWriter.create_in(db._fs, db.path, number, compression=db.options.blob_compression)
         db._fs.sync_dir(db.path)
         edit = VersionEdit(new_vlogs=[number])
         old.seal()
@@ -288,19 +288,19 @@ def _remove_obsolete_at_open(db, fs, on_disk) -> None:
     removed = []
     for (kind, number), name in sorted(on_disk.items()):
         if kind == "log" and number < vs.log_number:
-            pass_reason = "flushed WAL"
+            reason = "flushed WAL"
         elif kind == "manifest" and number != vs.manifest_number:
-            pass_reason = "old MANIFEST"
+            reason = "old MANIFEST"
         elif kind == "sst" and number not in live_tables:
-            pass_reason = "table not in the MANIFEST (left by an interrupted flush or compaction)"
+            reason = "table not in the MANIFEST (left by an interrupted flush or compaction)"
         elif kind == "vlog" and number not in vs.vlogs:
-            pass_reason = "value-log file not in the MANIFEST (unreferenced)"
+            reason = "value-log file not in the MANIFEST (unreferenced)"
         else:
             continue
         fs.remove(os.path.join(db.path, name))
-        removed.append(f"{name}: {pass_reason}")
+        removed.append(f"{name}: {reason}")
         if kind in ("sst", "vlog"):
-            log.warning("removed %s at open: %s", name, pass_reason)
+            log.warning("removed %s at open: %s", name, reason)
     tmp = os.path.join(db.path, "CURRENT.tmp")
     if fs.exists(tmp):
         fs.remove(tmp)

@@ -22,6 +22,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from .errors import CorruptionError
+from .vlog.format import vlog_file_name  # noqa: F401 - re-exported: every file name in one place here
 from .log_format import LogReader, LogWriter
 from .version_edit import FileMetaData, VersionEdit
 
@@ -32,10 +33,6 @@ def table_file_name(dbname: str, number: int) -> str:
 
 def wal_file_name(dbname: str, number: int) -> str:
     return os.path.join(dbname, f"{number:06d}.log")
-
-
-def vlog_file_name(dbname: str, number: int) -> str:
-    return os.path.join(dbname, f"{number:06d}.vlog")
 
 
 def manifest_file_name(dbname: str, number: int) -> str:

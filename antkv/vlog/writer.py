@@ -27,6 +27,7 @@ from .format import (
     encode_file_header,
     encode_footer,
     encode_record,
+    vlog_file_name,
 )
 from .pointer import encode_pointer
 
@@ -81,6 +82,11 @@ class ValueLogWriter:
             self._close_quietly()
             raise
         self.size = FILE_HEADER_SIZE
+
+    @classmethod
+    def create_in(cls, fs, dirname: str, file_number: int, *, compression: str | None = None) -> "ValueLogWriter":
+        """A new value-log file ``file_number`` in database directory ``dirname``."""
+        return cls(fs, vlog_file_name(dirname, file_number), file_number, compression=compression)
 
     def add(self, key: bytes, value: bytes) -> bytes:
         """Append one record; the encoded value pointer to it."""

@@ -53,16 +53,18 @@ def wchar() -> int:
     return read_proc_io().get("wchar", 0)
 
 
-class AntKV:
-    name = "antkv"
+class _Engine:
+    """What both adapters share: batched loading and the delete/get entry points."""
 
-    def __init__(self, path: str, cache_bytes: int):
-        self.db = antkv.open(path, enable_blob_files=False, compression=None, block_cache=antkv.Cache(cache_bytes))
+    db = None
+
+    def new_batch(self):
+        raise NotImplementedError
 
     def load(self, n: int, value: bytes) -> None:
         db = self.db
         for start in range(0, n, BATCH):
-            b = antkv.WriteBatch()
+            b = self.new_batch()
             for i in range(start, min(start + BATCH, n)):
                 b.put(key(i), value)
             db.write(b)
@@ -75,6 +77,16 @@ class AntKV:
 
     def getter(self):
         return self.db.get
+
+
+class AntKV(_Engine):
+    name = "antkv"
+
+    def new_batch(self):
+        return antkv.WriteBatch()
+
+    def __init__(self, path: str, cache_bytes: int):
+        self.db = antkv.open(path, enable_blob_files=False, compression=None, block_cache=antkv.Cache(cache_bytes))
 
     def flush(self) -> None:
         self.db.flush(wait=True)
@@ -89,8 +101,11 @@ class AntKV:
         self.db.close()
 
 
-class RocksDB:
+class RocksDB(_Engine):
     name = "rocksdb"
+
+    def new_batch(self):
+        return self._rd.WriteBatch(raw_mode=True)
 
     def __init__(self, path: str, cache_bytes: int):
         import rocksdict
@@ -103,23 +118,6 @@ class RocksDB:
         table.set_block_cache(rocksdict.Cache(cache_bytes))
         opts.set_block_based_table_factory(table)
         self.db = rocksdict.Rdict(path, options=opts)
-
-    def load(self, n: int, value: bytes) -> None:
-        db = self.db
-        for start in range(0, n, BATCH):
-            b = self._rd.WriteBatch(raw_mode=True)
-            for i in range(start, min(start + BATCH, n)):
-                b.put(key(i), value)
-            db.write(b)
-
-    def delete_range(self, a: bytes, b: bytes) -> None:
-        self.db.delete_range(a, b)
-
-    def deleter(self):
-        return self.db.delete
-
-    def getter(self):
-        return self.db.get
 
     def flush(self) -> None:
         self.db.flush(True)

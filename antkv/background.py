@@ -1,9 +1,12 @@
 """Background work: flushing immutable memtables, compacting, deleting obsolete files.
 
-One background thread runs :func:`do_one_step` while :func:`has_work` says so (with
-``max_background_jobs == 0`` the writer runs :func:`do_all_work` inline instead).  Flushes go
-first (oldest memtable first: the WAL log number only moves forward), then one compaction at a
-time (``_compaction_lock``: also taken by ``compact_range`` and ``gc_value_log``).
+Background threads run :func:`do_one_step` while :func:`has_work` says so, each in a *role*:
+with ``max_background_jobs >= 2`` one thread flushes and one compacts (so a long compaction
+never holds up a flush), with 1 a single thread does both, flushes first; with 0 the writer
+runs :func:`do_all_work` inline.  Flushes go oldest memtable first (the WAL log number only
+moves forward); one compaction runs at a time (``_compaction_lock``: also taken by
+``compact_range`` and ``gc_value_log``).  The jobs themselves may run in a worker process
+(:mod:`antkv.worker`).
 
 Obsolete files are deleted only when nothing can read them any more: a table when no live
 super version (running read, open iterator, checkpoint in progress) holds a version listing it;
@@ -23,17 +26,17 @@ from .version_set import table_file_name, vlog_file_name, wal_file_name
 log = logging.getLogger("antkv")
 
 
-def has_work(db) -> bool:
-    """REQUIRES db._mutex."""
+def has_work(db, role: str = "all") -> bool:
+    """REQUIRES db._mutex.  ``role``: "flush", "compaction" or "all"."""
     if db._bg_error is not None or db._closed and not db._imms:
         return False
-    if db._imms:
+    if db._imms and role != "compaction":
         return True
-    return compaction.pick_compaction(db) is not None
+    return role != "flush" and compaction.pick_compaction(db) is not None
 
 
-def do_one_step(db) -> None:
-    if db._imms:
+def do_one_step(db, role: str = "all") -> None:
+    if db._imms and role != "compaction":
         flush_oldest(db)
     else:
         compact_once(db)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .compaction_stream import TableOutputs, compaction_stream, output_tombstones
-from .iterators import merge_forward
+from .flush import add_stats
+from .jobs import CompactionJob
 from .read_view import table_fragments
 from .version_edit import FileMetaData, VersionEdit
 
@@ -166,40 +166,31 @@ def run_compaction(db, c: Compaction, snapshots: list[int]) -> VersionEdit:
         db._stats["trivial_moves"] += 1
         return edit
     garbage: dict[int, int] = {}
-    bottommost = is_bottommost(version, c)
-    inputs = _drop_covered_inputs(db, c, readers, snapshots, garbage)
-    tombstones = []
-    for _, f in inputs:
-        tombstones.extend(readers[f.number].range_tombstones)
-    from .rangedel import fragment
-
-    all_frags = fragment(tombstones)
-    out_frags = output_tombstones(tombstones, snapshots, bottommost)
-    sources = [readers[f.number].iter_forward(None) for _, f in inputs]
-    for _, f in inputs:
-        db._stats["compaction_bytes_read"] += f.size
+    job = CompactionJob(
+        inputs=_drop_covered_inputs(db, c, readers, snapshots, garbage),
+        output_level=c.output_level,
+        snapshots=list(snapshots),
+        bottommost=is_bottommost(version, c),
+        target_size=db.options.target_file_size_base,
+    )
     relocate, gc_writer = _gc_relocator(db, c.gc_files)
-    outputs = TableOutputs(db, db.options.target_file_size_base, out_frags, "compaction_bytes_written")
     try:
-        outputs.add_all(
-            compaction_stream(
-                merge_forward(sources) if sources else iter(()), snapshots, all_frags, bottommost, garbage, relocate
-            )
-        )
-        metas = outputs.finish()
+        result = db._jobs.compact(job, relocate)
         if gc_writer is not None:
             gc_writer.seal()
             edit.new_vlogs.append(gc_writer.file_number)
             edit.sealed_vlogs.append((gc_writer.file_number, gc_writer.record_bytes))
             db._stats["vlog_bytes_written"] += gc_writer.size
+            db._fs.sync_dir(db.path)
     except BaseException:
-        outputs.abandon()
         if gc_writer is not None:
             gc_writer.close()
         raise
-    db._fs.sync_dir(db.path)
-    for meta in metas:
+    add_stats(db, result.stats)
+    for meta in result.tables:
         edit.new_tables.append((c.output_level, meta))
+    for vnum, nbytes in result.garbage.items():
+        garbage[vnum] = garbage.get(vnum, 0) + nbytes
     edit.vlog_garbage.extend(sorted(garbage.items()))
     db._stats["compactions"] += 1
     return edit

@@ -84,19 +84,31 @@ class DB:
         self._stats = recovery.new_stats()
         self._imms: list[MemTable] = []
         self._flush_requested = False
-        self._bg_thread: threading.Thread | None = None
+        self._bg_thread: threading.Thread | None = None  # the first background thread (None: inline work)
+        self._bg_threads: list[threading.Thread] = []
         self._bg_shutdown = False
         self._bg_running = 0
         self._memtable_counter = 0
         self._wbm_token = None
         self._wbm_reserved = 0  # bytes reported to the write buffer manager
         self._wbm_pending = 0  # bytes not yet reported (reported in chunks)
+        from .worker import JobRunner
+
+        self._jobs = JobRunner(self)  # flush and compaction jobs (recovery flushes too)
         recovery.open_db(self)  # sets fs, versions, mem, wal, vlog, cache, sv; may raise
         self._closed = False
         self._write_blocked = False
         if options.max_background_jobs > 0:
-            self._bg_thread = threading.Thread(target=self._bg_loop, name=f"antkv-bg:{path}", daemon=True)
-            self._bg_thread.start()
+            # one thread flushes, one compacts (a long compaction never holds up a flush);
+            # with a single job, one thread does both
+            roles = ("flush", "compaction") if options.max_background_jobs >= 2 else ("all",)
+            self._bg_threads = [
+                threading.Thread(target=self._bg_loop, args=(role,), name=f"antkv-{role}:{path}", daemon=True)
+                for role in roles
+            ]
+            self._bg_thread = self._bg_threads[0]
+            for t in self._bg_threads:
+                t.start()
         with self._mutex:
             self._schedule_work()
 
@@ -433,6 +445,10 @@ class DB:
         if reader is not None:
             reader.close()
 
+    def _lock_fd(self) -> int | None:
+        """The LOCK file's descriptor (inherited by worker processes), when on the OS."""
+        return getattr(self._lock, "fd", None)
+
     def _wal_bytes_total(self) -> int:
         return self._stats["wal_bytes_written"] + (self._wal.size if self._wal is not None else 0)
 
@@ -468,18 +484,18 @@ class DB:
             self._set_bg_error(e)
             raise
 
-    def _bg_loop(self) -> None:
+    def _bg_loop(self, role: str) -> None:
         from . import background
 
         while True:
             with self._mutex:
-                while not self._bg_shutdown and not background.has_work(self):
+                while not self._bg_shutdown and not background.has_work(self, role):
                     self._bg_cv.wait()
                 if self._bg_shutdown:
                     return
                 self._bg_running += 1
             try:
-                background.do_one_step(self)
+                background.do_one_step(self, role)
             except BaseException as e:  # noqa: BLE001 - recorded; writers see it as BackgroundError
                 self._set_bg_error(e)
             finally:
@@ -695,8 +711,9 @@ class DB:
         with self._mutex:
             self._bg_shutdown = True
             self._bg_cv.notify_all()
-        if self._bg_thread is not None:
-            self._bg_thread.join()
+        for t in self._bg_threads:
+            t.join()
+        self._jobs.close()
         recovery.close_db(self)
         if flush_error is not None:
             raise flush_error

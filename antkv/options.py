@@ -50,6 +50,7 @@ class Options:
     num_levels: int = 7
     max_manifest_file_size: int = 1 * GiB
     max_background_jobs: int = 2  # 0 = flush and compaction run inline, deterministically
+    background_process: bool = True  # background jobs run in worker processes (OS file system only)
 
     # --- value log (key-value separation) ---
     enable_blob_files: bool = True
@@ -87,7 +88,7 @@ class WriteOptions:
                 raise InvalidArgumentError(f"WriteOptions.{name} must be a bool")
 
 
-_BOOLS = ("create_if_missing", "error_if_exists", "paranoid_checks", "enable_blob_files")
+_BOOLS = ("create_if_missing", "error_if_exists", "paranoid_checks", "enable_blob_files", "background_process")
 # field -> smallest allowed value
 _INTS = {
     "write_buffer_size": 1,

@@ -1,0 +1,221 @@
+"""Flush and compaction jobs: self-contained work that runs in any process.
+
+A job names what it reads (a memtable's contents, or input tables), the snapshots alive when it
+was picked, and how its outputs are cut; executing it writes and syncs the output tables (through
+an :class:`~antkv.table_outputs.OutputEnv`) and returns a :class:`JobResult`: their metadata,
+the value-log garbage found (bytes of value records no output points to any more, per value-log
+file) and statistics counters.  Nothing here touches the database object: the DB runs a job in
+its own process or hands it to a worker process (:mod:`antkv.worker`), so that flush and
+compaction run on another core than the writers (CPython runs one thread at a time).
+
+Two ways through a job:
+
+* the *general* path merges the inputs entry by entry through
+  :func:`~antkv.compaction_stream.compaction_stream` (snapshot stripes, range tombstones,
+  value-log relocation);
+* the *columnar* path, taken when no snapshot is alive, no input holds a range tombstone and no
+  value moves: then only each key's newest version can be seen by anyone, so the inputs are
+  decoded block by block into columns, merged newest-wins with one ``dict`` (inputs fed oldest
+  first), sorted once in C, and written with ``TableBuilder.add_sorted``; deletions are dropped
+  when the output is bottommost.  It yields exactly the entries the general path would.
+"""
+
+from __future__ import annotations
+
+import marshal
+from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import itemgetter, ne, neg
+
+from .compaction_stream import compaction_stream, output_tombstones
+from .dbformat import DELETION, VALUE_POINTER
+from .iterators import merge_forward
+from .memtable import MemTable
+from .rangedel import fragment
+from .sst.block import decode_block
+from .sst.format import BLOCK_TRAILER_SIZE, read_block
+from .table_outputs import OutputEnv, TableOutputs
+from .version_edit import FileMetaData
+from .vlog.pointer import decode_pointer
+
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
+@dataclass
+class JobResult:
+    tables: list[FileMetaData]
+    garbage: dict[int, int] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------- flush
+
+
+def memtable_payload(mem: MemTable) -> bytes:
+    """An immutable memtable's contents as bytes for a worker (``marshal``: C speed)."""
+    return marshal.dumps((mem.versions, mem.older, mem.range_dels))
+
+
+def memtable_from_payload(payload: bytes) -> MemTable:
+    versions, older, range_dels = marshal.loads(payload)
+    mem = MemTable()
+    mem.versions, mem.older, mem.range_dels = versions, older, range_dels
+    mem.pending = list(versions)  # sorted into ``keys`` by the first iterator
+    mem._fragments = None
+    return mem
+
+
+def execute_flush(mem: MemTable, snapshots: list[int], env: OutputEnv) -> JobResult:
+    """Write immutable ``mem`` as (at most) one L0 table: never bottommost, so deletions stay."""
+    garbage: dict[int, int] = {}
+    tombstones = output_tombstones(list(mem.range_dels), snapshots, bottommost=False)
+    outputs = TableOutputs(env, target_size=1 << 62, tombstones=tombstones, stats_key="flush_bytes_written")
+    try:
+        if not snapshots and not mem.range_dels:
+            outputs.add_columns(*_newest_versions(mem, garbage))
+        else:
+            outputs.add_all(compaction_stream(mem.iter_forward(None), snapshots, mem.fragments(), False, garbage))
+        tables = outputs.finish()
+    except BaseException:
+        outputs.abandon()
+        raise
+    env.fs.sync_dir(env.path)
+    env.stats["flushes"] = env.stats.get("flushes", 0) + 1
+    return JobResult(tables, garbage, env.stats)
+
+
+def _newest_versions(mem: MemTable, garbage: dict[int, int]) -> tuple[list, list, list, list]:
+    """Columns ``(keys, seqs, kinds, values)`` of every key's newest version, in key order;
+    the value pointers of older versions are counted as garbage.  REQUIRES: no live snapshot,
+    no range tombstone, and an immutable ``mem``."""
+    versions = mem.versions
+    keys = sorted(versions)  # one C sort; the memtable's own SortedList is not needed here
+    newest = list(map(versions.__getitem__, keys))
+    for lst in mem.older.values():
+        for _seq, kind, value in lst:
+            if kind == VALUE_POINTER:
+                _add_garbage(garbage, value)
+    # itemgetter columns: zip(*newest) would pass every tuple as an argument (4x slower)
+    return keys, list(map(_FIRST, newest)), list(map(_SECOND, newest)), list(map(_THIRD, newest))
+
+
+def _add_garbage(garbage: dict[int, int], pointer: bytes) -> None:
+    fnum, _off, size = decode_pointer(pointer)
+    garbage[fnum] = garbage.get(fnum, 0) + size
+
+
+# ----------------------------------------------------------------------------- compaction
+
+
+@dataclass
+class CompactionJob:
+    """``inputs`` are ``(level, table)`` pairs whose ``reader`` field is ignored."""
+
+    inputs: list[tuple[int, FileMetaData]]
+    output_level: int
+    snapshots: list[int]
+    bottommost: bool
+    target_size: int
+
+
+def execute_compaction(
+    job: CompactionJob, env: OutputEnv, open_reader, relocate=None, allow_columnar: bool = True
+) -> JobResult:
+    """Merge the inputs into new tables; ``open_reader(meta)`` gives an input's TableReader and
+    ``relocate`` (value-log GC, in the DB's process only) rewrites pointers it moves.
+    ``allow_columnar=False`` forces the general path (tests compare the two)."""
+    garbage: dict[int, int] = {}
+    stats = env.stats
+    readers = [(lvl, f, open_reader(f)) for lvl, f in job.inputs]
+    tombstones = [t for _, _, r in readers for t in r.range_tombstones]
+    out_frags = output_tombstones(tombstones, job.snapshots, job.bottommost)
+    stats["compaction_bytes_read"] = stats.get("compaction_bytes_read", 0) + sum(f.size for _, f in job.inputs)
+    outputs = TableOutputs(env, job.target_size, out_frags, "compaction_bytes_written")
+    try:
+        columnar = allow_columnar and not tombstones and not job.snapshots and relocate is None
+        if columnar:
+            _columnar_merge(job, readers, outputs)
+        else:
+            sources = [r.iter_forward(None) for _, _, r in readers]
+            merged = merge_forward(sources) if sources else iter(())
+            outputs.add_all(
+                compaction_stream(merged, job.snapshots, fragment(tombstones), job.bottommost, garbage, relocate)
+            )
+        tables = outputs.finish()
+    except BaseException:
+        outputs.abandon()
+        raise
+    if columnar:
+        # every input pointer no output holds was dropped: its bytes are garbage
+        refs: dict[int, int] = {}
+        for _, f in job.inputs:
+            for vnum, nbytes in f.blob_refs.items():
+                refs[vnum] = refs.get(vnum, 0) + nbytes
+        for t in tables:
+            for vnum, nbytes in t.blob_refs.items():
+                refs[vnum] -= nbytes
+        garbage = {vnum: nbytes for vnum, nbytes in refs.items() if nbytes}
+    env.fs.sync_dir(env.path)
+    return JobResult(tables, garbage, stats)
+
+
+def _columnar_merge(job: CompactionJob, readers, outputs: TableOutputs) -> None:
+    """The columnar path (see the module docstring).
+
+    Inputs are fed to one dict oldest first -- a higher level holds older data than a lower
+    one, and of two L0 tables the one with the smaller largest seq is older -- and each input
+    in reverse internal order, so a key's versions arrive oldest first and the newest one is
+    what the dict keeps.  The dict's key order is then a concatenation of descending runs,
+    which ``sorted`` merges in O(n log runs)."""
+    newest: dict = {}
+    update = newest.update
+    for _lvl, f, reader in sorted(readers, key=lambda t: (-t[0], t[1].largest_seq)):
+        keys, negs, kinds, values = read_table_columns(reader)
+        keys.reverse(), negs.reverse(), kinds.reverse(), values.reverse()
+        update(zip(keys, zip(negs, kinds, values)))
+    keys = sorted(newest)
+    versions = list(map(newest.__getitem__, keys))
+    del newest
+    kinds = list(map(_SECOND, versions))
+    values = list(map(_THIRD, versions))
+    seqs = list(map(neg, map(_FIRST, versions)))
+    del versions
+    if job.bottommost and DELETION in kinds:
+        live = list(map(ne, kinds, repeat(DELETION)))
+        keys, seqs = list(compress(keys, live)), list(compress(seqs, live))
+        kinds, values = list(compress(kinds, live)), list(compress(values, live))
+    outputs.add_columns(keys, seqs, kinds, values)
+
+
+class _Region:
+    """A table's data blocks read with one call, served to ``read_block`` like a file."""
+
+    __slots__ = ("buf",)
+
+    def __init__(self, buf: bytes):
+        self.buf = buf
+
+    def read(self, offset: int, n: int) -> bytes:
+        return self.buf[offset : offset + n]
+
+
+def read_table_columns(reader) -> tuple[list, list, list, list]:
+    """All point entries of a table as columns ``(keys, neg_seqs, kinds, values)`` in internal
+    order: the data blocks are read with one ``pread``, every block checksum is verified, and
+    the block cache is bypassed (a compaction's reads would only evict hot blocks)."""
+    _ikeys, _inegs, offsets, sizes = reader._get_index()
+    keys: list = []
+    negs: list = []
+    kinds: list = []
+    values: list = []
+    if not offsets:
+        return keys, negs, kinds, values
+    path = reader.path
+    region = _Region(reader._file.read(0, offsets[-1] + sizes[-1] + BLOCK_TRAILER_SIZE))
+    for off, size in zip(offsets, sizes):
+        k, q, t, v = decode_block(*read_block(region, off, size, True, path), path, off)
+        keys += k
+        negs += q
+        kinds += t
+        values += v
+    return keys, negs, kinds, values

@@ -1,0 +1,299 @@
+"""Worker processes: flush and compaction on another core.
+
+CPython runs one thread at a time, so a background *thread* that flushes or compacts takes its
+time from the writers.  A database on the operating system's file system therefore runs the
+jobs of its background threads (:mod:`antkv.jobs`) in worker processes, one per background
+thread, each started on first use with ``python -m antkv.worker`` (never ``multiprocessing``:
+that would re-run the user's main module).  Jobs started from a user's thread (``compact_range``,
+value-log GC) and every job under a simulated file system run in the calling thread, as does
+everything when ``Options.background_process`` is off.
+
+Protocol, over the worker's stdin/stdout (the worker's own ``sys.stdout`` goes to stderr)::
+
+    frame   = u64 length (little-endian) | pickle of a tuple
+    parent -> worker:  ("flush", path, TableOptions, memtable payload, snapshots)
+                       ("compact", path, TableOptions, CompactionJob)
+                       ("number", n)            reply to a request
+    worker -> parent:  ("number",)              "give me a new file number"
+                       ("done", JobResult)
+                       ("error", kind, args)    an antkv error, rebuilt in the parent
+
+File numbers come from the database (its version set), so outputs never collide with its own
+files.  The worker writes and syncs the output tables and the directory; the database logs them
+to the MANIFEST, exactly as for a job run in-process.  If the worker dies or the pipe breaks,
+the parent removes the files it handed numbers out for and runs the job itself.
+
+Lifetime: the worker holds a duplicate of the database's LOCK descriptor, so no other process
+can open the database while a worker could still write into it; on Linux it also asks the
+kernel to kill it when the thread that started it ends (``PR_SET_PDEATHSIG``), which covers a
+crash of the database's process.  It exits when its stdin closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+
+from .errors import CorruptionError, Error
+from .errors import IOError as AntIOError
+from .jobs import CompactionJob, JobResult, execute_compaction, execute_flush, memtable_from_payload, memtable_payload
+from .table_outputs import OutputEnv, TableOptions
+from .version_set import table_file_name
+
+log = logging.getLogger("antkv")
+_LEN = struct.Struct("<Q")
+
+
+def _send(f, msg) -> None:
+    data = pickle.dumps(msg, protocol=5)
+    f.write(_LEN.pack(len(data)))
+    f.write(data)
+    f.flush()
+
+
+def _recv(f):
+    head = f.read(_LEN.size)
+    if len(head) != _LEN.size:
+        raise EOFError("worker pipe closed")
+    n = _LEN.unpack(head)[0]
+    data = f.read(n)
+    if len(data) != n:
+        raise EOFError("worker pipe closed mid-message")
+    return pickle.loads(data)
+
+
+def _error_message(e: BaseException):
+    if isinstance(e, CorruptionError):
+        return ("error", "corruption", (str(e), e.path, e.offset))
+    if isinstance(e, OSError):
+        return ("error", "io", (e.errno, e.strerror or str(e), e.filename))
+    return ("error", "other", (f"{type(e).__name__}: {e}",))
+
+
+def _rebuild_error(kind: str, args) -> Error:
+    if kind == "corruption":
+        message, path, offset = args
+        err = CorruptionError.__new__(CorruptionError)
+        Exception.__init__(err, message)
+        err.path, err.offset = path, offset
+        return err
+    if kind == "io":
+        code, message, path = args
+        return AntIOError(message, OSError(code, message), path)
+    return AntIOError(f"background worker failed: {args[0]}")
+
+
+class WorkerDied(Exception):
+    """The worker process is gone (killed, crashed, or its pipe broke)."""
+
+
+class Worker:
+    """One worker process, used by one thread at a time."""
+
+    def __init__(self, lock_fd: int | None):
+        import antkv
+
+        root = os.path.dirname(os.path.dirname(os.path.abspath(antkv.__file__)))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "antkv.worker", str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            pass_fds=(lock_fd,) if lock_fd is not None else (),
+            env=env,
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, msg, new_file_number, handed_out: list[int]) -> JobResult:
+        """Send job ``msg``; answer number requests; the result (or the job's error)."""
+        try:
+            _send(self.proc.stdin, msg)
+            while True:
+                reply = _recv(self.proc.stdout)
+                if reply[0] == "number":
+                    n = new_file_number()
+                    handed_out.append(n)
+                    _send(self.proc.stdin, ("number", n))
+                elif reply[0] == "done":
+                    return reply[1]
+                elif reply[0] == "error":
+                    raise _rebuild_error(reply[1], reply[2])
+                else:
+                    raise WorkerDied(f"unexpected message {reply[0]!r}")
+        except (EOFError, OSError, pickle.UnpicklingError, ValueError) as e:
+            if isinstance(e, Error):
+                raise
+            self.close()
+            raise WorkerDied(str(e)) from e
+
+    def close(self) -> None:
+        proc = self.proc
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        try:
+            proc.stdout.close()
+        except OSError:
+            pass
+
+
+class JobRunner:
+    """Where one database's jobs run: a worker per background thread, or the calling thread."""
+
+    def __init__(self, db):
+        self.db = db
+        self._workers: dict[int, Worker] = {}  # thread ident -> its worker
+        self._lock = threading.Lock()
+        self.stats = {"worker_jobs": 0, "worker_restarts": 0, "worker_fallbacks": 0}
+
+    def _env(self) -> OutputEnv:
+        db = self.db
+        return OutputEnv(db._fs, db.path, TableOptions.of(db.options), self._new_file_number, {})
+
+    def _new_file_number(self) -> int:
+        with self.db._mutex:
+            return self.db._versions.new_file_number()
+
+    def _worker(self) -> Worker | None:
+        """This thread's worker, if jobs of this thread go to one."""
+        from .fs.posix import OSFileSystem
+
+        db = self.db
+        if not db.options.background_process or type(db._fs) is not OSFileSystem:
+            return None
+        if threading.current_thread() not in db._bg_threads:
+            return None
+        ident = threading.get_ident()
+        with self._lock:
+            w = self._workers.get(ident)
+            if w is not None and not w.alive():
+                self.stats["worker_restarts"] += 1
+                w = None
+            if w is None:
+                w = self._workers[ident] = Worker(self.db._lock_fd())
+            return w
+
+    def flush(self, mem, snapshots: list[int]) -> JobResult:
+        w = self._worker()
+        if w is not None:
+            db = self.db
+            msg = ("flush", db.path, TableOptions.of(db.options), memtable_payload(mem), list(snapshots))
+            result = self._in_worker(w, msg)
+            if result is not None:
+                return result
+        return execute_flush(mem, snapshots, self._env())
+
+    def compact(self, job: CompactionJob, relocate=None) -> JobResult:
+        w = self._worker() if relocate is None else None
+        if w is not None:
+            db = self.db
+            # table metadata travels without its open reader
+            inputs = [(lvl, replace(f, reader=None)) for lvl, f in job.inputs]
+            msg = ("compact", db.path, TableOptions.of(db.options), replace(job, inputs=inputs))
+            result = self._in_worker(w, msg)
+            if result is not None:
+                return result
+        return execute_compaction(job, self._env(), self.db._open_table, relocate)
+
+    def _in_worker(self, w: Worker, msg) -> JobResult | None:
+        """The worker's result, or None when it died (its partial outputs are removed)."""
+        handed_out: list[int] = []
+        try:
+            result = w.run(msg, self._new_file_number, handed_out)
+        except WorkerDied as e:
+            log.warning("antkv worker process failed (%s); running the job in-process", e)
+            self.stats["worker_fallbacks"] += 1
+            fs, path = self.db._fs, self.db.path
+            for n in handed_out:
+                p = table_file_name(path, n)
+                if fs.exists(p):
+                    fs.remove(p)
+            return None
+        self.stats["worker_jobs"] += 1
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            workers, self._workers = list(self._workers.values()), {}
+        for w in workers:
+            w.close()
+
+
+# ------------------------------------------------------------------------- the worker side
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this process when the thread that started it ends."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def worker_main(parent_pid: int) -> None:
+    from .fs.posix import OSFileSystem
+    from .sst.reader import TableReader
+
+    _die_with_parent(parent_pid)
+    proto_in = sys.stdin.buffer
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints must not corrupt the protocol
+    sys.stdout = sys.stderr
+    fs = OSFileSystem.instance()
+
+    def new_file_number() -> int:
+        _send(proto_out, ("number",))
+        reply = _recv(proto_in)
+        return reply[1]
+
+    while True:
+        try:
+            msg = _recv(proto_in)
+        except EOFError:
+            return
+        env = OutputEnv(fs, msg[1], msg[2], new_file_number, {})
+        readers = []
+        try:
+            if msg[0] == "flush":
+                result = execute_flush(memtable_from_payload(msg[3]), msg[4], env)
+            else:
+
+                def open_reader(f):
+                    r = TableReader.open(fs, table_file_name(env.path, f.number), f.number, cache=None)
+                    readers.append(r)
+                    return r
+
+                result = execute_compaction(msg[3], env, open_reader)
+            reply = ("done", result)
+        except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
+            reply = _error_message(e)
+        finally:
+            for r in readers:
+                r.close()
+        _send(proto_out, reply)
+
+
+if __name__ == "__main__":
+    worker_main(int(sys.argv[1]))

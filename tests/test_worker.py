@@ -1,0 +1,195 @@
+"""Background jobs in worker processes (antkv.worker), on the real file system.
+
+The workers are real processes; failures are real too: a worker killed in the middle of a job
+(the job reruns in-process and its partial outputs are removed), a corrupt input table (the
+error reaches the database with its file name), and the database's process killed while a
+worker runs (the kernel kills the worker, and the database reopens with every write).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import antkv
+from antkv import background
+
+
+def _opts(**kw):
+    base = dict(write_buffer_size=64 * 1024, level0_file_num_compaction_trigger=2, target_file_size_base=32 * 1024)
+    base.update(kw)
+    return base
+
+
+def _settle(db) -> None:
+    db.flush()
+    db._wait_for_background(lambda: not db._imms and db._bg_running == 0 and not background.has_work(db))
+
+
+def _fill(db, n: int, model: dict, tag: bytes = b"") -> None:
+    for i in range(n):
+        k = b"key%06d" % ((i * 7919) % n)
+        v = tag + b"value%d-" % i * 8
+        db.put(k, v)
+        model[k] = v
+        if i % 97 == 0:
+            db.delete(b"key%06d" % i)
+            model.pop(b"key%06d" % i, None)
+
+
+def _check(db, model: dict) -> None:
+    assert dict(db.items()) == model
+    for k in list(model)[::50]:
+        assert db.get(k) == model[k]
+
+
+def test_flush_and_compaction_run_in_workers_and_give_the_same_data(tmp_path):
+    model: dict = {}
+    db = antkv.open(str(tmp_path / "db"), **_opts())
+    _fill(db, 20_000, model)
+    _settle(db)
+    st = db._jobs.stats
+    assert st["worker_jobs"] >= 4 and st["worker_fallbacks"] == 0
+    assert db.stats()["compactions"] >= 1
+    workers = [w.proc for w in db._jobs._workers.values()]
+    assert len(workers) == 2  # one per background thread: flush and compaction
+    _check(db, model)
+    db.close()
+    assert all(p.poll() is not None for p in workers)  # closed with the database
+    db = antkv.open(str(tmp_path / "db"), **_opts())
+    assert [f for f in db.stats()["files_removed_at_open"] if ".sst" in f] == []
+    _check(db, model)
+    db.verify()
+    db.close()
+
+
+def test_background_process_off_runs_jobs_in_threads(tmp_path):
+    model: dict = {}
+    db = antkv.open(str(tmp_path / "db"), **_opts(background_process=False))
+    _fill(db, 5_000, model)
+    _settle(db)
+    assert db._jobs.stats["worker_jobs"] == 0 and not db._jobs._workers
+    _check(db, model)
+    db.close()
+
+
+def test_a_worker_killed_mid_job_is_replaced_and_the_job_rerun(tmp_path):
+    """The compaction worker is SIGKILLed when it asks for its second output file number (its
+    first output table is on disk by then): the job reruns in-process, that table is removed,
+    and the next job starts a new worker."""
+    model: dict = {}
+    db = antkv.open(str(tmp_path / "db"), **_opts())
+    jobs = db._jobs
+    real_new_number = jobs._new_file_number
+    calls = []
+
+    def kill_on_second_compaction_request():
+        if threading.current_thread().name.startswith("antkv-compaction"):
+            calls.append(1)
+            if len(calls) == 2:
+                w = jobs._workers[threading.get_ident()]
+                w.proc.kill()
+                w.proc.wait()
+        return real_new_number()
+
+    jobs._new_file_number = kill_on_second_compaction_request
+    _fill(db, 20_000, model)
+    _settle(db)
+    assert len(calls) > 2
+    assert jobs.stats["worker_fallbacks"] == 1
+    assert jobs.stats["worker_restarts"] == 1  # the next compaction started a new worker
+    _check(db, model)
+    db.close()
+    db = antkv.open(str(tmp_path / "db"), **_opts())
+    assert [f for f in db.stats()["files_removed_at_open"] if ".sst" in f] == []  # the partial output was removed
+    _check(db, model)
+    db.close()
+
+
+def test_a_corrupt_input_table_fails_the_worker_job_with_corruption(tmp_path):
+    path = str(tmp_path / "db")
+    db = antkv.open(path, **_opts(level0_file_num_compaction_trigger=100, level0_slowdown_writes_trigger=1000,
+                                  level0_stop_writes_trigger=1000))
+    model: dict = {}
+    _fill(db, 4_000, model)
+    db.flush()
+    _fill(db, 4_000, model, tag=b"again")
+    db.flush()
+    db.close()
+    tables = sorted(n for n in os.listdir(path) if n.endswith(".sst"))
+    victim = os.path.join(path, tables[0])
+    with open(victim, "r+b") as f:
+        f.seek(10)
+        b = f.read(1)
+        f.seek(10)
+        f.write(bytes([b[0] ^ 0xFF]))
+    db = antkv.open(path, **_opts(level0_file_num_compaction_trigger=2))
+    deadline = time.monotonic() + 60
+    while db._bg_error is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    err = db._bg_error
+    assert isinstance(err, antkv.CorruptionError), err
+    assert tables[0] in str(err) and err.path == victim
+    assert db._jobs.stats["worker_fallbacks"] == 0
+    try:
+        db.put(b"k", b"v")
+        raise AssertionError("a database with a background error accepted a write")
+    except antkv.Error:
+        pass
+    db.close()
+
+
+_CHILD = textwrap.dedent(
+    """
+    import sys, time, antkv
+    db = antkv.open(sys.argv[1], write_buffer_size=64 * 1024, level0_file_num_compaction_trigger=2,
+                    target_file_size_base=32 * 1024)
+    i = 0
+    while True:
+        db.put(b"key%08d" % i, b"v" * 200, sync=(i % 100 == 0))
+        if i % 100 == 0:
+            print(i, flush=True)  # acknowledged: synced
+        workers = [w.proc.pid for w in db._jobs._workers.values() if w.alive()]
+        if workers and i > 3000:
+            print("workers", *workers, flush=True)
+            time.sleep(30)
+        i += 1
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_killing_the_database_process_kills_its_workers(tmp_path):
+    path = str(tmp_path / "db")
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, path], stdout=subprocess.PIPE, text=True)
+    acked = -1
+    workers: list[int] = []
+    for line in proc.stdout:
+        parts = line.split()
+        if parts[0] == "workers":
+            workers = [int(p) for p in parts[1:]]
+            break
+        acked = int(parts[0])
+    assert workers, "the database never started a worker"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(_alive(p) for p in workers)
+    db = antkv.open(path)
+    for i in range(0, acked + 1, 37):
+        assert db.get(b"key%08d" % i) == b"v" * 200
+    db.close()

@@ -15,6 +15,7 @@ jump over covered spans and :meth:`SuperVersion.table_get` stop at the first cov
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from time import perf_counter
@@ -29,9 +30,10 @@ from .iterators import (
     skip_covered_forward,
     visible_backward,
     visible_forward,
-    visible_items_forward,
 )
 from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
+from .sst.bloom import may_contain as bloom_may_contain
+from .runs import entry_runs, gather_runs, merge_runs, shaped, triples, visible_runs
 from .version_set import _file_for_key
 
 
@@ -55,15 +57,56 @@ class SuperVersion:
         self._frag_cache = None  # (num_range_deletes, lo, hi, all fragments, per-source newer)
 
     def table_get(self, key: bytes, read_seq: int, db):
-        """Newest visible ``(seq, kind, value)`` of ``key`` in the tables, or None (absent or
-        covered by a range tombstone).  Tables are probed newest first: the L0 tables whose
-        range holds the key, then at most one table per sorted level."""
+        """Newest visible ``(neg_seq, kind, value)`` of ``key`` in the tables, or None (absent
+        or covered by a range tombstone).  Tables are probed newest first: the L0 tables whose
+        range holds the key, then at most one table per sorted level.
+
+        The point-read hot path, fused into one frame: per candidate table a bloom probe, then
+        :meth:`TableReader.find`.  The first table holding range tombstones hands the whole
+        lookup over to :meth:`_table_get_covered`.
+        """
+        neg = -read_seq
+        open_table = db._open_table
+        for f in self.version.levels[0]:
+            if f.smallest <= key <= f.largest:
+                r = f.reader or open_table(f)
+                if r.range_tombstones:
+                    return self._table_get_covered(key, read_seq, db)
+                if bloom_may_contain(r.filter, key):
+                    found = r.find(key, neg)
+                    if found is not None:
+                        return found
+        for _level, files, largest in self.version.sorted_levels:
+            i = bisect_left(largest, key)
+            if i == len(files):
+                continue
+            f = files[i]
+            if f.largest_exclusive and f.largest == key:
+                i += 1
+                if i == len(files):
+                    continue
+                f = files[i]
+            if f.smallest <= key:
+                r = f.reader or open_table(f)
+                if r.range_tombstones:
+                    return self._table_get_covered(key, read_seq, db)
+                if bloom_may_contain(r.filter, key):
+                    found = r.find(key, neg)
+                    if found is not None:
+                        return found
+        return None
+
+    def _table_get_covered(self, key: bytes, read_seq: int, db):
+        """:meth:`table_get` when range tombstones may cover ``key``: a key in an older table is
+        older than any tombstone of a newer one, so the first covering tombstone ends the
+        search."""
         candidates = [f for f in self.version.levels[0] if f.smallest <= key <= f.largest]
         for _level, files, largest in self.version.sorted_levels:
             f = _file_for_key(files, largest, key)
             if f is not None:
                 candidates.append(f)
         tomb = 0
+        neg = -read_seq
         open_table = db._open_table
         for f in candidates:
             r = f.reader or open_table(f)
@@ -71,9 +114,9 @@ class SuperVersion:
                 t = table_fragments(r).max_covering_seq(key, read_seq)
                 if t > tomb:
                     tomb = t
-            e = r.get(key, read_seq)
+            e = r.find(key, neg) if bloom_may_contain(r.filter, key) else None
             if e is not None:
-                return None if tomb > e[0] else e
+                return None if tomb > -e[0] else e
             if tomb:  # older tables hold only versions older than this tombstone
                 return None
         return None
@@ -193,12 +236,35 @@ class ReadView:
             srcs.append(src)
         return srcs
 
+    def _forward_runs(self, start: bytes | None) -> list[Iterator]:
+        """The sources of :meth:`_forward_sources` as runs (:mod:`antkv.runs`), for views with
+        no range tombstone; entries newer than the read are already dropped."""
+        db, sv = self.db, self.sv
+        neg_read = -self.read_seq
+        open_table = db._open_table
+        srcs = [entry_runs(m.iter_forward(start), neg_read) for m in sv.memtables if not m.is_empty()]
+        levels = sv.version.levels
+        for f in levels[0]:
+            if start is None or f.largest >= start:
+                srcs.append(gather_runs((f.reader or open_table(f)).blocks_forward(start), neg_read))
+        for level in range(1, len(levels)):
+            if levels[level]:
+                srcs.append(gather_runs(_LevelSource(db, levels[level]).blocks_forward(start), neg_read))
+        return srcs
+
+    def _visible_runs(self, start: bytes | None, upper: bytes | None) -> Iterator:
+        """:func:`antkv.runs.visible_runs` of this view (REQUIRES: no range tombstone in view).
+        The generator holds ``self``, so the super version stays pinned while it lives."""
+        yield from visible_runs(merge_runs(self._forward_runs(start)), upper)
+
     # --- scans: (key, kind, value) with pointers unresolved ---
 
     def scan_forward(self, start: bytes | None, upper: bytes | None, exclusive: bool) -> Iterator:
         frags, newer = self.sv.fragments(self.db, self.read_seq)
-        merged = merge_forward(self._forward_sources(start, newer))
-        gen = visible_forward(merged, self.read_seq, frags, upper)
+        if not frags:
+            gen = triples(self._visible_runs(start, upper))
+        else:
+            gen = visible_forward(merge_forward(self._forward_sources(start, newer)), self.read_seq, frags, upper)
         if exclusive and start is not None:
             return _drop_key(gen, start)
         return gen
@@ -217,14 +283,9 @@ class ReadView:
         if reverse:
             gen = self.scan_backward(hi, lo, True) if hi is not None else self.scan_backward(None, lo, False)
         else:
-            frags, newer = self.sv.fragments(self.db, self.read_seq)
-            if not frags and mode == "items":
-                merged = merge_forward(self._forward_sources(lo, newer))
-
-                def on_pointer(key: bytes, pointer: bytes, rest: Iterator) -> Iterator:
-                    return _emit(self, chain(((key, VALUE_POINTER, pointer),), rest), mode)
-
-                return visible_items_forward(merged, self.read_seq, hi, on_pointer)
+            frags, _ = self.sv.fragments(self.db, self.read_seq)
+            if not frags:
+                return shaped(self._visible_runs(lo, hi), mode, lambda rest: _emit(self, rest, mode))
             gen = self.scan_forward(lo, hi, False)
         return _emit(self, gen, mode)
 
@@ -345,19 +406,33 @@ class _LevelSource:
 
     def forward(self, start: bytes | None) -> Iterator:
         files = self.files
-        i = 0
-        if start is not None:
-            lo, hi = 0, len(files)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                f = files[mid]
-                if f.largest < start or (f.largest_exclusive and f.largest == start):
-                    lo = mid + 1
-                else:
-                    hi = mid
-            i = lo
+        i = 0 if start is None else self._first_at_or_after(start)
         # tables are concatenated by chain in C: no Python frame per entry at this layer
         return chain.from_iterable(self._tables_forward(files[i:], start))
+
+    def blocks_forward(self, start: bytes | None) -> Iterator:
+        """The decoded blocks of the level's tables from ``start`` on (see :meth:`forward`)."""
+        files = self.files
+        i = 0
+        if start is not None:
+            i = self._first_at_or_after(start)
+        open_table = self.db._open_table
+        for f in files[i:]:
+            yield from (f.reader or open_table(f)).blocks_forward(start)
+            start = None
+
+    def _first_at_or_after(self, start: bytes) -> int:
+        """Index of the first table that may hold keys >= ``start``."""
+        files = self.files
+        lo, hi = 0, len(files)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            f = files[mid]
+            if f.largest < start or (f.largest_exclusive and f.largest == start):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
 
     def _tables_forward(self, files: list, start: bytes | None) -> Iterator[Iterator]:
         open_table = self.db._open_table

@@ -86,7 +86,7 @@ class TableReader:
         self.range_tombstones: list[tuple[bytes, bytes, int]] = self._load_range_tombstones(rangedel_handle)
 
         self._index = index = self._load_index()
-        self._filter = filt = self._load_filter()
+        self.filter = filt = self._load_filter()
         props = self.properties
         if props.num_data_blocks != len(index[0]) or props.num_range_deletions != len(self.range_tombstones):
             raise CorruptionError("properties disagree with the index or range-del block", path, props_handle[0])
@@ -179,52 +179,79 @@ class TableReader:
 
     def may_contain(self, user_key: bytes) -> bool:
         """False only if the table certainly holds no point entry for ``user_key``."""
-        return bloom_may_contain(self._filter, user_key)
+        return bloom_may_contain(self.filter, user_key)
 
     def get(self, user_key: bytes, read_seq: int) -> tuple[int, int, bytes] | None:
         """``(seq, kind, value)`` of the newest entry of ``user_key`` with seq <= read_seq."""
         if self._file is None:
             raise DBClosedError(f"table {self.path} is closed")
-        if not self.may_contain(user_key):
+        if not bloom_may_contain(self.filter, user_key):
             return None
+        found = self.find(user_key, -read_seq)
+        return None if found is None else (-found[0], found[1], found[2])
+
+    def find(self, user_key: bytes, neg_read: int) -> tuple[int, int, bytes] | None:
+        """``(neg_seq, kind, value)`` of the first entry >= ``(user_key, neg_read)`` if its user
+        key is ``user_key`` (the newest version with seq <= ``-neg_read``), else None.
+
+        The point-read path: it does not consult the bloom filter (callers probe ``filter``
+        first, with :func:`antkv.sst.bloom.may_contain`).
+        """
+        if self._file is None:
+            raise DBClosedError(f"table {self.path} is closed")
         ikeys, inegs, offsets, sizes = self._index
-        neg = -read_seq
-        # The first index key >= (user_key, -read_seq) names the only block that can hold the
+        # The first index key >= (user_key, neg_read) names the only block that can hold the
         # answer: were the first entry >= the target in the next block instead, that block's
         # index key would lie between the target and the entry, so the entry's user key would
         # differ from user_key (see the index invariant in the module docstring).
         i = bisect_left(ikeys, user_key)
-        if i < len(ikeys) and ikeys[i] == user_key:
-            i = bisect_left(inegs, neg, i, bisect_right(ikeys, user_key, i))
-        if i == len(ikeys):
+        n = len(ikeys)
+        if i == n:
             return None
+        if ikeys[i] == user_key:
+            i = bisect_left(inegs, neg_read, i, bisect_right(ikeys, user_key, i))
+            if i == n:
+                return None
         offset = offsets[i]
         cache = self._cache
         if cache is None:
-            buf, n = self._read(offset, sizes[i])
-            found = search_block(buf, n, user_key, neg, self.path, offset)
-            return None if found is None else (-found[0], found[1], found[2])
+            buf, size = read_block(self._file, offset, sizes[i], self._verify, self.path)
+            return search_block(buf, size, user_key, neg_read, self.path, offset)
         ckey = (self._cache_id, offset)
         block = cache.get(ckey)
         if block is None:
-            buf, n = self._read(offset, sizes[i])
-            cache.put(ckey, (buf, n), n + _BLOCK_CHARGE)
-            found = search_block(buf, n, user_key, neg, self.path, offset)
-            return None if found is None else (-found[0], found[1], found[2])
+            buf, size = read_block(self._file, offset, sizes[i], self._verify, self.path)
+            cache.put(ckey, (buf, size), size + _BLOCK_CHARGE)
+            return search_block(buf, size, user_key, neg_read, self.path, offset)
         if len(block) == 2:
             # raw: point reads keep blocks raw and search the bytes; a decoded block costs
             # ~2.5x the memory, and promoting blocks on a second touch made random reads over a
             # table near the cache size thrash (decode, evict, read again)
-            found = search_block(block[0], block[1], user_key, neg, self.path, offset)
-            return None if found is None else (-found[0], found[1], found[2])
+            return search_block(block[0], block[1], user_key, neg_read, self.path, offset)
         keys, negs, kinds, values = block
         j = bisect_left(keys, user_key)
         if j == len(keys) or keys[j] != user_key:
             return None
-        j = bisect_left(negs, neg, j, bisect_right(keys, user_key, j))
+        j = bisect_left(negs, neg_read, j, bisect_right(keys, user_key, j))
         if j < len(keys) and keys[j] == user_key:
-            return -negs[j], kinds[j], values[j]
+            return negs[j], kinds[j], values[j]
         return None
+
+    def blocks_forward(self, start: bytes | None = None) -> Iterator[tuple[list, list, list, list]]:
+        """Decoded data blocks (shared: never mutate them) from the one holding the first entry
+        whose user key >= ``start``, that first one cut to begin there; empty ones skipped."""
+        ikeys, _, offsets, sizes = self._get_index()
+        b = 0 if start is None else bisect_left(ikeys, start)
+        data_block = self._data_block
+        for i in range(b, len(ikeys)):
+            block = data_block(offsets[i], sizes[i])
+            if i == b and start is not None:
+                j = bisect_left(block[0], start)
+                if j:
+                    keys, negs, kinds, values = block
+                    block = keys[j:], negs[j:], kinds[j:], values[j:]
+            if block[0]:
+                yield block
 
     def iter_forward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Entry tuples in internal order from the first whose user key >= ``start``."""
@@ -306,7 +333,7 @@ def dump_table(fs, path: str) -> Iterator[str]:
         for name, value in sorted(vars(p).items()):
             yield f"  property {name} = {value!r}"
         ikeys, inegs, offsets, sizes = reader._get_index()
-        bits, m, k = reader._filter
+        bits, m, k = reader.filter
         yield f"filter: {m} bits, {k} probes"
         yield f"range tombstones: {len(reader.range_tombstones)}"
         for begin, end, seq in reader.range_tombstones:

@@ -4,8 +4,8 @@ The general scan (:mod:`antkv.iterators`) moves one entry at a time through ``he
 a visibility generator: several Python frames per entry.  When no range tombstone is in view
 (the common case) a forward scan instead works on *runs*: parallel sequences
 ``(keys, neg_seqs, kinds, values)`` of consecutive entries of one source, in internal order
-(a decoded block is one; a table source joins blocks into runs of at least :data:`RUN_TARGET`
-entries so that the per-run work is spread over many entries).
+(a decoded block is one; a table source joins blocks into runs of up to about
+:data:`RUN_TARGET` entries so that the per-run work is spread over many entries).
 
 Merging (:func:`merge_runs`).  Every source keeps a current run and a position in it.  Let
 ``bound`` be the smallest *last* entry of the sources' current runs.  Every entry <= ``bound``
@@ -38,16 +38,24 @@ from typing import Iterator
 from .dbformat import DELETION, VALUE, VALUE_POINTER
 
 RUN_TARGET = 256
-"""Entries a table source gathers into one run (whole blocks, so runs may be a block longer)."""
+"""Entries a source gathers into one run once a scan is long (whole blocks, so a table's runs
+may be a block longer); runs start small (see :func:`gather_runs`)."""
 
 Run = tuple  # (keys, neg_seqs, kinds, values): parallel sequences, internal order, non-empty
 
 
 def gather_runs(blocks: Iterator[Run], neg_read: int) -> Iterator[Run]:
-    """Runs of >= RUN_TARGET entries (except the last) joined from decoded ``blocks``, without
-    the entries newer than ``-neg_read``.  Never mutates a block (blocks are shared via the
-    cache): joining copies."""
+    """Runs joined from decoded ``blocks``, without the entries newer than ``-neg_read``.
+
+    The first two runs are one block each, then each run joins twice as many blocks as the one
+    before, up to about RUN_TARGET entries: a short scan (a seek and a few ``next``) decodes
+    no more blocks than the per-entry path would, a long one spreads the per-run work over
+    many entries.  Never mutates a block (blocks are shared via the cache): joining copies.
+    """
+    nblocks = 1  # blocks in the next run
+    ramp = 0  # runs yielded so far, while ramping up
     keys = negs = kinds = values = None
+    joined = 0
     for bk, bn, bt, bv in blocks:
         if min(bn) < neg_read:  # some entries are newer than the read: drop them
             keep = list(map(ge, bn, repeat(neg_read)))
@@ -55,28 +63,38 @@ def gather_runs(blocks: Iterator[Run], neg_read: int) -> Iterator[Run]:
             if not bk:
                 continue
         if keys is None:
-            if len(bk) >= RUN_TARGET:
+            if nblocks == 1 or len(bk) >= RUN_TARGET:
                 yield bk, bn, bt, bv
+                ramp += 1
+                if ramp >= 2:
+                    nblocks = 2
                 continue
             keys, negs, kinds, values = list(bk), list(bn), list(bt), list(bv)
+            joined = 1
         else:
             keys += bk
             negs += bn
             kinds += bt
             values += bv
-        if len(keys) >= RUN_TARGET:
+            joined += 1
+        if joined >= nblocks or len(keys) >= RUN_TARGET:
             yield keys, negs, kinds, values
+            if len(keys) < RUN_TARGET:
+                nblocks = 2 * joined
             keys = None
     if keys is not None:
         yield keys, negs, kinds, values
 
 
 def entry_runs(entries: Iterator[tuple], neg_read: int) -> Iterator[Run]:
-    """Runs of RUN_TARGET entries from an iterator of entry tuples (a memtable source)."""
+    """Runs from an iterator of entry tuples (a memtable source): 16 entries, then twice as
+    many each time up to RUN_TARGET."""
+    n = 16
     while True:
-        chunk = list(islice(entries, RUN_TARGET))
+        chunk = list(islice(entries, n))
         if not chunk:
             return
+        n = min(RUN_TARGET, 2 * n)
         if min(e[1] for e in chunk) < neg_read:
             chunk = [e for e in chunk if e[1] >= neg_read]
             if not chunk:
@@ -99,11 +117,11 @@ def merge_runs(sources: list[Iterator[Run]]) -> Iterator[Run]:
     ``(keys, None, None, values)`` when every entry in it is a VALUE of a distinct key (the
     common case, merged by sorting the keys alone; see :func:`_merge_plain`).
     """
-    heads = []  # [keys, negs, kinds, values, position, source], newest source first
+    heads = []  # [keys, negs, kinds, values, position, source, plain], newest source first
     for src in sources:
         run = next(src, None)
         if run is not None:
-            heads.append([*run, 0, src])
+            heads.append([*run, 0, src, _is_plain(run[2])])
     while len(heads) > 1:
         owner = heads[0]
         bkey, bneg = owner[0][-1], owner[1][-1]
@@ -130,7 +148,9 @@ def merge_runs(sources: list[Iterator[Run]]) -> Iterator[Run]:
         if run is None:
             heads.remove(owner)
         else:
-            owner[:5] = (*run, 0)
+            owner[:4] = run
+            owner[4] = 0
+            owner[6] = _is_plain(run[2])
     if heads:
         h = heads[0]
         p = h[4]
@@ -138,19 +158,27 @@ def merge_runs(sources: list[Iterator[Run]]) -> Iterator[Run]:
         yield from h[5]
 
 
+def _is_plain(kinds) -> bool:
+    """True if a run holds only VALUE entries (no DELETION, no VALUE_POINTER)."""
+    return DELETION not in kinds and VALUE_POINTER not in kinds
+
+
 def _merge_plain(parts: list) -> Run | None:
-    """The merged run of ``parts`` (``(head, start, end)`` slices of sorted runs) if they hold
-    only VALUE entries of distinct keys, as ``(keys, None, None, values)``; else None.
+    """The merged run of ``parts`` (``(head, start, end)`` slices of sorted runs) if their runs
+    hold only VALUE entries and the parts hold distinct keys, as ``(keys, None, None, values)``;
+    else None.
 
     Sorting the keys alone (bytes comparisons in C) is cheaper than sorting entry tuples; the
     values follow through a dict, whose size also tells whether any key was repeated.
     """
+    keys: list = []
+    values: list = []
     for h, p, j in parts:
-        kinds = h[2]
-        if DELETION in kinds[p:j] or VALUE_POINTER in kinds[p:j]:
+        if not h[6]:
             return None
-    keys = list(chain.from_iterable(h[0][p:j] for h, p, j in parts))
-    by_key = dict(zip(keys, chain.from_iterable(h[3][p:j] for h, p, j in parts)))
+        keys += h[0][p:j]
+        values += h[3][p:j]
+    by_key = dict(zip(keys, values))
     if len(by_key) != len(keys):
         return None
     keys.sort()

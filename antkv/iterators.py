@@ -19,6 +19,11 @@ sources), so a deleted range is never read key by key.
 
 :class:`DBIterator` is the RocksDB-style cursor.  It keeps one generator in the current
 direction and rebuilds it on a seek or a change of direction.
+
+This is the general, per-entry path: the cursor, reverse scans and every scan with a range
+tombstone in view take it.  Forward ``items()``/``keys()``/``values()`` with no range
+tombstone in view take the batched path of :mod:`antkv.runs`, which must agree with it
+(``tests/test_scan_runs.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from itertools import chain
 from bisect import bisect_right
 from typing import Callable, Iterator
 
-from .dbformat import DELETION, VALUE, VALUE_POINTER
+from .dbformat import DELETION, VALUE_POINTER
 from .errors import DBClosedError, InvalidArgumentError
 from .rangedel import FragmentedRangeTombstones
 
@@ -86,33 +91,6 @@ def visible_forward(
         if fi < nfrag and starts[fi] <= key and seqs[fi][0] > -nseq:
             continue  # covered by a newer range tombstone
         yield key, kind, value
-
-
-def visible_items_forward(
-    merged: Iterator[Entry],
-    read_seq: int,
-    upper: bytes | None,
-    on_pointer: Callable[[bytes, bytes, Iterator], Iterator],
-) -> Iterator[tuple[bytes, bytes]]:
-    """:func:`visible_forward` and the ``(key, value)`` shaping fused into one generator, for
-    scans with no range tombstone in view (the common case): one generator layer less per key.
-
-    At the first VALUE_POINTER it hands over: ``on_pointer(key, pointer, rest)`` yields the
-    rest, where ``rest`` is :func:`visible_forward` resumed after ``key``.
-    """
-    neg_read = -read_seq
-    last = None
-    for key, nseq, kind, value in merged:
-        if nseq < neg_read or key == last:
-            continue
-        last = key
-        if upper is not None and key >= upper:
-            return
-        if kind == VALUE:
-            yield key, value
-        elif kind == VALUE_POINTER:
-            yield from on_pointer(key, value, visible_forward(merged, read_seq, None, upper, last=key))
-            return
 
 
 def visible_backward(

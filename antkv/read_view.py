@@ -32,8 +32,8 @@ from .iterators import (
     visible_forward,
 )
 from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
-from .sst.bloom import may_contain as bloom_may_contain
 from .runs import entry_runs, gather_runs, merge_runs, shaped, visible_runs
+from .sst.bloom import may_contain as bloom_may_contain
 from .version_set import _file_for_key
 
 

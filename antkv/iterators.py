@@ -20,10 +20,10 @@ sources), so a deleted range is never read key by key.
 :class:`DBIterator` is the RocksDB-style cursor.  It keeps one generator in the current
 direction and rebuilds it on a seek or a change of direction.
 
-This is the general, per-entry path: the cursor, reverse scans and every scan with a range
-tombstone in view take it.  Forward ``items()``/``keys()``/``values()`` with no range
-tombstone in view take the batched path of :mod:`antkv.runs`, which must agree with it
-(``tests/test_scan_runs.py``).
+This is the general, per-entry path: the cursor and every scan with a range tombstone in
+view take it.  ``items()``/``keys()``/``values()`` (either direction) with no range tombstone
+in view take the batched path of :mod:`antkv.runs`, which must agree with it
+(``tests/test_scan_runs.py``).  :class:`LevelSource` serves both paths.
 """
 
 from __future__ import annotations
@@ -175,6 +175,79 @@ def skip_covered_backward(
             return
 
 
+class LevelSource:
+    """A sorted level (L1+) as one source: its tables concatenated in key order."""
+
+    __slots__ = ("db", "files")
+
+    def __init__(self, db, files: list):
+        self.db = db
+        self.files = files
+
+    def forward(self, start: bytes | None) -> Iterator:
+        files = self.files
+        i = 0 if start is None else self._first_at_or_after(start)
+        # tables are concatenated by chain in C: no Python frame per entry at this layer
+        return chain.from_iterable(self._tables_forward(files[i:], start))
+
+    def blocks_forward(self, start: bytes | None) -> Iterator:
+        """The decoded blocks of the level's tables from ``start`` on (see :meth:`forward`)."""
+        files = self.files
+        i = 0
+        if start is not None:
+            i = self._first_at_or_after(start)
+        open_table = self.db._open_table
+        for f in files[i:]:
+            yield from (f.reader or open_table(f)).blocks_forward(start)
+            start = None
+
+    def _first_at_or_after(self, start: bytes) -> int:
+        """Index of the first table that may hold keys >= ``start``."""
+        files = self.files
+        lo, hi = 0, len(files)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            f = files[mid]
+            if f.largest < start or (f.largest_exclusive and f.largest == start):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _tables_forward(self, files: list, start: bytes | None) -> Iterator[Iterator]:
+        open_table = self.db._open_table
+        for f in files:
+            yield (f.reader or open_table(f)).iter_forward(start)
+            start = None
+
+    def backward(self, start: bytes | None) -> Iterator:
+        files = self.files
+        i = len(files) - 1
+        if start is not None:
+            while i >= 0 and files[i].smallest > start:
+                i -= 1
+        return chain.from_iterable(self._tables_backward(files[i::-1] if i >= 0 else [], start))
+
+    def blocks_backward(self, start: bytes | None, exclusive: bool) -> Iterator:
+        """The decoded blocks of the level's tables, last first, from ``start`` down (see
+        :meth:`TableReader.blocks_backward`)."""
+        files = self.files
+        i = len(files) - 1
+        if start is not None:
+            while i >= 0 and files[i].smallest > start:
+                i -= 1
+        open_table = self.db._open_table
+        for f in files[i::-1] if i >= 0 else ():
+            yield from (f.reader or open_table(f)).blocks_backward(start, exclusive)
+            start = None
+
+    def _tables_backward(self, files: list, start: bytes | None) -> Iterator[Iterator]:
+        open_table = self.db._open_table
+        for f in files:
+            yield (f.reader or open_table(f)).iter_backward(start)
+            start = None
+
+
 class DBIterator:
     """A cursor over a consistent view of the database (RocksDB's ``Iterator``).
 
@@ -320,6 +393,7 @@ def _key_arg(key) -> bytes:
 
 __all__ = [
     "DBIterator",
+    "LevelSource",
     "merge_forward",
     "merge_backward",
     "visible_forward",

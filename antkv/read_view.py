@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
-from itertools import chain
 from time import perf_counter
 from typing import Iterator
 
 from .dbformat import MAX_SEQUENCE, VALUE_POINTER
 from .errors import DBClosedError
 from .iterators import (
+    LevelSource,
     merge_backward,
     merge_forward,
     skip_covered_backward,
@@ -32,7 +32,18 @@ from .iterators import (
     visible_forward,
 )
 from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
-from .runs import entry_runs, gather_runs, merge_runs, shaped, visible_runs
+from .runs import (
+    entry_runs,
+    entry_runs_backward,
+    gather_runs,
+    gather_runs_backward,
+    merge_runs,
+    merge_runs_backward,
+    shaped,
+    shaped_backward,
+    visible_runs,
+    visible_runs_backward,
+)
 from .sst.bloom import may_contain as bloom_may_contain
 from .version_set import _file_for_key
 
@@ -204,7 +215,7 @@ class ReadView:
             makers.append((f.reader or open_table(f)).iter_forward if (start is None or f.largest >= start) else None)
         for level in range(1, len(levels)):
             if levels[level]:
-                makers.append(_LevelSource(db, levels[level]).forward)
+                makers.append(LevelSource(db, levels[level]).forward)
         for j, make in enumerate(makers):
             if make is None:
                 continue
@@ -225,7 +236,7 @@ class ReadView:
             makers.append((f.reader or open_table(f)).iter_backward if (start is None or f.smallest <= start) else None)
         for level in range(1, len(levels)):
             if levels[level]:
-                makers.append(_LevelSource(db, levels[level]).backward)
+                makers.append(LevelSource(db, levels[level]).backward)
         srcs = []
         for j, make in enumerate(makers):
             if make is None:
@@ -249,7 +260,31 @@ class ReadView:
                 srcs.append(gather_runs((f.reader or open_table(f)).blocks_forward(start), neg_read))
         for level in range(1, len(levels)):
             if levels[level]:
-                srcs.append(gather_runs(_LevelSource(db, levels[level]).blocks_forward(start), neg_read))
+                srcs.append(gather_runs(LevelSource(db, levels[level]).blocks_forward(start), neg_read))
+        return srcs
+
+    def _backward_runs(self, start: bytes | None, exclusive: bool) -> list[Iterator]:
+        """:meth:`_forward_runs` for a reverse scan from ``start`` down (keys < ``start`` when
+        ``exclusive``); runs of ever lower keys (:func:`antkv.runs.merge_runs_backward`)."""
+        db, sv = self.db, self.sv
+        neg_read = -self.read_seq
+        open_table = db._open_table
+        srcs = []
+        for m in sv.memtables:
+            if not m.is_empty():
+                entries = m.iter_backward(start)
+                if exclusive and start is not None:
+                    entries = _below(entries, start)
+                srcs.append(entry_runs_backward(entries, neg_read))
+        levels = sv.version.levels
+        for f in levels[0]:
+            if start is None or f.smallest < start or (not exclusive and f.smallest == start):
+                blocks = (f.reader or open_table(f)).blocks_backward(start, exclusive)
+                srcs.append(gather_runs_backward(blocks, neg_read))
+        for level in range(1, len(levels)):
+            if levels[level]:
+                blocks = LevelSource(db, levels[level]).blocks_backward(start, exclusive)
+                srcs.append(gather_runs_backward(blocks, neg_read))
         return srcs
 
     def _visible_runs(self, start: bytes | None, upper: bytes | None) -> Iterator:
@@ -277,16 +312,20 @@ class ReadView:
         return gen
 
     def items(self, lo: bytes | None, hi: bytes | None, reverse: bool, mode: str) -> Iterator:
-        """``db.items()``/``keys()``/``values()`` over ``[lo, hi)`` in ``mode``.  Forward scans
-        with no range tombstone in view take the batched path (:mod:`antkv.runs`); the
+        """``db.items()``/``keys()``/``values()`` over ``[lo, hi)`` in ``mode``.  Scans with no
+        range tombstone in view take the batched paths (:mod:`antkv.runs`); the
         ``on_pointer`` closure holds ``self``, which pins the super version while the returned
         iterator lives."""
         if lo is not None and hi is not None and lo >= hi:
             return iter(())
+        frags, _ = self.sv.fragments(self.db, self.read_seq)
         if reverse:
+            if not frags:
+                merged = merge_runs_backward(self._backward_runs(hi, True))
+                visible = visible_runs_backward(merged, lo)
+                return shaped_backward(visible, mode, lambda rest: _emit(self, rest, mode))
             gen = self.scan_backward(hi, lo, True) if hi is not None else self.scan_backward(None, lo, False)
         else:
-            frags, _ = self.sv.fragments(self.db, self.read_seq)
             if not frags:
                 return shaped(self._visible_runs(lo, hi), mode, lambda rest: _emit(self, rest, mode))
             gen = self.scan_forward(lo, hi, False)
@@ -299,6 +338,15 @@ def _drop_key(gen: Iterator, key: bytes) -> Iterator:
             yield e
         break
     yield from gen
+
+
+def _below(entries: Iterator, key: bytes) -> Iterator:
+    """Backward ``entries`` without the leading ones of ``key`` (an exclusive reverse start)."""
+    for e in entries:
+        if e[0] != key:
+            yield e
+            break
+    yield from entries
 
 
 def _before(make):
@@ -396,63 +444,3 @@ def _resolve_chunk(chunk: list, npointers: int, resolve, pool: ThreadPoolExecuto
 
 def _resolve_many(resolve, pointers: list[bytes]) -> list[bytes]:
     return [resolve(p) for p in pointers]
-
-
-class _LevelSource:
-    """A sorted level (L1+) as one source: its tables concatenated in key order."""
-
-    __slots__ = ("db", "files")
-
-    def __init__(self, db, files: list):
-        self.db = db
-        self.files = files
-
-    def forward(self, start: bytes | None) -> Iterator:
-        files = self.files
-        i = 0 if start is None else self._first_at_or_after(start)
-        # tables are concatenated by chain in C: no Python frame per entry at this layer
-        return chain.from_iterable(self._tables_forward(files[i:], start))
-
-    def blocks_forward(self, start: bytes | None) -> Iterator:
-        """The decoded blocks of the level's tables from ``start`` on (see :meth:`forward`)."""
-        files = self.files
-        i = 0
-        if start is not None:
-            i = self._first_at_or_after(start)
-        open_table = self.db._open_table
-        for f in files[i:]:
-            yield from (f.reader or open_table(f)).blocks_forward(start)
-            start = None
-
-    def _first_at_or_after(self, start: bytes) -> int:
-        """Index of the first table that may hold keys >= ``start``."""
-        files = self.files
-        lo, hi = 0, len(files)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            f = files[mid]
-            if f.largest < start or (f.largest_exclusive and f.largest == start):
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
-    def _tables_forward(self, files: list, start: bytes | None) -> Iterator[Iterator]:
-        open_table = self.db._open_table
-        for f in files:
-            yield (f.reader or open_table(f)).iter_forward(start)
-            start = None
-
-    def backward(self, start: bytes | None) -> Iterator:
-        files = self.files
-        i = len(files) - 1
-        if start is not None:
-            while i >= 0 and files[i].smallest > start:
-                i -= 1
-        return chain.from_iterable(self._tables_backward(files[i::-1] if i >= 0 else [], start))
-
-    def _tables_backward(self, files: list, start: bytes | None) -> Iterator[Iterator]:
-        open_table = self.db._open_table
-        for f in files:
-            yield (f.reader or open_table(f)).iter_backward(start)
-            start = None

@@ -23,6 +23,9 @@ previous run carries over, so versions of one key split over two runs are decide
 the kinds (DELETION == 0 is the only falsy kind).  Consumers apply the mask with
 ``itertools.compress``.
 
+Reverse scans (:func:`merge_runs_backward`) use the same ascending runs, taken from the top;
+see the comment above it.
+
 Invariant (relied on by the merge): two entries of different sources never compare equal on
 ``(key, neg_seq)``, except duplicates of one version (see :mod:`antkv.memtable`), which the
 first-of-key mask removes.
@@ -250,5 +253,165 @@ def shaped(visible: Iterator[tuple], mode: str, on_pointer) -> Iterator:
             else:
                 out = values
             yield out if mask is None else compress(out, mask)
+
+    return chain.from_iterable(batches())
+
+
+# --- backward (reverse) scans ---
+#
+# A reverse scan uses the same runs, still sorted ascending, but walks each source from its end:
+# a source yields runs of ever lower keys, and each head is consumed from the top of its run.
+# Let ``bkey`` be the largest *first* key among the current runs of the sources that have more
+# runs.  Every entry with a key > ``bkey`` is then in a current run, and so is every version of
+# such a key: the next batch takes, from every head, the entries with keys > ``bkey``.  Batches
+# therefore hold whole keys (all versions), are merged and masked exactly like forward ones
+# (first entry of each key), and are emitted reversed.  The source that owned ``bkey`` reads its
+# next run, in front of the entries it has left (all of key ``bkey``).
+
+
+def gather_runs_backward(blocks: Iterator[Run], neg_read: int) -> Iterator[Run]:
+    """:func:`gather_runs` for ``blocks`` that come in descending order (each block ascending):
+    runs of ever lower keys, each ascending, ramping up the same way."""
+    nblocks = 1
+    ramp = 0
+    pending: list = []  # blocks of the run being joined, highest first
+    count = 0
+    for block in blocks:
+        bk, bn, bt, bv = block
+        if min(bn) < neg_read:
+            keep = list(map(ge, bn, repeat(neg_read)))
+            bk, bn, bt, bv = block = tuple(list(compress(col, keep)) for col in block)
+            if not bk:
+                continue
+        if nblocks == 1 and not pending:
+            yield block
+            ramp += 1
+            if ramp >= 2:
+                nblocks = 2
+            continue
+        pending.append(block)
+        count += len(bk)
+        if len(pending) >= nblocks or count >= RUN_TARGET:
+            yield _join_descending(pending)
+            if count < RUN_TARGET:
+                nblocks = 2 * len(pending)
+            pending = []
+            count = 0
+    if pending:
+        yield _join_descending(pending)
+
+
+def _join_descending(blocks: list) -> Run:
+    """One ascending run from ``blocks`` given highest first."""
+    if len(blocks) == 1:
+        return blocks[0]
+    blocks = blocks[::-1]
+    return tuple(list(chain.from_iterable(b[c] for b in blocks)) for c in range(4))
+
+
+def entry_runs_backward(entries: Iterator[tuple], neg_read: int) -> Iterator[Run]:
+    """Ascending runs of ever lower keys from entry tuples in reverse internal order (a
+    memtable's backward iterator)."""
+    n = 16
+    while True:
+        chunk = list(islice(entries, n))
+        if not chunk:
+            return
+        n = min(RUN_TARGET, 2 * n)
+        if min(e[1] for e in chunk) < neg_read:
+            chunk = [e for e in chunk if e[1] >= neg_read]
+            if not chunk:
+                continue
+        chunk.reverse()
+        yield tuple(zip(*chunk))
+
+
+def merge_runs_backward(sources: list[Iterator[Run]]) -> Iterator[Run]:
+    """Merged ascending batches of whole keys, in descending batch order (see above).  Batches
+    have the shapes :func:`merge_runs` yields."""
+    heads = []  # [keys, negs, kinds, values, end, source, plain, exhausted]; [0, end) unread
+    for src in sources:
+        run = next(src, None)
+        if run is not None:
+            heads.append([*run, len(run[0]), src, _is_plain(run[2]), False])
+    while heads:
+        owner = None
+        bkey = b""
+        for h in heads:
+            if not h[7] and (owner is None or h[0][0] > bkey):
+                owner, bkey = h, h[0][0]
+        parts = []
+        for h in heads:
+            e = h[4]
+            j = 0 if owner is None else bisect_right(h[0], bkey, 0, e)
+            if j < e:
+                parts.append((h, j, e))
+                h[4] = j
+        if len(parts) == 1:
+            h, j, e = parts[0]
+            if j == 0 and e == len(h[0]):
+                yield h[0], h[1], h[2], h[3]
+            else:
+                yield h[0][j:e], h[1][j:e], h[2][j:e], h[3][j:e]
+        elif parts:
+            yield _merge_plain(parts) or _merge_general(parts)
+        if owner is None:
+            return
+        run = next(owner[5], None)
+        if run is None:
+            owner[7] = True
+        else:
+            # the owner's entries of key bkey (at least its first) are still unread: they
+            # follow the lower run
+            e = owner[4]
+            owner[:4] = [[*run[c], *owner[c][:e]] for c in range(4)]
+            owner[4] = len(owner[0])
+            owner[6] = _is_plain(owner[2])
+        heads = [h for h in heads if h[4] or not h[7]]
+
+
+def visible_runs_backward(merged: Iterator[Run], lower: bytes | None) -> Iterator[tuple]:
+    """:func:`visible_runs` for :func:`merge_runs_backward`: ``(keys, kinds, values, mask)``
+    per batch (ascending; the caller emits them reversed), stopping below ``lower``."""
+    for keys, _negs, kinds, values in merged:
+        done = lower is not None and keys[0] < lower
+        if done:
+            j = bisect_left(keys, lower)
+            if j == len(keys):
+                return
+            keys, values = keys[j:], values[j:]
+            if kinds is not None:
+                kinds = kinds[j:]
+        if kinds is None:
+            yield keys, None, values, None
+        else:
+            yield keys, kinds, values, list(map(and_, map(ne, keys, chain((None,), keys)), kinds))
+        if done:
+            return
+
+
+def _reversed_triples(run: tuple) -> Iterator:
+    keys, kinds, values, mask = run
+    if kinds is None:
+        return zip(reversed(keys), repeat(VALUE), reversed(values))
+    return compress(zip(reversed(keys), reversed(kinds), reversed(values)), reversed(mask))
+
+
+def shaped_backward(visible: Iterator[tuple], mode: str, on_pointer) -> Iterator:
+    """:func:`shaped` for :func:`visible_runs_backward`: each batch emitted in descending order."""
+
+    def batches():
+        for run in visible:
+            keys, kinds, values, mask = run
+            if mode != "keys" and kinds is not None and VALUE_POINTER in kinds:
+                yield on_pointer(chain(_reversed_triples(run), chain.from_iterable(map(_reversed_triples, visible))))
+                return
+            if mode == "items":
+                out = zip(reversed(keys), reversed(values))
+            elif mode == "keys":
+                out = reversed(keys)
+            else:
+                out = reversed(values)
+            yield out if mask is None else compress(out, reversed(mask))
 
     return chain.from_iterable(batches())

@@ -18,8 +18,21 @@ from hypothesis import strategies as st
 import antkv
 from antkv.dbformat import DELETION, VALUE, VALUE_POINTER
 from antkv.fs.memory import MemoryFileSystem
-from antkv.iterators import merge_forward, visible_forward
-from antkv.runs import RUN_TARGET, entry_runs, gather_runs, merge_runs, shaped, triples, visible_runs
+from antkv.iterators import merge_backward, merge_forward, visible_backward, visible_forward
+from antkv.runs import (
+    RUN_TARGET,
+    entry_runs,
+    entry_runs_backward,
+    gather_runs,
+    gather_runs_backward,
+    merge_runs,
+    merge_runs_backward,
+    shaped,
+    shaped_backward,
+    triples,
+    visible_runs,
+    visible_runs_backward,
+)
 
 FEW_KEYS = [b"%03d" % i for i in range(40)]
 MANY_KEYS = [b"%03d" % i for i in range(1000)]
@@ -75,6 +88,38 @@ def test_runs_match_the_general_merge(data, nsources, read_seq, upper, shape):
     assert got == expected
 
 
+def _backward_triples(sources, read_seq, lower, rng):
+    runs = []
+    for i, s in enumerate(sources):
+        if i == 0:
+            runs.append(entry_runs_backward(iter(s[::-1]), -read_seq))
+        else:
+            blocks = list(_blocks(s, rng))[::-1]
+            runs.append(gather_runs_backward(iter(blocks), -read_seq))
+    visible = visible_runs_backward(merge_runs_backward(runs), lower)
+    return list(shaped_backward(visible, "items", lambda rest: iter(list(rest))))
+
+
+def _general_backward(sources, read_seq, lower):
+    merged = merge_backward([iter(s[::-1]) for s in sources])
+    return list(visible_backward(merged, read_seq, None, lower))
+
+
+@given(
+    st.data(),
+    st.integers(1, 4),
+    st.integers(0, 5000),
+    st.sampled_from([None, b"010", b"039", b"000", b"500"]),
+    st.sampled_from(["mixed", "values"]),
+)
+def test_backward_runs_match_the_general_merge(data, nsources, read_seq, lower, shape):
+    sources = _sources(data, nsources, 5000, shape)
+    expected = _general_backward(sources, read_seq, lower)
+    got = _backward_triples(sources, read_seq, lower, random.Random(read_seq))
+    # with no pointer the items come as (key, value); the handover yields triples
+    assert [(e[0], e[-1]) for e in got] == [(k, v) for k, _, v in expected]
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_long_runs_match_the_general_merge(seed):
     """Long sources, mostly plain VALUEs of distinct keys, some overwritten in newer sources:
@@ -97,6 +142,8 @@ def test_long_runs_match_the_general_merge(seed):
     expected = list(visible_forward(merge_forward([iter(s) for s in sources]), read_seq, None, upper))
     runs = [gather_runs(_blocks(s, rng), -read_seq) for s in sources]
     assert list(triples(visible_runs(merge_runs(runs), upper))) == expected
+    got = _backward_triples(sources, read_seq, upper, rng)
+    assert [(e[0], e[-1]) for e in got] == [(k, v) for k, _, v in _general_backward(sources, read_seq, upper)]
 
 
 @given(st.data(), st.sampled_from(["items", "keys", "values"]))
@@ -192,7 +239,12 @@ def test_scans_agree_with_the_general_path_and_the_model(seed, blobs):
                 assert list(db.keys(lo, hi, snapshot=snap)) == [k for k, _ in want]
                 assert list(db.values(lo, hi, snapshot=snap)) == [v for _, v in want]
                 assert _cursor_items(db, lo, hi, snap) == want
+                want.reverse()
+                assert list(db.items(lo, hi, reverse=True, snapshot=snap)) == want
+                assert list(db.keys(lo, hi, reverse=True, snapshot=snap)) == [k for k, _ in want]
+                assert list(db.values(lo, hi, reverse=True, snapshot=snap)) == [v for _, v in want]
             assert list(db.items(prefix=b"k01", snapshot=snap)) == _model_items(smodel, b"k01", b"k02")
+            assert list(db.items(prefix=b"k01", reverse=True, snapshot=snap)) == _model_items(smodel, b"k01", b"k02")[::-1]
     finally:
         for s, _ in snaps:
             s.release()

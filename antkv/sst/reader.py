@@ -253,6 +253,27 @@ class TableReader:
             if block[0]:
                 yield block
 
+    def blocks_backward(self, start: bytes | None = None, exclusive: bool = False) -> Iterator[tuple]:
+        """Decoded data blocks (shared: never mutate them), last first, from the one holding the
+        last entry whose user key <= ``start`` (< with ``exclusive``), that one cut to end
+        there; empty ones skipped.  Each block is in ascending order."""
+        ikeys, _, offsets, sizes = self._get_index()
+        nblocks = len(ikeys)
+        if start is None:
+            b = nblocks - 1
+        else:  # blocks before b hold only keys < start (<= start when not exclusive)
+            b = min((bisect_left if exclusive else bisect_right)(ikeys, start), nblocks - 1)
+        data_block = self._data_block
+        for i in range(b, -1, -1):
+            block = data_block(offsets[i], sizes[i])
+            if i == b and start is not None:
+                keys, negs, kinds, values = block
+                j = bisect_left(keys, start) if exclusive else bisect_right(keys, start)
+                if j < len(keys):
+                    block = keys[:j], negs[:j], kinds[:j], values[:j]
+            if block[0]:
+                yield block
+
     def iter_forward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Entry tuples in internal order from the first whose user key >= ``start``."""
         ikeys, _, offsets, sizes = self._get_index()

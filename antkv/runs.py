@@ -1,8 +1,8 @@
-"""Batched forward scans: sources merged a *run* of entries at a time, with C loops only.
+"""Batched scans: sources merged a *run* of entries at a time, with C loops only.
 
 The general scan (:mod:`antkv.iterators`) moves one entry at a time through ``heapq.merge`` and
 a visibility generator: several Python frames per entry.  When no range tombstone is in view
-(the common case) a forward scan instead works on *runs*: parallel sequences
+(the common case) ``items()``/``keys()``/``values()`` instead work on *runs*: parallel sequences
 ``(keys, neg_seqs, kinds, values)`` of consecutive entries of one source, in internal order
 (a decoded block is one; a table source joins blocks into runs of up to about
 :data:`RUN_TARGET` entries so that the per-run work is spread over many entries).
@@ -11,8 +11,8 @@ Merging (:func:`merge_runs`).  Every source keeps a current run and a position i
 ``bound`` be the smallest *last* entry of the sources' current runs.  Every entry <= ``bound``
 of every source is then in a current run (sources are sorted), and every entry not yet taken
 is > the entries taken, so the entries <= ``bound`` form the next merged run: each source's
-part is cut with ``bisect`` and the parts are merged by one ``sorted`` (timsort finds the
-sorted parts and merges them in C).  The source that owned ``bound`` moves to its next run.
+part is cut with ``bisect`` and the parts are merged by one sort (timsort finds the sorted
+parts and merges them in C) -- of the keys alone when the parts are VALUEs of distinct keys.  The source that owned ``bound`` moves to its next run.
 
 Visibility (:func:`visible_runs`), the rules of :func:`antkv.iterators.visible_forward` without
 range tombstones: entries newer than ``read_seq`` are dropped from each source's runs before

@@ -227,6 +227,11 @@ class JobRunner:
         self.stats["worker_jobs"] += 1
         return result
 
+    def worker_processes(self) -> list:
+        """The ``subprocess.Popen`` of every worker started so far (for tests and tools)."""
+        with self._lock:
+            return [w.proc for w in self._workers.values()]
+
     def close(self) -> None:
         with self._lock:
             workers, self._workers = list(self._workers.values()), {}

@@ -56,7 +56,7 @@ def test_flush_and_compaction_run_in_workers_and_give_the_same_data(tmp_path):
     st = db._jobs.stats
     assert st["worker_jobs"] >= 4 and st["worker_fallbacks"] == 0
     assert db.stats()["compactions"] >= 1
-    workers = [w.proc for w in db._jobs._workers.values()]
+    workers = db._jobs.worker_processes()
     assert len(workers) == 2  # one per background thread: flush and compaction
     _check(db, model)
     db.close()
@@ -154,7 +154,7 @@ _CHILD = textwrap.dedent(
         db.put(b"key%08d" % i, b"v" * 200, sync=(i % 100 == 0))
         if i % 100 == 0:
             print(i, flush=True)  # acknowledged: synced
-        workers = [w.proc.pid for w in db._jobs._workers.values() if w.alive()]
+        workers = [p.pid for p in db._jobs.worker_processes() if p.poll() is None]
         if workers and i > 3000:
             print("workers", *workers, flush=True)
             time.sleep(30)

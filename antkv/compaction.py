@@ -175,7 +175,7 @@ def run_compaction(db, c: Compaction, snapshots: list[int]) -> VersionEdit:
     )
     relocate, gc_writer = _gc_relocator(db, c.gc_files)
     try:
-        result = db._jobs.compact(job, relocate)
+        result = db._jobs.compact(job, relocate, [readers[f.number] for _, f in job.inputs])
         if gc_writer is not None:
             gc_writer.seal()
             edit.new_vlogs.append(gc_writer.file_number)

@@ -23,6 +23,7 @@ Two ways through a job:
 from __future__ import annotations
 
 import marshal
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import itemgetter, ne, neg
@@ -109,13 +110,40 @@ def _add_garbage(garbage: dict[int, int], pointer: bytes) -> None:
 
 @dataclass
 class CompactionJob:
-    """``inputs`` are ``(level, table)`` pairs whose ``reader`` field is ignored."""
+    """``inputs`` are ``(level, table)`` pairs whose ``reader`` field is ignored.  A
+    *subcompaction* covers only the user keys in ``[lo, hi)`` (None = unbounded); it is always
+    columnar, and its caller computes the garbage over all subcompactions
+    (:func:`columnar_garbage`): one part of an input cannot tell what the others kept."""
 
     inputs: list[tuple[int, FileMetaData]]
     output_level: int
     snapshots: list[int]
     bottommost: bool
     target_size: int
+    lo: bytes | None = None
+    hi: bytes | None = None
+
+    @property
+    def is_subcompaction(self) -> bool:
+        return self.lo is not None or self.hi is not None
+
+
+def columnar_eligible(job: CompactionJob, readers, relocate=None) -> bool:
+    """Whether the columnar path applies: no snapshot, no range tombstone, no relocation."""
+    return not job.snapshots and relocate is None and not any(r.range_tombstones for r in readers)
+
+
+def split_points(readers, parts: int) -> list[bytes]:
+    """Up to ``parts - 1`` user keys cutting the inputs' data blocks into parts of about the
+    same number of blocks (from the index blocks: nothing is read)."""
+    keys = sorted(k for r in readers for k in r._get_index()[0])
+    n = len(keys)
+    cuts = []
+    for i in range(1, parts):
+        k = keys[n * i // parts] if n else None
+        if k is not None and (not cuts or k > cuts[-1]) and k > keys[0]:
+            cuts.append(k)
+    return cuts
 
 
 def execute_compaction(
@@ -133,6 +161,8 @@ def execute_compaction(
     outputs = TableOutputs(env, job.target_size, out_frags, "compaction_bytes_written")
     try:
         columnar = allow_columnar and not tombstones and not job.snapshots and relocate is None
+        if job.is_subcompaction and not columnar:
+            raise ValueError("a subcompaction must be columnar")
         if columnar:
             _columnar_merge(job, readers, outputs)
         else:
@@ -145,18 +175,23 @@ def execute_compaction(
     except BaseException:
         outputs.abandon()
         raise
-    if columnar:
-        # every input pointer no output holds was dropped: its bytes are garbage
-        refs: dict[int, int] = {}
-        for _, f in job.inputs:
-            for vnum, nbytes in f.blob_refs.items():
-                refs[vnum] = refs.get(vnum, 0) + nbytes
-        for t in tables:
-            for vnum, nbytes in t.blob_refs.items():
-                refs[vnum] -= nbytes
-        garbage = {vnum: nbytes for vnum, nbytes in refs.items() if nbytes}
+    if columnar and not job.is_subcompaction:
+        garbage = columnar_garbage(job.inputs, tables)
     env.fs.sync_dir(env.path)
     return JobResult(tables, garbage, stats)
+
+
+def columnar_garbage(inputs: list[tuple[int, FileMetaData]], tables: list[FileMetaData]) -> dict[int, int]:
+    """Value-log garbage of a columnar compaction: every input pointer that no output holds
+    was dropped, so its bytes are garbage (per value-log file)."""
+    refs: dict[int, int] = {}
+    for _, f in inputs:
+        for vnum, nbytes in f.blob_refs.items():
+            refs[vnum] = refs.get(vnum, 0) + nbytes
+    for t in tables:
+        for vnum, nbytes in t.blob_refs.items():
+            refs[vnum] = refs.get(vnum, 0) - nbytes
+    return {vnum: nbytes for vnum, nbytes in refs.items() if nbytes}
 
 
 def _columnar_merge(job: CompactionJob, readers, outputs: TableOutputs) -> None:
@@ -170,7 +205,7 @@ def _columnar_merge(job: CompactionJob, readers, outputs: TableOutputs) -> None:
     newest: dict = {}
     update = newest.update
     for _lvl, f, reader in sorted(readers, key=lambda t: (-t[0], t[1].largest_seq)):
-        keys, negs, kinds, values = read_table_columns(reader)
+        keys, negs, kinds, values = read_table_columns(reader, job.lo, job.hi)
         keys.reverse(), negs.reverse(), kinds.reverse(), values.reverse()
         update(zip(keys, zip(negs, kinds, values)))
     keys = sorted(newest)
@@ -188,34 +223,46 @@ def _columnar_merge(job: CompactionJob, readers, outputs: TableOutputs) -> None:
 
 
 class _Region:
-    """A table's data blocks read with one call, served to ``read_block`` like a file."""
+    """A run of a table's data blocks read with one call (starting at file offset ``base``),
+    served to ``read_block`` like the file."""
 
-    __slots__ = ("buf",)
+    __slots__ = ("buf", "base")
 
-    def __init__(self, buf: bytes):
+    def __init__(self, buf: bytes, base: int):
         self.buf = buf
+        self.base = base
 
     def read(self, offset: int, n: int) -> bytes:
+        offset -= self.base
         return self.buf[offset : offset + n]
 
 
-def read_table_columns(reader) -> tuple[list, list, list, list]:
-    """All point entries of a table as columns ``(keys, neg_seqs, kinds, values)`` in internal
-    order: the data blocks are read with one ``pread``, every block checksum is verified, and
-    the block cache is bypassed (a compaction's reads would only evict hot blocks)."""
-    _ikeys, _inegs, offsets, sizes = reader._get_index()
+def read_table_columns(reader, lo: bytes | None = None, hi: bytes | None = None) -> tuple[list, list, list, list]:
+    """The point entries of a table with user keys in ``[lo, hi)`` (None = unbounded) as columns
+    ``(keys, neg_seqs, kinds, values)`` in internal order: the data blocks that can hold them are
+    read with one ``pread``, every block checksum is verified, and the block cache is bypassed
+    (a compaction's reads would only evict hot blocks)."""
+    ikeys, _inegs, offsets, sizes = reader._get_index()
     keys: list = []
     negs: list = []
     kinds: list = []
     values: list = []
-    if not offsets:
+    # block i holds entries <= index key i < entries of block i + 1
+    first = 0 if lo is None else bisect_left(ikeys, lo)
+    last = len(offsets) - 1 if hi is None else min(bisect_left(ikeys, hi), len(offsets) - 1)
+    if first > last:
         return keys, negs, kinds, values
     path = reader.path
-    region = _Region(reader._file.read(0, offsets[-1] + sizes[-1] + BLOCK_TRAILER_SIZE))
-    for off, size in zip(offsets, sizes):
+    base = offsets[first]
+    region = _Region(reader._file.read(base, offsets[last] + sizes[last] + BLOCK_TRAILER_SIZE - base), base)
+    for off, size in zip(offsets[first : last + 1], sizes[first : last + 1]):
         k, q, t, v = decode_block(*read_block(region, off, size, True, path), path, off)
         keys += k
         negs += q
         kinds += t
         values += v
+    i = 0 if lo is None else bisect_left(keys, lo)
+    j = len(keys) if hi is None else bisect_left(keys, hi)
+    if i or j < len(keys):
+        keys, negs, kinds, values = keys[i:j], negs[i:j], kinds[i:j], values[i:j]
     return keys, negs, kinds, values

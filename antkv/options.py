@@ -51,6 +51,7 @@ class Options:
     max_manifest_file_size: int = 1 * GiB
     max_background_jobs: int = 2  # 0 = flush and compaction run inline, deterministically
     background_process: bool = True  # background jobs run in worker processes (OS file system only)
+    max_subcompactions: int = 2  # a big compaction splits into up to this many parallel workers
 
     # --- value log (key-value separation) ---
     enable_blob_files: bool = True
@@ -104,6 +105,7 @@ _INTS = {
     "num_levels": 2,
     "max_manifest_file_size": 1,
     "max_background_jobs": 0,
+    "max_subcompactions": 1,
     "min_blob_size": 0,
     "blob_file_size": 1,
     "blob_readahead": 0,

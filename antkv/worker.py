@@ -42,7 +42,17 @@ from dataclasses import replace
 
 from .errors import CorruptionError, Error
 from .errors import IOError as AntIOError
-from .jobs import CompactionJob, JobResult, execute_compaction, execute_flush, memtable_from_payload, memtable_payload
+from .jobs import (
+    CompactionJob,
+    JobResult,
+    columnar_eligible,
+    columnar_garbage,
+    execute_compaction,
+    execute_flush,
+    memtable_from_payload,
+    memtable_payload,
+    split_points,
+)
 from .table_outputs import OutputEnv, TableOptions
 from .version_set import table_file_name
 
@@ -169,8 +179,9 @@ class JobRunner:
         with self.db._mutex:
             return self.db._versions.new_file_number()
 
-    def _worker(self) -> Worker | None:
-        """This thread's worker, if jobs of this thread go to one."""
+    def _worker(self, slot: int = 0) -> Worker | None:
+        """This thread's worker number ``slot``, if jobs of this thread go to workers.  Always
+        started from the background thread itself: the kernel ties its life to that thread."""
         from .fs.posix import OSFileSystem
 
         db = self.db
@@ -178,7 +189,7 @@ class JobRunner:
             return None
         if threading.current_thread() not in db._bg_threads:
             return None
-        ident = threading.get_ident()
+        ident = (threading.get_ident(), slot)
         with self._lock:
             w = self._workers.get(ident)
             if w is not None and not w.alive():
@@ -198,8 +209,26 @@ class JobRunner:
                 return result
         return execute_flush(mem, snapshots, self._env())
 
-    def compact(self, job: CompactionJob, relocate=None) -> JobResult:
-        w = self._worker() if relocate is None else None
+    def compact(self, job: CompactionJob, relocate=None, readers=None) -> JobResult:
+        """Run ``job``; ``readers`` (the DB's open readers of its inputs) let a big columnar job
+        be split into subcompactions that run in parallel workers."""
+        parts = self._subcompactions(job, relocate, readers)
+        if parts > 1:
+            cuts = split_points(readers, parts)
+            if cuts:
+                return self._compact_split(job, [None, *cuts, None])
+        return self._compact_one(job, relocate, self._worker() if relocate is None else None)
+
+    def _subcompactions(self, job: CompactionJob, relocate, readers) -> int:
+        o = self.db.options
+        if o.max_subcompactions < 2 or readers is None or self._worker() is None:
+            return 1
+        if not columnar_eligible(job, readers, relocate):
+            return 1
+        total = sum(f.size for _, f in job.inputs)
+        return max(1, min(o.max_subcompactions, total // max(1, o.target_file_size_base)))
+
+    def _compact_one(self, job: CompactionJob, relocate, w: Worker | None) -> JobResult:
         if w is not None:
             db = self.db
             # table metadata travels without its open reader
@@ -209,6 +238,43 @@ class JobRunner:
             if result is not None:
                 return result
         return execute_compaction(job, self._env(), self.db._open_table, relocate)
+
+    def _compact_split(self, job: CompactionJob, bounds: list) -> JobResult:
+        """RocksDB's subcompactions: one columnar job per key range ``[bounds[i], bounds[i+1])``,
+        each in its own worker, all at once; their outputs join in key order."""
+        subjobs = [replace(job, lo=bounds[i], hi=bounds[i + 1]) for i in range(len(bounds) - 1)]
+        workers = [self._worker(slot) for slot in range(len(subjobs))]
+        results: list = [None] * len(subjobs)
+        errors: list = [None] * len(subjobs)
+
+        def run(i: int) -> None:
+            try:
+                results[i] = self._compact_one(subjobs[i], None, workers[i])
+            except BaseException as e:  # noqa: BLE001 - re-raised below, after the others end
+                errors[i] = e
+
+        threads = [threading.Thread(target=run, args=(i,), name="antkv-subcompaction") for i in range(1, len(subjobs))]
+        for t in threads:
+            t.start()
+        run(0)
+        for t in threads:
+            t.join()
+        failed = next((e for e in errors if e is not None), None)
+        if failed is not None:
+            fs, path = self.db._fs, self.db.path
+            for r in results:
+                for t in r.tables if r is not None else ():
+                    p = table_file_name(path, t.number)
+                    if fs.exists(p):
+                        fs.remove(p)
+            raise failed
+        tables = [t for r in results for t in r.tables]
+        stats: dict[str, int] = {"subcompactions": len(subjobs)}
+        for r in results:
+            for name, n in r.stats.items():
+                stats[name] = stats.get(name, 0) + n
+        stats["compaction_bytes_read"] = sum(f.size for _, f in job.inputs)
+        return JobResult(tables, columnar_garbage(job.inputs, tables), stats)
 
     def _in_worker(self, w: Worker, msg) -> JobResult | None:
         """The worker's result, or None when it died (its partial outputs are removed)."""

@@ -144,6 +144,24 @@ def test_footer_errors_name_what_is_wrong():
     assert (e.value.path, e.value.offset) == ("tiny.sst", 0)
 
 
+def test_a_table_of_another_format_version_is_refused():
+    """Format version 1 (the per-key double-hashing bloom filter) is not readable any more:
+    opening such a table names the version instead of misreading its filter."""
+    from antkv.sst.format import _CHECKSUM, _FOOTER_CHECKED, FORMAT_VERSION, checksum
+
+    fs = MemoryFileSystem()
+    good = build_small(fs, "good.sst", None)
+    off = len(good) - FOOTER_SIZE
+    assert FORMAT_VERSION == 2 and good[off + 48 : off + 52] == b"\x02\x00\x00\x00"
+    for version in (1, 3):
+        head = good[off : off + 48] + version.to_bytes(4, "little")
+        assert len(head) == _FOOTER_CHECKED
+        fs.write_all("old.sst", good[:off] + head + _CHECKSUM.pack(checksum(head)) + good[-8:])
+        with pytest.raises(antkv.CorruptionError, match=f"unsupported table format version {version}") as e:
+            TableReader.open(fs, "old.sst", 1)
+        assert e.value.offset == off + 48
+
+
 def test_zstd_garbage_with_valid_checksum_is_corruption():
     """A block whose trailer is right but whose zstd frame is not (a writer bug, say)."""
     from antkv.sst.format import ZSTD_COMPRESSION, _CHECKSUM, checksum

@@ -4,7 +4,7 @@
   footer with magic number and format version;
 * ``block.py`` -- block contents: columns with restart points and key prefix compression,
   decoded into parallel lists for ``bisect``;
-* ``bloom.py`` -- the bloom filter (mmh3, double hashing);
+* ``bloom.py`` -- the blocked bloom filter (mmh3, one 512-bit block per key);
 * ``properties.py`` -- :class:`TableProperties` and the properties block;
 * ``builder.py`` -- :class:`TableBuilder` writes a table;
 * ``reader.py`` -- :class:`TableReader` reads one (through the block cache), :func:`dump_table`.

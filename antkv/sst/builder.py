@@ -23,7 +23,7 @@ from operator import add, lt
 from ..dbformat import MAX_SEQUENCE, RANGE_DELETION, VALUE
 from ..errors import InvalidArgumentError
 from .block import encode_block, encode_entries, shared_prefix_len
-from .bloom import HASH_SEED, build_filter, hash64
+from .bloom import build_filter, key_digests
 from .format import (
     BLOCK_HANDLE,
     BLOCK_TRAILER_SIZE,
@@ -99,7 +99,7 @@ class TableBuilder:
         self._index_seqs: list[int] = []
         self._index_handles: list[bytes] = []
         self._pending: tuple[bytes, int, int, int] | None = None
-        self._hashes: list[tuple[int, int]] = []
+        self._digests: list[bytes] = []  # bloom hash digests (bloom.key_digests) of the keys so far
         self._kind_counts = [0, 0, 0, 0]
         self._smallest_key: bytes | None = None
         self._min_seq = MAX_SEQUENCE + 1
@@ -234,7 +234,7 @@ class TableBuilder:
         contents = encode_block(keys, seqs, kinds, values)
         offset, size = write_block(self.file, contents, self._ctype)
         if self._bloom_bits:
-            self._hashes.extend(map(hash64, dict.fromkeys(keys), repeat(HASH_SEED), repeat(True), repeat(False)))
+            self._digests.append(key_digests(dict.fromkeys(keys)))
         self._min_seq = min(self._min_seq, lo)
         self._max_seq = max(self._max_seq, hi)
         self._kind_counts[0] += kinds.count(0)
@@ -268,7 +268,7 @@ class TableBuilder:
             self._add_index_entry(None)
         self._set_done()
         file = self.file
-        filter_handle = write_block(file, build_filter(self._hashes, self._bloom_bits), NO_COMPRESSION)
+        filter_handle = write_block(file, build_filter(b"".join(self._digests), self._bloom_bits), NO_COMPRESSION)
         filter_size = filter_handle[1] + BLOCK_TRAILER_SIZE
 
         tombstones = sorted(self._tombstones, key=lambda t: (t[0], -t[1], t[2]))
@@ -285,7 +285,7 @@ class TableBuilder:
         props_handle = write_block(file, encode_properties(props), NO_COMPRESSION)
         file.append(encode_footer([filter_handle, rangedel_handle, index_handle, props_handle]))
         props.file_size = file.size
-        self._hashes = []
+        self._digests = []
         return props
 
     def _properties(self, tombstones: list[tuple[bytes, int, bytes]], blob_refs: dict[int, int]) -> TableProperties:
@@ -327,5 +327,5 @@ class TableBuilder:
         """Stop building; the file (owned by the caller) is left as is, to be deleted."""
         self._set_done()
         self._keys, self._seqs, self._kinds, self._values = [], [], [], []
-        self._hashes = []
+        self._digests = []
         self._tombstones = []

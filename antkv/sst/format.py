@@ -6,7 +6,7 @@ An SST file (a *table*) is a sequence of blocks followed by a fixed-size footer:
     | data block 0     + trailer  |
     | data block 1     + trailer  |  entries in internal-key order, ~block_size bytes each
     | ...                         |
-    | filter block     + trailer  |  bloom filter over the user keys       (bloom.py)
+    | filter block     + trailer  |  blocked bloom filter over the user keys (bloom.py)
     | range-del block  + trailer  |  range tombstones, sorted (begin, -seq) (block.py)
     | index block      + trailer  |  one entry per data block              (block.py)
     | properties block + trailer  |  counts, key and sequence ranges, ...  (properties.py)
@@ -35,7 +35,7 @@ The footer, the last 68 bytes of the file::
     |  12    | range-del block handle   (u64 offset, u32 size) |
     |  24    | index block handle       (u64 offset, u32 size) |
     |  36    | properties block handle  (u64 offset, u32 size) |
-    |  48    | format version u32 (= 1)                      |
+    |  48    | format version u32 (= 2)                      |
     |  52    | checksum u64 = xxh3_64(footer bytes 0..51)    |
     |  60    | magic u64 = b"antkvSST"                       |
     +--------+-----------------------------------------------+
@@ -58,7 +58,7 @@ import zstandard
 from ..errors import CorruptionError, InvalidArgumentError
 
 MAGIC = int.from_bytes(b"antkvSST", "little")  # PART OF THE FILE FORMAT
-FORMAT_VERSION = 1  # PART OF THE FILE FORMAT
+FORMAT_VERSION = 2  # PART OF THE FILE FORMAT; 2: blocked bloom filter (1: per-key double hashing)
 
 NO_COMPRESSION = 0  # PART OF THE FILE FORMAT
 ZSTD_COMPRESSION = 1  # PART OF THE FILE FORMAT

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import struct
 from itertools import accumulate, chain, repeat
-from operator import neg
+from operator import getitem, neg, sub
 
 from ..errors import CorruptionError
 
@@ -82,12 +82,24 @@ def shared_prefix_len(a: bytes, b: bytes) -> int:
 
 
 def group_prefix_lengths(keys: list[bytes], restart_interval: int) -> list[int]:
-    """For each group of ``restart_interval`` keys, the length of the prefix all of them share."""
-    out = []
-    for i in range(0, len(keys), restart_interval):
-        group = keys[i : i + restart_interval]
-        out.append(shared_prefix_len(min(group), max(group)))
-    return out
+    """For each group of ``restart_interval`` keys, the length of the prefix all of them share.
+
+    REQUIRES: ``keys`` ascending, so a group's common prefix is that of its first and last keys.
+    """
+    r = restart_interval
+    if len(keys) <= r:
+        return [shared_prefix_len(keys[0], keys[-1])] if keys else []
+    lasts = keys[r - 1 :: r]
+    if len(keys) % r:
+        lasts.append(keys[-1])
+    return list(map(shared_prefix_len, keys[::r], lasts))
+
+
+_SUFFIX_SLICES = [slice(p, None) for p in range(256)]  # key[p:] for the common prefix lengths
+
+
+def _suffix_slice(p: int) -> slice:
+    return _SUFFIX_SLICES[p] if p < 256 else slice(p, None)
 
 
 def encode_block(
@@ -99,13 +111,19 @@ def encode_block(
 ) -> bytes:
     """The contents of a block of parallel lists of entries.
 
-    REQUIRES: every seq < 2**64; every kind < 256; the block smaller than 2**64 bytes.
+    REQUIRES: ``keys`` ascending (not necessarily strictly); every seq < 2**64; every kind <
+    256; the block smaller than 2**64 bytes.
     """
     n = len(keys)
     r = restart_interval
     plens = group_prefix_lengths(keys, r)
-    prefixes = [k[:p] for k, p in zip(keys[::r], plens)]
-    suffixes = list(map(bytes.__getitem__, keys, map(slice, chain.from_iterable(map(repeat, plens, repeat(r))), repeat(None))))
+    if any(plens):
+        prefixes = list(map(getitem, keys[::r], map(slice, plens)))
+        per_key = chain.from_iterable(map(repeat, map(_suffix_slice, plens), repeat(r)))
+        suffixes = list(map(getitem, keys, per_key))
+    else:
+        prefixes = [b""] * len(plens)
+        suffixes = keys
     ends = list(accumulate(chain(map(len, prefixes), map(len, suffixes), map(len, values))))
     ew = _width(ends[-1]) if n else 1
     qw = _width(max(seqs)) if n else 1
@@ -155,28 +173,45 @@ def _layout(buf: bytes, size: int):
 _DECODE_ERRORS = (struct.error, KeyError, ValueError, IndexError, TypeError)
 
 
+_PIECE_CODES = [f"{i}s" for i in range(4096)]  # struct codes of piece lengths, cached
+
+
+def _split_pieces(buf: bytes, ends: tuple) -> tuple:
+    """The pieces of ``buf`` ending at ``ends`` (each starting where the one before ends).
+
+    One ``struct`` format of ``"<len>s"`` codes cuts every piece in a single C call, and the
+    struct module caches the compiled format (blocks of fixed-size entries share one); cheaper
+    than a ``slice`` object plus a ``__getitem__`` per piece.  Lengths come out negative, and
+    the format invalid (struct.error), if ``ends`` is not ascending.
+    """
+    lens = list(map(sub, ends, chain((0,), ends)))
+    if max(lens) < 4096:
+        fmt = "".join(map(_PIECE_CODES.__getitem__, lens))
+    else:
+        fmt = "".join(map("{}s".format, lens))
+    return struct.unpack_from(fmt, buf)
+
+
 def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, list, list, list]:
     """The decoded block ``(keys, neg_seqs, kinds, values)`` of contents ``buf[:size]``.
 
     Raises CorruptionError (naming ``path`` and the block's file ``offset``) when the contents
-    are not a well-formed block.  ``buf`` must be ``bytes`` (the pieces are slices of it).
+    are not a well-formed block.
     """
     try:
         n, r, g, ends, seqs_off, qw, kinds_off = _layout(buf, size)
         if n == 0:
             return [], [], [], []
-        pieces = list(map(buf.__getitem__, map(slice, (0,) + ends[:-1], ends)))
-        prefixes = pieces[:g]
-        suffixes = pieces[g : g + n]
+        pieces = _split_pieces(buf, ends)
         neg_seqs = list(map(neg, _array_struct(n, _WIDTH_CODES[qw]).unpack_from(buf, seqs_off)))
         kinds = list(buf[kinds_off : kinds_off + n])
         if max(kinds) > _MAX_KIND:
             raise ValueError("unknown entry kind")
-        if any(prefixes):
-            keys = list(map(bytes.__add__, chain.from_iterable(map(repeat, prefixes, repeat(r))), suffixes))
+        if ends[g - 1]:  # some group has a prefix
+            keys = list(map(bytes.__add__, chain.from_iterable(map(repeat, pieces[:g], repeat(r))), pieces[g : g + n]))
         else:
-            keys = suffixes
-        return keys, neg_seqs, kinds, pieces[g + n :]
+            keys = list(pieces[g : g + n])
+        return keys, neg_seqs, kinds, list(pieces[g + n :])
     except _DECODE_ERRORS as e:
         raise CorruptionError(f"undecodable block ({e})", path, offset) from None
 

@@ -20,7 +20,7 @@ from bisect import bisect_left
 from itertools import accumulate, islice, repeat
 from operator import add, lt
 
-from ..dbformat import MAX_SEQUENCE, RANGE_DELETION, VALUE
+from ..dbformat import DELETION, MAX_SEQUENCE, RANGE_DELETION, VALUE, VALUE_POINTER
 from ..errors import InvalidArgumentError
 from .block import encode_block, encode_entries, shared_prefix_len
 from .bloom import build_filter, key_digests
@@ -35,7 +35,7 @@ from .format import (
 )
 from .properties import TableProperties, encode_properties
 
-_POINT_KIND_SET = frozenset((0, 1, 3))  # DELETION, VALUE, VALUE_POINTER
+_POINT_KIND_SET = frozenset((DELETION, VALUE, VALUE_POINTER))
 _ENTRY_OVERHEAD = 8  # estimated column bytes per entry (ends, seq, kind)
 _BLOCK_OVERHEAD = 9 + BLOCK_TRAILER_SIZE
 
@@ -91,6 +91,7 @@ class TableBuilder:
         self._kinds: list[int] = []
         self._values: list[bytes] = []
         self._block_bytes = 0
+        self._accounted = 0  # entries at the front of the current block add_sorted accounted
         # the last entry added
         self._last_key = b""  # with _last_seq above MAX_SEQUENCE, any first entry is in order
         self._last_seq = MAX_SEQUENCE + 1
@@ -156,7 +157,12 @@ class TableBuilder:
             self._reject_order(first, seqs[0])
         if n > 1 and not all(map(lt, keys, islice(keys, 1, None))):
             raise InvalidArgumentError("add_sorted: user keys must be strictly increasing")
-        cum = list(accumulate(map(add, map(add, map(len, keys), map(len, values)), repeat(_ENTRY_OVERHEAD))))
+        key_lens = list(map(len, keys))
+        cum = list(accumulate(map(add, map(add, key_lens, map(len, values)), repeat(_ENTRY_OVERHEAD))))
+        key_bytes = sum(key_lens)
+        # checks, counts and bloom digests for all the entries at once; the blocks cut below
+        # and the tail left in the current block are then only encoded and written
+        self._account(keys, seqs, kinds, values, key_bytes, cum[-1] - key_bytes - n * _ENTRY_OVERHEAD, True)
         block_size = self._block_size
         start = 0
         base = 0
@@ -164,16 +170,14 @@ class TableBuilder:
             j = bisect_left(cum, base + block_size, start)
             if j >= n:
                 break
-            self._keys, self._seqs = keys[start : j + 1], seqs[start : j + 1]
-            self._kinds, self._values = kinds[start : j + 1], values[start : j + 1]
-            self._last_key, self._last_seq = keys[j], seqs[j]
-            self._block_bytes = cum[j] - base
-            self._flush_block()
-            start, base = j + 1, cum[j]
+            end = j + 1
+            self._write_data_block(keys[start:end], seqs[start:end], kinds[start:end], values[start:end])
+            start, base = end, cum[j]
         if start < n:
             self._keys, self._seqs = keys[start:], seqs[start:]
             self._kinds, self._values = kinds[start:], values[start:]
             self._block_bytes = cum[-1] - base
+            self._accounted = n - start
         self._last_key, self._last_seq = keys[-1], seqs[-1]
 
     def _set_done(self) -> None:
@@ -218,34 +222,54 @@ class TableBuilder:
     # --- blocks ---
 
     def _flush_block(self) -> None:
+        """Write the current block (entries buffered by :meth:`add`, or add_sorted's tail)."""
         keys, seqs, kinds, values = self._keys, self._seqs, self._kinds, self._values
         if self._done:
             raise InvalidArgumentError("table builder already finished or abandoned")
+        a = self._accounted
+        if a < len(keys):
+            if a:
+                keys, seqs, kinds, values = keys[a:], seqs[a:], kinds[a:], values[a:]
+            self._account(keys, seqs, kinds, values, sum(map(len, keys)), sum(map(len, values)), False)
+            keys, seqs, kinds, values = self._keys, self._seqs, self._kinds, self._values
+        self._write_data_block(keys, seqs, kinds, values)
+        self._keys, self._seqs, self._kinds, self._values = [], [], [], []
+        self._block_bytes = 0
+        self._accounted = 0
+
+    def _account(self, keys, seqs, kinds, values, key_bytes: int, value_bytes: int, distinct: bool) -> None:
+        """Check point entries' kinds and sequence numbers; add them to the table's counts and
+        to its filter's digests (``distinct``: no user key repeats among ``keys``)."""
         kind_set = set(kinds)
         if not kind_set <= _POINT_KIND_SET:
             raise InvalidArgumentError(f"kinds {sorted(kind_set - _POINT_KIND_SET)} are not point entry kinds")
         lo, hi = min(seqs), max(seqs)
         if lo < 0 or hi > MAX_SEQUENCE:
             raise InvalidArgumentError(f"sequence number {lo if lo < 0 else hi} out of range")
+        if lo < self._min_seq:
+            self._min_seq = lo
+        if hi > self._max_seq:
+            self._max_seq = hi
+        if DELETION in kind_set:
+            self._kind_counts[DELETION] += kinds.count(DELETION)
+        if VALUE_POINTER in kind_set:
+            self._kind_counts[VALUE_POINTER] += kinds.count(VALUE_POINTER)
+        self._raw_key_size += key_bytes
+        self._raw_value_size += value_bytes
+        if self._bloom_bits:
+            self._digests.append(key_digests(keys if distinct else dict.fromkeys(keys)))
+
+    def _write_data_block(self, keys: list[bytes], seqs: list[int], kinds: list[int], values: list[bytes]) -> None:
+        """Encode and write one data block of (already accounted) entries; its index entry
+        waits for the next block's first key."""
         if self._pending is not None:
             self._add_index_entry(keys[0])
         elif self._smallest_key is None:
             self._smallest_key = keys[0]
-        contents = encode_block(keys, seqs, kinds, values)
-        offset, size = write_block(self.file, contents, self._ctype)
-        if self._bloom_bits:
-            self._digests.append(key_digests(dict.fromkeys(keys)))
-        self._min_seq = min(self._min_seq, lo)
-        self._max_seq = max(self._max_seq, hi)
-        self._kind_counts[0] += kinds.count(0)
-        self._kind_counts[3] += kinds.count(3)
-        self._raw_key_size += sum(map(len, keys))
-        self._raw_value_size += sum(map(len, values))
+        offset, size = write_block(self.file, encode_block(keys, seqs, kinds, values), self._ctype)
         self._flushed_entries += len(keys)
         self._data_size += size + BLOCK_TRAILER_SIZE
-        self._pending = (self._last_key, self._last_seq, offset, size)
-        self._keys, self._seqs, self._kinds, self._values = [], [], [], []
-        self._block_bytes = 0
+        self._pending = (keys[-1], seqs[-1], offset, size)
 
     def _add_index_entry(self, next_key: bytes | None) -> None:
         last_key, last_seq, offset, size = self._pending
@@ -307,9 +331,9 @@ class TableBuilder:
         counts = self._kind_counts
         return TableProperties(
             num_entries=self.num_entries,
-            num_deletions=counts[0],
+            num_deletions=counts[DELETION],
             num_range_deletions=len(tombstones),
-            num_value_pointers=counts[3],
+            num_value_pointers=counts[VALUE_POINTER],
             smallest_key=smallest,
             largest_key=largest,
             largest_is_exclusive=exclusive,

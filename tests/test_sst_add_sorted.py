@@ -52,3 +52,38 @@ def test_rejects_unsorted_and_wrong_types():
     b.add(b"m", 5, 1, b"x")
     with pytest.raises(antkv.InvalidArgumentError):
         b.add_sorted([b"n"], [1], [1], [b""])  # the current block is not empty
+
+
+@pytest.mark.parametrize("block_size", [1, 300, 4096])
+def test_add_after_add_sorted_counts_each_entry_once(block_size):
+    """add_sorted accounts its whole batch up front, including the tail it leaves in the open
+    block; entries added after it into that block are accounted when the block is written."""
+    rng = random.Random(block_size + 1)
+    keys = sorted({rng.randbytes(rng.randrange(1, 10)) for _ in range(600)})
+    entries = [(k, rng.randrange(1, 1 << 30), rng.choice([0, 1, 3]), rng.randbytes(rng.randrange(0, 50))) for k in keys]
+    split = 400
+    fs = MemoryFileSystem()
+    f = fs.create("t.sst")
+    b = TableBuilder(f, file_number=1, block_size=block_size)
+    head = entries[:split]
+    b.add_sorted([e[0] for e in head], [e[1] for e in head], [e[2] for e in head], [e[3] for e in head])
+    for e in entries[split:]:
+        b.add(*e)
+    props = b.finish()
+    assert fs.read_all("t.sst") == _build(entries, block_size, columns=False)
+    assert props.num_entries == len(entries)
+    assert props.num_deletions == sum(e[2] == 0 for e in entries)
+    assert props.num_value_pointers == sum(e[2] == 3 for e in entries)
+    assert props.raw_key_size == sum(len(e[0]) for e in entries)
+    assert props.raw_value_size == sum(len(e[3]) for e in entries)
+    assert (props.smallest_seq, props.largest_seq) == (min(e[1] for e in entries), max(e[1] for e in entries))
+
+
+def test_add_sorted_refuses_bad_kinds_and_seqs_before_writing():
+    for kinds, seqs in (([1, 2], [1, 2]), ([1, 1], [-1, 2]), ([1, 1], [1, 1 << 56])):
+        fs = MemoryFileSystem()
+        f = fs.create("t.sst")
+        b = TableBuilder(f, file_number=1, block_size=1)
+        with pytest.raises(antkv.InvalidArgumentError):
+            b.add_sorted([b"a", b"b"], seqs, kinds, [b"x", b"y"])
+        assert f.size == 0

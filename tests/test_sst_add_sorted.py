@@ -79,11 +79,23 @@ def test_add_after_add_sorted_counts_each_entry_once(block_size):
     assert (props.smallest_seq, props.largest_seq) == (min(e[1] for e in entries), max(e[1] for e in entries))
 
 
-def test_add_sorted_refuses_bad_kinds_and_seqs_before_writing():
-    for kinds, seqs in (([1, 2], [1, 2]), ([1, 1], [-1, 2]), ([1, 1], [1, 1 << 56])):
-        fs = MemoryFileSystem()
-        f = fs.create("t.sst")
-        b = TableBuilder(f, file_number=1, block_size=1)
-        with pytest.raises(antkv.InvalidArgumentError):
-            b.add_sorted([b"a", b"b"], seqs, kinds, [b"x", b"y"])
-        assert f.size == 0
+def test_add_sorted_refuses_bad_kinds_seqs_and_order_in_any_block():
+    """Checks run block by block: a bad entry in a later block is refused as well as in the
+    first (blocks before it may have been written; the caller abandons the builder)."""
+    rng = random.Random(3)
+    for bad_at in (0, 1, 57, 99):
+        for bad in ("kind", "seq", "order", "type"):
+            keys = [b"k%04d" % i for i in range(100)]
+            seqs, kinds, values = list(range(1, 101)), [1] * 100, [rng.randbytes(5) for _ in range(100)]
+            if bad == "kind":
+                kinds[bad_at] = 2
+            elif bad == "seq":
+                seqs[bad_at] = 1 << 56
+            elif bad == "order":
+                keys[bad_at] = keys[bad_at - 1] if bad_at else b"k0001"
+            else:
+                values[bad_at] = "str"
+            b = TableBuilder(MemoryFileSystem().create("t.sst"), file_number=1, block_size=64)
+            with pytest.raises(TypeError if bad == "type" else antkv.InvalidArgumentError):
+                b.add_sorted(keys, seqs, kinds, values)
+            b.abandon()

@@ -36,6 +36,8 @@ from .format import (
 from .properties import TableProperties, encode_properties
 
 _POINT_KIND_SET = frozenset((DELETION, VALUE, VALUE_POINTER))
+_BYTES_ONLY = frozenset((bytes,))
+_FIRST_WINDOW = 64  # add_sorted's first guess of entries per block
 _ENTRY_OVERHEAD = 8  # estimated column bytes per entry (ends, seq, kind)
 _BLOCK_OVERHEAD = 9 + BLOCK_TRAILER_SIZE
 
@@ -137,9 +139,15 @@ class TableBuilder:
         """Append entries given as columns, user keys strictly increasing (a flush's fast path).
 
         Blocks are cut exactly where :meth:`add` would cut them (once the running estimate
-        reaches ``block_size``), found with ``accumulate`` and ``bisect`` instead of a Python
-        call per entry.  REQUIRES: the current block is empty, and ``keys[0]`` sorts after the
-        last entry added.
+        reaches ``block_size``), found with ``accumulate`` and ``bisect`` over a window of
+        entries instead of a Python call per entry.  REQUIRES: the current block is empty, and ``keys[0]`` sorts after the
+        last entry added.  Entries are checked block by block: on an error, blocks before the
+        bad one may have been written (abandon the builder).
+
+        All the work runs block by block, never in passes over the whole batch: key and value
+        objects usually lie scattered in memory (allocated in arrival order, read in key
+        order), so each pass over a whole table costs a cache miss per object, while a block's
+        objects stay in the CPU cache across the passes made over that block.
         """
         n = len(keys)
         if not n:
@@ -150,35 +158,46 @@ class TableBuilder:
             raise InvalidArgumentError("add_sorted: columns of different lengths")
         if self._keys:
             raise InvalidArgumentError("add_sorted needs an empty current block")
-        if not set(map(type, keys)) | set(map(type, values)) <= {bytes}:
-            raise TypeError("keys and values must be bytes")
-        first, last = keys[0], self._last_key
-        if first < last or (first == last and seqs[0] >= self._last_seq):
-            self._reject_order(first, seqs[0])
-        if n > 1 and not all(map(lt, keys, islice(keys, 1, None))):
-            raise InvalidArgumentError("add_sorted: user keys must be strictly increasing")
-        key_lens = list(map(len, keys))
-        cum = list(accumulate(map(add, map(add, key_lens, map(len, values)), repeat(_ENTRY_OVERHEAD))))
-        key_bytes = sum(key_lens)
-        # checks, counts and bloom digests for all the entries at once; the blocks cut below
-        # and the tail left in the current block are then only encoded and written
-        self._account(keys, seqs, kinds, values, key_bytes, cum[-1] - key_bytes - n * _ENTRY_OVERHEAD, True)
         block_size = self._block_size
         start = 0
-        base = 0
+        window = _FIRST_WINDOW
         while True:
-            j = bisect_left(cum, base + block_size, start)
-            if j >= n:
-                break
-            end = j + 1
-            self._write_data_block(keys[start:end], seqs[start:end], kinds[start:end], values[start:end])
-            start, base = end, cum[j]
-        if start < n:
-            self._keys, self._seqs = keys[start:], seqs[start:]
-            self._kinds, self._values = kinds[start:], values[start:]
-            self._block_bytes = cum[-1] - base
-            self._accounted = n - start
-        self._last_key, self._last_seq = keys[-1], seqs[-1]
+            # the running sizes of the next `window` entries: where the block ends, if it ends
+            # inside the window (else widen it); this pass also brings the entries into cache
+            ks, vs = keys[start : start + window], values[start : start + window]
+            sizes = list(accumulate(map(add, map(add, map(len, ks), map(len, vs)), repeat(_ENTRY_OVERHEAD))))
+            j = bisect_left(sizes, block_size)
+            tail = j == len(sizes)
+            if tail and start + window < n:
+                window *= 2
+                continue
+            m = len(sizes) if tail else j + 1
+            end = start + m
+            block = ks[:m], seqs[start:end], kinds[start:end], vs[:m]
+            self._check_sorted(block[0], block[3], block[1][0])
+            raw_keys = sum(map(len, block[0]))
+            self._account(*block, raw_keys, sizes[m - 1] - raw_keys - m * _ENTRY_OVERHEAD, True)
+            self._last_key, self._last_seq = keys[end - 1], seqs[end - 1]
+            if tail:  # stays in the current block, accounted
+                self._keys, self._seqs, self._kinds, self._values = block
+                self._block_bytes = sizes[-1]
+                self._accounted = m
+                return
+            self._write_data_block(*block)
+            if end == n:
+                return
+            start = end
+            window = m + (m >> 2) + 2  # the next block is likely about as long
+
+    def _check_sorted(self, keys: list[bytes], values: list[bytes], first_seq: int) -> None:
+        """add_sorted's checks of one block's keys and values (``keys`` non-empty)."""
+        if not set(map(type, keys)) | set(map(type, values)) <= _BYTES_ONLY:
+            raise TypeError("keys and values must be bytes")
+        first, last = keys[0], self._last_key
+        if first < last or (first == last and first_seq >= self._last_seq):
+            self._reject_order(first, first_seq)
+        if len(keys) > 1 and not all(map(lt, keys, islice(keys, 1, None))):
+            raise InvalidArgumentError("add_sorted: user keys must be strictly increasing")
 
     def _set_done(self) -> None:
         self._done = True

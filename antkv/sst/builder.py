@@ -140,9 +140,9 @@ class TableBuilder:
 
         Blocks are cut exactly where :meth:`add` would cut them (once the running estimate
         reaches ``block_size``), found with ``accumulate`` and ``bisect`` over a window of
-        entries instead of a Python call per entry.  REQUIRES: the current block is empty, and ``keys[0]`` sorts after the
-        last entry added.  Entries are checked block by block: on an error, blocks before the
-        bad one may have been written (abandon the builder).
+        entries instead of a Python call per entry.  REQUIRES: the current block is empty, and
+        ``keys[0]`` sorts after the last entry added.  Entries are checked block by block: on an
+        error, blocks before the bad one may have been written (abandon the builder).
 
         All the work runs block by block, never in passes over the whole batch: key and value
         objects usually lie scattered in memory (allocated in arrival order, read in key

@@ -64,21 +64,16 @@ def _array_struct(n: int, code: str) -> struct.Struct:
     return s
 
 
-def _width(max_value: int) -> int:
-    if max_value < 0x100:
-        return 1
-    if max_value < 0x10000:
-        return 2
-    if max_value < 0x100000000:
-        return 4
-    return 8
-
-
 def shared_prefix_len(a: bytes, b: bytes) -> int:
     """The length of the longest common prefix of ``a`` and ``b`` (computed in C)."""
-    n = min(len(a), len(b))
-    x = int.from_bytes(a[:n], "big") ^ int.from_bytes(b[:n], "big")
-    return n - ((x.bit_length() + 7) >> 3)
+    n = len(a)
+    if n != len(b):
+        if len(b) < n:
+            n = len(b)
+            a = a[:n]
+        else:
+            b = b[:n]
+    return n - (((int.from_bytes(a, "big") ^ int.from_bytes(b, "big")).bit_length() + 7) >> 3)
 
 
 def group_prefix_lengths(keys: list[bytes], restart_interval: int) -> list[int]:
@@ -98,10 +93,6 @@ def group_prefix_lengths(keys: list[bytes], restart_interval: int) -> list[int]:
 _SUFFIX_SLICES = [slice(p, None) for p in range(256)]  # key[p:] for the common prefix lengths
 
 
-def _suffix_slice(p: int) -> slice:
-    return _SUFFIX_SLICES[p] if p < 256 else slice(p, None)
-
-
 def encode_block(
     keys: list[bytes],
     seqs: list[int],
@@ -115,18 +106,24 @@ def encode_block(
     256; the block smaller than 2**64 bytes.
     """
     n = len(keys)
+    if not n:
+        return BLOCK_FOOTER.pack(0, restart_interval, 1, 1)
     r = restart_interval
     plens = group_prefix_lengths(keys, r)
     if any(plens):
         prefixes = list(map(getitem, keys[::r], map(slice, plens)))
-        per_key = chain.from_iterable(map(repeat, map(_suffix_slice, plens), repeat(r)))
+        if max(plens) < 256:
+            per_key = chain.from_iterable(map(repeat, map(_SUFFIX_SLICES.__getitem__, plens), repeat(r)))
+        else:
+            per_key = chain.from_iterable(map(repeat, map(slice, plens, repeat(None)), repeat(r)))
         suffixes = list(map(getitem, keys, per_key))
     else:
         prefixes = [b""] * len(plens)
         suffixes = keys
     ends = list(accumulate(chain(map(len, prefixes), map(len, suffixes), map(len, values))))
-    ew = _width(ends[-1]) if n else 1
-    qw = _width(max(seqs)) if n else 1
+    e, q = ends[-1], max(seqs)
+    ew = 1 if e < 0x100 else 2 if e < 0x10000 else 4 if e < 0x100000000 else 8
+    qw = 1 if q < 0x100 else 2 if q < 0x10000 else 4 if q < 0x100000000 else 8
     return b"".join(
         (
             b"".join(prefixes),

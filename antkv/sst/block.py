@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import struct
 from itertools import accumulate, chain, repeat
-from operator import getitem, neg, sub
+from operator import concat, getitem, neg, sub
 
 from ..errors import CorruptionError
 
@@ -205,7 +205,7 @@ def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, l
         if max(kinds) > _MAX_KIND:
             raise ValueError("unknown entry kind")
         if ends[g - 1]:  # some group has a prefix
-            keys = list(map(bytes.__add__, chain.from_iterable(map(repeat, pieces[:g], repeat(r))), pieces[g : g + n]))
+            keys = list(map(concat, chain.from_iterable(map(repeat, pieces[:g], repeat(r))), pieces[g : g + n]))
         else:
             keys = list(pieces[g : g + n])
         return keys, neg_seqs, kinds, list(pieces[g + n :])

@@ -5,7 +5,8 @@
                                         [--micro | --micro-only] [--repeat 5] [--against DIR]
 
 ``--micro`` (or ``--micro-only``, which skips the rest) first times the pieces of a table build
-on ``--num`` entries in memory, printing the median of ``--repeat`` runs in us per entry/key:
+on ``--num`` entries in memory, printing the median of ``--repeat`` runs in us per entry/key
+(each run with the garbage collector paused, as ``timeit`` does):
 
 * ``build add_sorted`` / ``build add`` -- a whole table (MemoryFileSystem), columns / per entry;
 * ``encode_block`` / ``decode_block`` -- the data blocks of that table, one call per block;
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import importlib
 import itertools
 import os
@@ -152,9 +154,14 @@ def micro(keys: list[bytes], values: list[bytes], block_size: int, repeat: int, 
         for phase in setups["this"][0]:
             for label in packages:
                 fn, items, _unit = setups[label][0][phase]
-                t0 = time.perf_counter()
-                fn()
-                times[label, phase].append((time.perf_counter() - t0) / items * 1e6)
+                gc.collect()
+                gc.disable()  # as timeit does: no full collection of the big heap mid-run
+                try:
+                    t0 = time.perf_counter()
+                    fn()
+                    times[label, phase].append((time.perf_counter() - t0) / items * 1e6)
+                finally:
+                    gc.enable()
     print(f"micro: {n:,} entries, {block_size} B blocks, median of {repeat} runs"
           + (f", alternating with {against} in each" if against else "") + "; us per entry (key)")
     print(f"  {'':18}" + "".join(f"{label:>12}" for label in packages) + ("       ratio" if against else ""))

@@ -171,22 +171,26 @@ _DECODE_ERRORS = (struct.error, KeyError, ValueError, IndexError, TypeError)
 
 
 _PIECE_CODES = [f"{i}s" for i in range(4096)]  # struct codes of piece lengths, cached
+_CACHED_FORMAT_PIECES = 1024  # larger formats are compiled without entering struct's cache
 
 
 def _split_pieces(buf: bytes, ends: tuple) -> tuple:
     """The pieces of ``buf`` ending at ``ends`` (each starting where the one before ends).
 
     One ``struct`` format of ``"<len>s"`` codes cuts every piece in a single C call, and the
-    struct module caches the compiled format (blocks of fixed-size entries share one); cheaper
-    than a ``slice`` object plus a ``__getitem__`` per piece.  Lengths come out negative, and
-    the format invalid (struct.error), if ``ends`` is not ascending.
+    struct module caches the compiled format (blocks of fixed-size entries share a few);
+    cheaper than a ``slice`` object plus a ``__getitem__`` per piece.  Formats of huge blocks
+    stay out of that cache (a compiled format costs ~32 bytes per piece).  Lengths come out
+    negative, and the format invalid (struct.error), if ``ends`` is not ascending.
     """
     lens = list(map(sub, ends, chain((0,), ends)))
     if max(lens) < 4096:
         fmt = "".join(map(_PIECE_CODES.__getitem__, lens))
     else:
         fmt = "".join(map("{}s".format, lens))
-    return struct.unpack_from(fmt, buf)
+    if len(lens) <= _CACHED_FORMAT_PIECES:
+        return struct.unpack_from(fmt, buf)
+    return struct.Struct(fmt).unpack_from(buf)
 
 
 def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, list, list, list]:

@@ -23,10 +23,14 @@ files.  The worker writes and syncs the output tables and the directory; the dat
 to the MANIFEST, exactly as for a job run in-process.  If the worker dies or the pipe breaks,
 the parent removes the files it handed numbers out for and runs the job itself.
 
-Lifetime: the worker holds a duplicate of the database's LOCK descriptor, so no other process
-can open the database while a worker could still write into it; on Linux it also asks the
-kernel to kill it when the thread that started it ends (``PR_SET_PDEATHSIG``), which covers a
-crash of the database's process.  It exits when its stdin closes.
+Lifetime: a worker must never write into the directory once its database's process is gone
+(a new opener could hand out the same file numbers).  On Linux it asks the kernel to kill it
+when the thread that started it ends (``PR_SET_PDEATHSIG``), which covers a crash of the
+database's process, and it exits at once when its pipe breaks.  Elsewhere it also holds a
+duplicate of the database's LOCK descriptor, so no other process can open the database until
+the worker has finished its job and seen end-of-file.  (Not on Linux: there a restart right
+after a crash would find the lock still held for the moments the kernel takes to kill the
+worker.)  It exits when its stdin closes.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from .version_set import table_file_name
 
 log = logging.getLogger("antkv")
 _LEN = struct.Struct("<Q")
+_HAS_PDEATHSIG = sys.platform.startswith("linux")
 
 
 def _send(f, msg) -> None:
@@ -116,7 +121,7 @@ class Worker:
             [sys.executable, "-m", "antkv.worker", str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            pass_fds=(lock_fd,) if lock_fd is not None else (),
+            pass_fds=(lock_fd,) if lock_fd is not None and not _HAS_PDEATHSIG else (),
             env=env,
         )
 
@@ -310,7 +315,7 @@ class JobRunner:
 
 def _die_with_parent(parent_pid: int) -> None:
     """Ask Linux to SIGKILL this process when the thread that started it ends."""
-    if sys.platform.startswith("linux"):
+    if _HAS_PDEATHSIG:
         try:
             import ctypes
             import signal
@@ -335,14 +340,17 @@ def worker_main(parent_pid: int) -> None:
     fs = OSFileSystem.instance()
 
     def new_file_number() -> int:
-        _send(proto_out, ("number",))
-        reply = _recv(proto_in)
+        try:
+            _send(proto_out, ("number",))
+            reply = _recv(proto_in)
+        except (EOFError, OSError):
+            os._exit(1)  # the database is gone: write nothing more
         return reply[1]
 
     while True:
         try:
             msg = _recv(proto_in)
-        except EOFError:
+        except (EOFError, OSError):
             return
         env = OutputEnv(fs, msg[1], msg[2], new_file_number, {})
         readers = []
@@ -363,7 +371,10 @@ def worker_main(parent_pid: int) -> None:
         finally:
             for r in readers:
                 r.close()
-        _send(proto_out, reply)
+        try:
+            _send(proto_out, reply)
+        except OSError:
+            return
 
 
 if __name__ == "__main__":

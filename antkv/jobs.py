@@ -34,7 +34,7 @@ from .iterators import merge_forward
 from .memtable import MemTable
 from .rangedel import fragment
 from .sst.block import decode_block
-from .sst.format import BLOCK_TRAILER_SIZE, read_block
+from .sst.format import BLOCK_TRAILER_SIZE, BlockRun, read_block
 from .table_outputs import OutputEnv, TableOutputs
 from .version_edit import FileMetaData
 from .vlog.pointer import decode_pointer
@@ -222,21 +222,6 @@ def _columnar_merge(job: CompactionJob, readers, outputs: TableOutputs) -> None:
     outputs.add_columns(keys, seqs, kinds, values)
 
 
-class _Region:
-    """A run of a table's data blocks read with one call (starting at file offset ``base``),
-    served to ``read_block`` like the file."""
-
-    __slots__ = ("buf", "base")
-
-    def __init__(self, buf: bytes, base: int):
-        self.buf = buf
-        self.base = base
-
-    def read(self, offset: int, n: int) -> bytes:
-        offset -= self.base
-        return self.buf[offset : offset + n]
-
-
 def read_table_columns(reader, lo: bytes | None = None, hi: bytes | None = None) -> tuple[list, list, list, list]:
     """The point entries of a table with user keys in ``[lo, hi)`` (None = unbounded) as columns
     ``(keys, neg_seqs, kinds, values)`` in internal order: the data blocks that can hold them are
@@ -254,7 +239,7 @@ def read_table_columns(reader, lo: bytes | None = None, hi: bytes | None = None)
         return keys, negs, kinds, values
     path = reader.path
     base = offsets[first]
-    region = _Region(reader._file.read(base, offsets[last] + sizes[last] + BLOCK_TRAILER_SIZE - base), base)
+    region = BlockRun(reader._file, base, offsets[last] + sizes[last] + BLOCK_TRAILER_SIZE)
     for off, size in zip(offsets[first : last + 1], sizes[first : last + 1]):
         k, q, t, v = decode_block(*read_block(region, off, size, True, path), path, off)
         keys += k

@@ -230,8 +230,9 @@ class JobRunner:
             return 1
         if not columnar_eligible(job, readers, relocate):
             return 1
+        # a part of at least half a target table is worth a worker of its own
         total = sum(f.size for _, f in job.inputs)
-        return max(1, min(o.max_subcompactions, total // max(1, o.target_file_size_base)))
+        return max(1, min(o.max_subcompactions, 2 * total // max(1, o.target_file_size_base)))
 
     def _compact_one(self, job: CompactionJob, relocate, w: Worker | None) -> JobResult:
         if w is not None:

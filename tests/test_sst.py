@@ -260,7 +260,9 @@ def test_cache_serves_blocks_and_index():
     fs.record_trace = True
     rng = random.Random(3)
     entries = random_entries(rng, 300)
-    props = build(fs, "t.sst", entries, block_size=256)
+    # fewer blocks than a scan reads through the cache (longer scans: the read-ahead test)
+    props = build(fs, "t.sst", entries, block_size=1024)
+    assert props.num_data_blocks < 64
     cache = Cache(1 << 22, num_shard_bits=0)
     reader = TableReader.open(fs, "t.sst", 1, cache=cache)
     assert list(reader.iter_forward()) == entries
@@ -284,3 +286,42 @@ def test_cache_serves_blocks_and_index():
     assert small.pinned_usage > 0
     reader.close()
     assert small.pinned_usage == 0
+
+
+@pytest.mark.parametrize("cache_mode", ["cache", "none"])
+def test_long_scans_read_ahead_past_the_cached_blocks(cache_mode):
+    """Beyond its first SCAN_CACHED_BLOCKS blocks a scan reads runs of blocks per call and
+    leaves the cache alone: same blocks, either direction, from any start; the cache holds at
+    most the first blocks afterwards; a damaged block in a read-ahead run is still caught."""
+    from antkv.sst import reader as reader_mod
+
+    rng = random.Random(11)
+    fs = MemoryFileSystem()
+    entries = random_entries(rng, 2500, max_versions=2)
+    build(fs, "t.sst", entries, block_size=128)
+    cache = make_cache(cache_mode)
+    r = TableReader.open(fs, "t.sst", 7, cache=cache)
+    nblocks = len(r._get_index()[0])
+    assert nblocks > 4 * reader_mod.SCAN_CACHED_BLOCKS
+    usage_before = cache.usage if cache else 0
+    flat = lambda blocks: [e for b in blocks for e in zip(*b)]  # noqa: E731
+    assert flat(r.blocks_forward()) == entries
+    if cache is not None:
+        # only the first blocks were inserted (decoded blocks are charged ~size + 120/entry)
+        assert cache.usage - usage_before < (reader_mod.SCAN_CACHED_BLOCKS + 1) * (128 + 200 + 120 * 40)
+    for start in [entries[0][0], entries[len(entries) // 2][0], b"k5", b"\xff"]:
+        assert flat(r.blocks_forward(start)) == model_forward(entries, start)
+        got = [e for b in r.blocks_backward(start) for e in reversed(list(zip(*b)))]
+        assert got == model_backward(entries, start)
+    off = r._get_index()[2][nblocks - 5]
+    r.close()
+    # flip one byte in a block far past the cached ones: the scan raises, naming the offset
+    data = bytearray(fs.read_all("t.sst"))
+    data[off + 3] ^= 0x40
+    fs.write_all("t.sst", bytes(data))
+    r = TableReader.open(fs, "t.sst", 7, cache=make_cache(cache_mode))
+    with pytest.raises(antkv.CorruptionError) as e:
+        for _ in r.blocks_forward():
+            pass
+    assert e.value.offset == off
+    r.close()

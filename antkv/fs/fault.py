@@ -34,6 +34,7 @@ class FaultInjectionFileSystem(FileSystem):
         self.calls = 0
         self.trace: list[tuple[int, str, str]] = []
         self.record_trace = False
+        self.bytes_read: dict[str, int] = {}  # path -> bytes returned by random-access reads
         self._fail_at: int | None = None
         self._persistent = False
         self._crash_at: int | None = None
@@ -168,7 +169,10 @@ class _FaultRandomAccessFile(RandomAccessFile):
 
     def read(self, offset: int, n: int) -> bytes:
         self._fs._hook("read", self.path)
-        return self._inner.read(offset, n)
+        data = self._inner.read(offset, n)
+        counts = self._fs.bytes_read
+        counts[self.path] = counts.get(self.path, 0) + len(data)
+        return data
 
     def size(self) -> int:
         return self._inner.size()

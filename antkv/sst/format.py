@@ -123,6 +123,22 @@ def write_block(file, contents: bytes, ctype: int) -> tuple[int, int]:
     return offset, size
 
 
+class BlockRun:
+    """Consecutive blocks of a table read with one ``pread`` (from file offset ``base``), served
+    to :func:`read_block` like the file itself: long scans and compactions read many blocks
+    per system call."""
+
+    __slots__ = ("buf", "base")
+
+    def __init__(self, file, base: int, end: int):
+        self.buf = file.read(base, end - base)
+        self.base = base
+
+    def read(self, offset: int, n: int) -> bytes:
+        offset -= self.base
+        return self.buf[offset : offset + n]
+
+
 def read_block(file, offset: int, size: int, verify: bool, path: str) -> tuple[bytes, int]:
     """Read the block at ``(offset, size)``: ``(buffer, n)``, its contents being ``buffer[:n]``.
 

@@ -89,9 +89,10 @@ def gather_runs(blocks: Iterator[Run], neg_read: int) -> Iterator[Run]:
         yield keys, negs, kinds, values
 
 
-def entry_runs(entries: Iterator[tuple], neg_read: int) -> Iterator[Run]:
+def entry_runs(entries: Iterator[tuple], neg_read: int, backward: bool = False) -> Iterator[Run]:
     """Runs from an iterator of entry tuples (a memtable source): 16 entries, then twice as
-    many each time up to RUN_TARGET."""
+    many each time up to RUN_TARGET.  ``backward``: the entries come in reverse internal order
+    and each run is turned ascending (runs of ever lower keys)."""
     n = 16
     while True:
         chunk = list(islice(entries, n))
@@ -102,6 +103,8 @@ def entry_runs(entries: Iterator[tuple], neg_read: int) -> Iterator[Run]:
             chunk = [e for e in chunk if e[1] >= neg_read]
             if not chunk:
                 continue
+        if backward:
+            chunk.reverse()
         yield tuple(zip(*chunk))
 
 
@@ -312,18 +315,7 @@ def _join_descending(blocks: list) -> Run:
 def entry_runs_backward(entries: Iterator[tuple], neg_read: int) -> Iterator[Run]:
     """Ascending runs of ever lower keys from entry tuples in reverse internal order (a
     memtable's backward iterator)."""
-    n = 16
-    while True:
-        chunk = list(islice(entries, n))
-        if not chunk:
-            return
-        n = min(RUN_TARGET, 2 * n)
-        if min(e[1] for e in chunk) < neg_read:
-            chunk = [e for e in chunk if e[1] >= neg_read]
-            if not chunk:
-                continue
-        chunk.reverse()
-        yield tuple(zip(*chunk))
+    return entry_runs(entries, neg_read, backward=True)
 
 
 def merge_runs_backward(sources: list[Iterator[Run]]) -> Iterator[Run]:

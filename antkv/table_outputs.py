@@ -158,19 +158,7 @@ class TableOutputs:
         if props.num_entries == 0 and props.num_range_deletions == 0:
             self.env.fs.remove(self._file.path)
         else:
-            self.outputs.append(
-                FileMetaData(
-                    number=self._number,
-                    size=props.file_size,
-                    smallest=props.smallest_key,
-                    largest=props.largest_key,
-                    largest_exclusive=props.largest_is_exclusive,
-                    smallest_seq=props.smallest_seq,
-                    largest_seq=props.largest_seq,
-                    num_entries=props.num_entries,
-                    blob_refs=dict(props.blob_refs),
-                )
-            )
+            self.outputs.append(FileMetaData.from_properties(self._number, props))
         self._builder = None
         self._file = None
 

@@ -65,6 +65,21 @@ class FileMetaData:
     being_compacted: bool = field(default=False, compare=False, repr=False)
     reader: object = field(default=None, compare=False, repr=False)
 
+    @classmethod
+    def from_properties(cls, number: int, props) -> "FileMetaData":
+        """The metadata of table ``number`` from its :class:`~antkv.sst.properties.TableProperties`."""
+        return cls(
+            number=number,
+            size=props.file_size,
+            smallest=props.smallest_key,
+            largest=props.largest_key,
+            largest_exclusive=props.largest_is_exclusive,
+            smallest_seq=props.smallest_seq,
+            largest_seq=props.largest_seq,
+            num_entries=props.num_entries,
+            blob_refs=dict(props.blob_refs),
+        )
+
     def contains_key(self, key: bytes) -> bool:
         if key < self.smallest:
             return False

@@ -39,16 +39,7 @@ def _write_table(fs, number: int, entries) -> FileMetaData:
     props = b.finish(blob_refs=refs)
     f.sync()
     f.close()
-    return FileMetaData(
-        number=number,
-        size=props.file_size,
-        smallest=props.smallest_key,
-        largest=props.largest_key,
-        smallest_seq=props.smallest_seq,
-        largest_seq=props.largest_seq,
-        num_entries=props.num_entries,
-        blob_refs=dict(props.blob_refs),
-    )
+    return FileMetaData.from_properties(number, props)
 
 
 def _random_inputs(rng: random.Random, fs) -> list[tuple[int, FileMetaData]]:

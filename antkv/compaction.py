@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .flush import add_stats
 from .jobs import CompactionJob
 from .read_view import table_fragments
 from .version_edit import FileMetaData, VersionEdit
@@ -186,7 +185,8 @@ def run_compaction(db, c: Compaction, snapshots: list[int]) -> VersionEdit:
         if gc_writer is not None:
             gc_writer.close()
         raise
-    add_stats(db, result.stats)
+    result.add_stats_to(db._stats)
+    db._stats["compaction_bytes_read"] += sum(f.size for _, f in job.inputs)
     for meta in result.tables:
         edit.new_tables.append((c.output_level, meta))
     for vnum, nbytes in result.garbage.items():

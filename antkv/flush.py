@@ -26,12 +26,6 @@ def write_level0_table(db, mem: MemTable, snapshots: list[int]) -> tuple[FileMet
     if db._vlog is not None:
         db._vlog.sync()
     result = db._jobs.flush(mem, snapshots)
-    add_stats(db, result.stats)
+    result.add_stats_to(db._stats)
     return (result.tables[0] if result.tables else None), result.garbage
 
-
-def add_stats(db, counters: dict[str, int]) -> None:
-    """Add a job's statistics counters to the database's."""
-    stats = db._stats
-    for name, n in counters.items():
-        stats[name] = stats.get(name, 0) + n

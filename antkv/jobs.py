@@ -23,7 +23,6 @@ Two ways through a job:
 from __future__ import annotations
 
 import marshal
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import itemgetter, ne, neg
@@ -33,8 +32,6 @@ from .dbformat import DELETION, VALUE_POINTER
 from .iterators import merge_forward
 from .memtable import MemTable
 from .rangedel import fragment
-from .sst.block import decode_block
-from .sst.format import BLOCK_TRAILER_SIZE, BlockRun, read_block
 from .table_outputs import OutputEnv, TableOutputs
 from .version_edit import FileMetaData
 from .vlog.pointer import decode_pointer
@@ -47,6 +44,11 @@ class JobResult:
     tables: list[FileMetaData]
     garbage: dict[int, int] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
+
+    def add_stats_to(self, counters: dict) -> None:
+        """Add this job's statistics counters to ``counters`` (the database's)."""
+        for name, n in self.stats.items():
+            counters[name] = counters.get(name, 0) + n
 
 
 # ---------------------------------------------------------------------------------- flush
@@ -157,10 +159,9 @@ def execute_compaction(
     readers = [(lvl, f, open_reader(f)) for lvl, f in job.inputs]
     tombstones = [t for _, _, r in readers for t in r.range_tombstones]
     out_frags = output_tombstones(tombstones, job.snapshots, job.bottommost)
-    stats["compaction_bytes_read"] = stats.get("compaction_bytes_read", 0) + sum(f.size for _, f in job.inputs)
     outputs = TableOutputs(env, job.target_size, out_frags, "compaction_bytes_written")
     try:
-        columnar = allow_columnar and not tombstones and not job.snapshots and relocate is None
+        columnar = allow_columnar and columnar_eligible(job, [r for _, _, r in readers], relocate)
         if job.is_subcompaction and not columnar:
             raise ValueError("a subcompaction must be columnar")
         if columnar:
@@ -205,7 +206,7 @@ def _columnar_merge(job: CompactionJob, readers, outputs: TableOutputs) -> None:
     newest: dict = {}
     update = newest.update
     for _lvl, f, reader in sorted(readers, key=lambda t: (-t[0], t[1].largest_seq)):
-        keys, negs, kinds, values = read_table_columns(reader, job.lo, job.hi)
+        keys, negs, kinds, values = reader.columns(job.lo, job.hi)
         keys.reverse(), negs.reverse(), kinds.reverse(), values.reverse()
         update(zip(keys, zip(negs, kinds, values)))
     keys = sorted(newest)
@@ -220,34 +221,3 @@ def _columnar_merge(job: CompactionJob, readers, outputs: TableOutputs) -> None:
         keys, seqs = list(compress(keys, live)), list(compress(seqs, live))
         kinds, values = list(compress(kinds, live)), list(compress(values, live))
     outputs.add_columns(keys, seqs, kinds, values)
-
-
-def read_table_columns(reader, lo: bytes | None = None, hi: bytes | None = None) -> tuple[list, list, list, list]:
-    """The point entries of a table with user keys in ``[lo, hi)`` (None = unbounded) as columns
-    ``(keys, neg_seqs, kinds, values)`` in internal order: the data blocks that can hold them are
-    read with one ``pread``, every block checksum is verified, and the block cache is bypassed
-    (a compaction's reads would only evict hot blocks)."""
-    ikeys, _inegs, offsets, sizes = reader._get_index()
-    keys: list = []
-    negs: list = []
-    kinds: list = []
-    values: list = []
-    # block i holds entries <= index key i < entries of block i + 1
-    first = 0 if lo is None else bisect_left(ikeys, lo)
-    last = len(offsets) - 1 if hi is None else min(bisect_left(ikeys, hi), len(offsets) - 1)
-    if first > last:
-        return keys, negs, kinds, values
-    path = reader.path
-    base = offsets[first]
-    region = BlockRun(reader._file, base, offsets[last] + sizes[last] + BLOCK_TRAILER_SIZE)
-    for off, size in zip(offsets[first : last + 1], sizes[first : last + 1]):
-        k, q, t, v = decode_block(*read_block(region, off, size, True, path), path, off)
-        keys += k
-        negs += q
-        kinds += t
-        values += v
-    i = 0 if lo is None else bisect_left(keys, lo)
-    j = len(keys) if hi is None else bisect_left(keys, hi)
-    if i or j < len(keys):
-        keys, negs, kinds, values = keys[i:j], negs[i:j], kinds[i:j], values[i:j]
-    return keys, negs, kinds, values

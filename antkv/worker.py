@@ -184,15 +184,22 @@ class JobRunner:
         with self.db._mutex:
             return self.db._versions.new_file_number()
 
-    def _worker(self, slot: int = 0) -> Worker | None:
-        """This thread's worker number ``slot``, if jobs of this thread go to workers.  Always
-        started from the background thread itself: the kernel ties its life to that thread."""
+    def _uses_workers(self) -> bool:
+        """Whether this thread's jobs go to worker processes."""
         from .fs.posix import OSFileSystem
 
         db = self.db
-        if not db.options.background_process or type(db._fs) is not OSFileSystem:
-            return None
-        if threading.current_thread() not in db._bg_threads:
+        return (
+            db.options.background_process
+            and type(db._fs) is OSFileSystem
+            and threading.current_thread() in db._bg_threads
+        )
+
+    def _worker(self, slot: int = 0) -> Worker | None:
+        """This thread's worker number ``slot`` (started on first use), if jobs of this thread
+        go to workers.  Always started from the background thread itself: the kernel ties its
+        life to that thread."""
+        if not self._uses_workers():
             return None
         ident = (threading.get_ident(), slot)
         with self._lock:
@@ -226,7 +233,7 @@ class JobRunner:
 
     def _subcompactions(self, job: CompactionJob, relocate, readers) -> int:
         o = self.db.options
-        if o.max_subcompactions < 2 or readers is None or self._worker() is None:
+        if o.max_subcompactions < 2 or readers is None or not self._uses_workers():
             return 1
         if not columnar_eligible(job, readers, relocate):
             return 1
@@ -279,7 +286,6 @@ class JobRunner:
         for r in results:
             for name, n in r.stats.items():
                 stats[name] = stats.get(name, 0) + n
-        stats["compaction_bytes_read"] = sum(f.size for _, f in job.inputs)
         return JobResult(tables, columnar_garbage(job.inputs, tables), stats)
 
     def _in_worker(self, w: Worker, msg) -> JobResult | None:
@@ -361,7 +367,12 @@ def worker_main(parent_pid: int) -> None:
             else:
 
                 def open_reader(f):
-                    r = TableReader.open(fs, table_file_name(env.path, f.number), f.number, cache=None)
+                    r = TableReader.open(
+                        fs,
+                        table_file_name(env.path, f.number),
+                        f.number,
+                        verify_checksums=env.table_options.verify_checksums,
+                    )
                     readers.append(r)
                     return r
 

@@ -14,7 +14,7 @@ import pytest
 
 from antkv.dbformat import DELETION, VALUE, VALUE_POINTER
 from antkv.fs.memory import MemoryFileSystem
-from antkv.jobs import CompactionJob, execute_compaction, read_table_columns
+from antkv.jobs import CompactionJob, execute_compaction
 from antkv.sst.builder import TableBuilder
 from antkv.sst.reader import TableReader
 from antkv.table_outputs import OutputEnv, TableOptions
@@ -85,7 +85,7 @@ def _run(fs, inputs, bottommost: bool, columnar: bool, target: int):
     tables = []
     for meta in result.tables:
         r = TableReader.open(fs, table_file_name(DIR, meta.number), meta.number)
-        keys, negs, kinds, values = read_table_columns(r)
+        keys, negs, kinds, values = r.columns()
         tables.append((list(zip(keys, negs, kinds, values)), meta.smallest, meta.largest, meta.blob_refs))
         r.close()
     return tables, result.garbage
@@ -167,7 +167,7 @@ def test_subcompactions_together_write_what_one_compaction_writes(seed):
         entries = []
         for meta in tables:
             r = TableReader.open(fs, table_file_name(DIR, meta.number), meta.number)
-            entries += list(zip(*read_table_columns(r)))
+            entries += list(zip(*r.columns()))
             r.close()
         assert entries == [e for t in whole for e in t[0]]
         assert columnar_garbage(inputs, tables) == whole_garbage

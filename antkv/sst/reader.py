@@ -276,6 +276,35 @@ class TableReader:
             return negs[j], kinds[j], values[j]
         return None
 
+    def columns(self, lo: bytes | None = None, hi: bytes | None = None) -> tuple[list, list, list, list]:
+        """The point entries with user keys in ``[lo, hi)`` (None = unbounded) as columns
+        ``(keys, neg_seqs, kinds, values)`` in internal order, for a compaction: the blocks that
+        can hold them are read with one ``pread`` and checked, bypassing the block cache (a
+        compaction's reads would only evict hot blocks)."""
+        ikeys, _, offsets, sizes = self._get_index()
+        keys: list = []
+        negs: list = []
+        kinds: list = []
+        values: list = []
+        # block i holds entries <= index key i < entries of block i + 1
+        first = 0 if lo is None else bisect_left(ikeys, lo)
+        last = len(offsets) - 1 if hi is None else min(bisect_left(ikeys, hi), len(offsets) - 1)
+        if first > last:
+            return keys, negs, kinds, values
+        path, verify = self.path, self._verify
+        region = BlockRun(self._file, offsets[first], offsets[last] + sizes[last] + BLOCK_TRAILER_SIZE)
+        for off, size in zip(offsets[first : last + 1], sizes[first : last + 1]):
+            k, q, t, v = decode_block(*read_block(region, off, size, verify, path), path, off)
+            keys += k
+            negs += q
+            kinds += t
+            values += v
+        i = 0 if lo is None else bisect_left(keys, lo)
+        j = len(keys) if hi is None else bisect_left(keys, hi)
+        if i or j < len(keys):
+            keys, negs, kinds, values = keys[i:j], negs[i:j], kinds[i:j], values[i:j]
+        return keys, negs, kinds, values
+
     def blocks_forward(self, start: bytes | None = None) -> Iterator[tuple[list, list, list, list]]:
         """Decoded data blocks (shared: never mutate them) from the one holding the first entry
         whose user key >= ``start``, that first one cut to begin there; empty ones skipped."""

@@ -17,6 +17,7 @@ from antkv.sst.block import (
     encode_entries,
     group_prefix_lengths,
     search_block,
+    _splitters,
     shared_prefix_len,
 )
 from antkv.sst.bloom import build_filter, decode_filter, key_digests, may_contain, num_probes
@@ -175,3 +176,61 @@ def test_decode_filter_rejects_malformed_contents():
     for raw in bad:
         with pytest.raises(CorruptionError):
             decode_filter(raw, len(raw), "t", 0)
+
+
+def _decode_or_error(buf: bytes):
+    try:
+        return decode_block(buf, len(buf), "t", 0)
+    except CorruptionError:
+        return "corrupt"
+
+
+def test_cached_splitters_decode_exactly_what_a_cold_decode_does():
+    """Blocks with the same piece sizes share a compiled splitter (keyed by their ends column);
+    a warm decode must equal a cold one, for intact blocks and for damaged ones alike."""
+    rng = random.Random(7)
+    blocks = []
+    for trial in range(40):
+        n = rng.choice((1, 5, 16, 17, 40))
+        keys = sorted(b"k%07d" % rng.randrange(10**7) for _ in range(n))
+        top = rng.choice((200, 60000, 1 << 40))
+        seqs = [rng.randrange(top) for _ in range(n)]
+        kinds = [rng.choice((0, 1, 3)) for _ in range(n)]
+        values = [rng.randbytes(10) for _ in range(n)]  # fixed sizes: splitters are shared
+        blocks.append(encode_block(keys, seqs, kinds, values, rng.choice((4, 16))))
+    damaged = []
+    for raw in blocks:
+        for _ in range(10):
+            pos = len(raw) - 1 - rng.randrange(min(len(raw), 60))  # footer, kinds, seqs, ends
+            damaged.append(raw[:pos] + bytes([raw[pos] ^ (1 << rng.randrange(8))]) + raw[pos + 1 :])
+    for buf in blocks + damaged:
+        _splitters.clear()
+        cold = _decode_or_error(buf)
+        for other in blocks:  # warm the table with every intact block's splitter
+            decode_block(other, len(other), "t", 0)
+        assert _decode_or_error(buf) == cold
+
+
+def test_a_splitter_is_not_reused_for_the_same_ends_bytes_at_another_width():
+    """Block ``y`` carries block ``x``'s ends column byte for byte, read as 3 two-byte ends of
+    one entry instead of 6 one-byte ends of two: it must decode as itself, not with x's
+    splitter."""
+    x = encode_block([b"a", b"b"], [1, 2], [VALUE, VALUE], [b"vv", b"ww"], 1)
+    n, _, ew, _ = BLOCK_FOOTER.unpack_from(x, len(x) - BLOCK_FOOTER_SIZE)
+    ends_off = len(x) - BLOCK_FOOTER_SIZE - 2 * n - 6 * ew
+    column = x[ends_off : ends_off + 6]
+    assert ew == 1 and column[-1] == ends_off
+    wide = [int.from_bytes(column[i : i + 2], "little") for i in (0, 2, 4)]  # ascending
+    y = bytes(range(256)) * (wide[-1] // 256 + 1)
+    y = y[: wide[-1]] + column + bytes([9, VALUE]) + BLOCK_FOOTER.pack(1, 1, 2, 1)
+    expect = (
+        [y[: wide[0]] + y[wide[0] : wide[1]]],
+        [-9],
+        [VALUE],
+        [y[wide[1] : wide[2]]],
+    )
+    for first in (x, y):
+        _splitters.clear()
+        decode_block(first, len(first), "t", 0)
+        assert decode_block(y, len(y), "t", 0) == expect
+        assert decode_block(x, len(x), "t", 0) == ([b"a", b"b"], [-1, -2], [VALUE, VALUE], [b"vv", b"ww"])

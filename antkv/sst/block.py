@@ -171,26 +171,54 @@ _DECODE_ERRORS = (struct.error, KeyError, ValueError, IndexError, TypeError)
 
 
 _PIECE_CODES = [f"{i}s" for i in range(4096)]  # struct codes of piece lengths, cached
-_CACHED_FORMAT_PIECES = 1024  # larger formats are compiled without entering struct's cache
+_MAX_SPLITTERS = 1024  # compiled splitters kept; the table is cleared when it fills up
 
 
-def _split_pieces(buf: bytes, ends: tuple) -> tuple:
-    """The pieces of ``buf`` ending at ``ends`` (each starting where the one before ends).
-
-    One ``struct`` format of ``"<len>s"`` codes cuts every piece in a single C call, and the
-    struct module caches the compiled format (blocks of fixed-size entries share a few);
-    cheaper than a ``slice`` object plus a ``__getitem__`` per piece.  Formats of huge blocks
-    stay out of that cache (a compiled format costs ~32 bytes per piece).  Lengths come out
-    negative, and the format invalid (struct.error), if ``ends`` is not ascending.
-    """
+def _compile_splitter(ends: tuple) -> struct.Struct:
+    """A ``struct.Struct`` cutting the pieces ending at ``ends`` out of a buffer in one C call
+    (each piece starts where the one before it ends); cheaper than a ``slice`` object and a
+    ``__getitem__`` per piece.  Lengths come out negative, and the format invalid
+    (struct.error), if ``ends`` is not ascending."""
     lens = list(map(sub, ends, chain((0,), ends)))
     if max(lens) < 4096:
-        fmt = "".join(map(_PIECE_CODES.__getitem__, lens))
-    else:
-        fmt = "".join(map("{}s".format, lens))
-    if len(lens) <= _CACHED_FORMAT_PIECES:
-        return struct.unpack_from(fmt, buf)
-    return struct.Struct(fmt).unpack_from(buf)
+        return struct.Struct("".join(map(_PIECE_CODES.__getitem__, lens)))
+    return struct.Struct("".join(map("{}s".format, lens)))
+
+
+# The splitters of recently decoded blocks, keyed by the raw bytes of a block's ``ends``
+# column: blocks of entries of the same sizes (the common case: fixed-size keys and values)
+# share one, so decoding them skips unpacking the ends and building a format.  Each value
+# records what the splitter was validated against: ``(splitter, n, R, E, ends[-1], a group
+# has a prefix)``; a hit must match the block's n, R, E and the offset where its columns start.
+_splitters: dict[bytes, tuple] = {}
+
+
+def _block_splitter(buf: bytes, size: int) -> tuple:
+    """``(splitter, n, R, E, ends[-1], has_prefix), g, seqs_off, qw, kinds_off`` of block
+    contents ``buf[:size]``; see :data:`_splitters`."""
+    if size < BLOCK_FOOTER_SIZE:
+        raise ValueError("shorter than its footer")
+    n, r, ew, qw = BLOCK_FOOTER.unpack_from(buf, size - BLOCK_FOOTER_SIZE)
+    if r == 0:
+        raise ValueError("restart interval 0")
+    g = (n + r - 1) // r
+    kinds_off = size - BLOCK_FOOTER_SIZE - n
+    seqs_off = kinds_off - n * qw
+    ends_off = seqs_off - (g + 2 * n) * ew
+    column = buf[ends_off:seqs_off] if ends_off > 0 else None
+    if column is not None:
+        hit = _splitters.get(column)
+        if hit is not None and hit[1] == n and hit[2] == r and hit[3] == ew and hit[4] == ends_off:
+            return hit, g, seqs_off, qw, kinds_off
+    n, r, g, ends, seqs_off, qw, kinds_off = _layout(buf, size)
+    if n == 0:
+        return None, 0, seqs_off, qw, kinds_off
+    hit = (_compile_splitter(ends), n, r, ew, ends_off, ends[g - 1] != 0)
+    if column is not None:
+        if len(_splitters) >= _MAX_SPLITTERS:
+            _splitters.clear()
+        _splitters[column] = hit
+    return hit, g, seqs_off, qw, kinds_off
 
 
 def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, list, list, list]:
@@ -200,15 +228,16 @@ def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, l
     are not a well-formed block.
     """
     try:
-        n, r, g, ends, seqs_off, qw, kinds_off = _layout(buf, size)
-        if n == 0:
+        splitter, g, seqs_off, qw, kinds_off = _block_splitter(buf, size)
+        if splitter is None:
             return [], [], [], []
-        pieces = _split_pieces(buf, ends)
+        n, r = splitter[1], splitter[2]
+        pieces = splitter[0].unpack_from(buf)
         neg_seqs = list(map(neg, _array_struct(n, _WIDTH_CODES[qw]).unpack_from(buf, seqs_off)))
         kinds = list(buf[kinds_off : kinds_off + n])
         if max(kinds) > _MAX_KIND:
             raise ValueError("unknown entry kind")
-        if ends[g - 1]:  # some group has a prefix
+        if splitter[5]:  # some group has a prefix
             keys = list(map(concat, chain.from_iterable(map(repeat, pieces[:g], repeat(r))), pieces[g : g + n]))
         else:
             keys = list(pieces[g : g + n])

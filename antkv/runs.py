@@ -40,7 +40,7 @@ from typing import Iterator
 
 from .dbformat import DELETION, VALUE, VALUE_POINTER
 
-RUN_TARGET = 256
+RUN_TARGET = 1024
 """Entries a source gathers into one run once a scan is long (whole blocks, so a table's runs
 may be a block longer); runs start small (see :func:`gather_runs`)."""
 
@@ -165,8 +165,11 @@ def merge_runs(sources: list[Iterator[Run]]) -> Iterator[Run]:
 
 
 def _is_plain(kinds) -> bool:
-    """True if a run holds only VALUE entries (no DELETION, no VALUE_POINTER)."""
-    return DELETION not in kinds and VALUE_POINTER not in kinds
+    """True if a run holds only VALUE entries (no DELETION, no VALUE_POINTER).
+
+    ``count`` finds each VALUE by identity (small ints are shared), a cheaper C loop than the
+    full comparisons of two ``not in`` scans."""
+    return kinds.count(VALUE) == len(kinds)
 
 
 def _merge_plain(parts: list) -> Run | None:

@@ -17,7 +17,7 @@ from antkv.sst.block import (
     encode_entries,
     group_prefix_lengths,
     search_block,
-    _splitters,
+    _layouts,
     shared_prefix_len,
 )
 from antkv.sst.bloom import build_filter, decode_filter, key_digests, may_contain, num_probes
@@ -178,16 +178,23 @@ def test_decode_filter_rejects_malformed_contents():
             decode_filter(raw, len(raw), "t", 0)
 
 
-def _decode_or_error(buf: bytes):
-    try:
-        return decode_block(buf, len(buf), "t", 0)
-    except CorruptionError:
-        return "corrupt"
+def _read_or_error(buf: bytes, probes: list[bytes]):
+    """What decoding ``buf`` and searching it for ``probes`` give ("corrupt" for an error)."""
+    out = []
+    for read in [lambda: decode_block(buf, len(buf), "t", 0)] + [
+        lambda k=k: search_block(buf, len(buf), k, -(1 << 50), "t", 0) for k in probes
+    ]:
+        try:
+            out.append(read())
+        except CorruptionError:
+            out.append("corrupt")
+    return out
 
 
-def test_cached_splitters_decode_exactly_what_a_cold_decode_does():
-    """Blocks with the same piece sizes share a compiled splitter (keyed by their ends column);
-    a warm decode must equal a cold one, for intact blocks and for damaged ones alike."""
+def test_cached_layouts_read_exactly_what_a_cold_read_does():
+    """Blocks with the same piece sizes share a cached layout (keyed by their ends column):
+    a warm decode or search must equal a cold one, for intact blocks and damaged ones alike,
+    whether the layout was cached by a search (no splitter yet) or by a decode."""
     rng = random.Random(7)
     blocks = []
     for trial in range(40):
@@ -203,18 +210,25 @@ def test_cached_splitters_decode_exactly_what_a_cold_decode_does():
         for _ in range(10):
             pos = len(raw) - 1 - rng.randrange(min(len(raw), 60))  # footer, kinds, seqs, ends
             damaged.append(raw[:pos] + bytes([raw[pos] ^ (1 << rng.randrange(8))]) + raw[pos + 1 :])
+    probes = [b"k%07d" % rng.randrange(10**7) for _ in range(5)] + [b"", b"\xff"]
     for buf in blocks + damaged:
-        _splitters.clear()
-        cold = _decode_or_error(buf)
-        for other in blocks:  # warm the table with every intact block's splitter
-            decode_block(other, len(other), "t", 0)
-        assert _decode_or_error(buf) == cold
+        probes[0] = buf[:8]  # often a key of the block
+        _layouts.clear()
+        cold = _read_or_error(buf, probes)
+        for warm_by_decode in (False, True):
+            _layouts.clear()
+            for other in blocks:  # warm the table with every intact block's layout
+                if warm_by_decode:
+                    decode_block(other, len(other), "t", 0)
+                else:
+                    search_block(other, len(other), b"k", 0, "t", 0)
+            assert _read_or_error(buf, probes) == cold
 
 
-def test_a_splitter_is_not_reused_for_the_same_ends_bytes_at_another_width():
+def test_a_layout_is_not_reused_for_the_same_ends_bytes_at_another_width():
     """Block ``y`` carries block ``x``'s ends column byte for byte, read as 3 two-byte ends of
     one entry instead of 6 one-byte ends of two: it must decode as itself, not with x's
-    splitter."""
+    cached layout."""
     x = encode_block([b"a", b"b"], [1, 2], [VALUE, VALUE], [b"vv", b"ww"], 1)
     n, _, ew, _ = BLOCK_FOOTER.unpack_from(x, len(x) - BLOCK_FOOTER_SIZE)
     ends_off = len(x) - BLOCK_FOOTER_SIZE - 2 * n - 6 * ew
@@ -230,7 +244,8 @@ def test_a_splitter_is_not_reused_for_the_same_ends_bytes_at_another_width():
         [y[wide[1] : wide[2]]],
     )
     for first in (x, y):
-        _splitters.clear()
+        _layouts.clear()
         decode_block(first, len(first), "t", 0)
         assert decode_block(y, len(y), "t", 0) == expect
+        assert search_block(y, len(y), expect[0][0], -9, "t", 0) == (-9, VALUE, expect[3][0])
         assert decode_block(x, len(x), "t", 0) == ([b"a", b"b"], [-1, -2], [VALUE, VALUE], [b"vv", b"ww"])

@@ -171,7 +171,7 @@ _DECODE_ERRORS = (struct.error, KeyError, ValueError, IndexError, TypeError)
 
 
 _PIECE_CODES = [f"{i}s" for i in range(4096)]  # struct codes of piece lengths, cached
-_MAX_SPLITTERS = 1024  # compiled splitters kept; the table is cleared when it fills up
+_MAX_LAYOUTS = 1024  # block layouts kept (see _layouts); the table is cleared when it fills up
 
 
 def _compile_splitter(ends: tuple) -> struct.Struct:
@@ -185,17 +185,20 @@ def _compile_splitter(ends: tuple) -> struct.Struct:
     return struct.Struct("".join(map("{}s".format, lens)))
 
 
-# The splitters of recently decoded blocks, keyed by the raw bytes of a block's ``ends``
-# column: blocks of entries of the same sizes (the common case: fixed-size keys and values)
-# share one, so decoding them skips unpacking the ends and building a format.  Each value
-# records what the splitter was validated against: ``(splitter, n, R, E, ends[-1], a group
-# has a prefix)``; a hit must match the block's n, R, E and the offset where its columns start.
-_splitters: dict[bytes, tuple] = {}
+# The layouts of recently read blocks, keyed by the raw bytes of a block's ``ends`` column:
+# blocks of entries of the same sizes (the common case: fixed-size keys and values) share one,
+# so reading them skips unpacking the ends (a tuple of g + 2n ints) and, to decode, building a
+# format.  A value is the list ``[splitter or None, n, R, E, ends offset, has_prefix, ends]``:
+# what it was validated against (a hit must match the block's n, R, E and the offset where its
+# columns start), the ends, and the compiled splitter once a decode needed one (a point read
+# only searches: it never pays for compiling one).
+_layouts: dict[bytes, list] = {}
+_SPLITTER, _HAS_PREFIX, _ENDS = 0, 5, 6
 
 
-def _block_splitter(buf: bytes, size: int) -> tuple:
-    """``(splitter, n, R, E, ends[-1], has_prefix), g, seqs_off, qw, kinds_off`` of block
-    contents ``buf[:size]``; see :data:`_splitters`."""
+def _block_layout(buf: bytes, size: int) -> tuple:
+    """``(layout, g, seqs_off, qw, kinds_off)`` of block contents ``buf[:size]``, where
+    ``layout`` is a :data:`_layouts` value (None for an empty block)."""
     if size < BLOCK_FOOTER_SIZE:
         raise ValueError("shorter than its footer")
     n, r, ew, qw = BLOCK_FOOTER.unpack_from(buf, size - BLOCK_FOOTER_SIZE)
@@ -207,17 +210,17 @@ def _block_splitter(buf: bytes, size: int) -> tuple:
     ends_off = seqs_off - (g + 2 * n) * ew
     column = buf[ends_off:seqs_off] if ends_off > 0 else None
     if column is not None:
-        hit = _splitters.get(column)
+        hit = _layouts.get(column)
         if hit is not None and hit[1] == n and hit[2] == r and hit[3] == ew and hit[4] == ends_off:
             return hit, g, seqs_off, qw, kinds_off
     n, r, g, ends, seqs_off, qw, kinds_off = _layout(buf, size)
     if n == 0:
         return None, 0, seqs_off, qw, kinds_off
-    hit = (_compile_splitter(ends), n, r, ew, ends_off, ends[g - 1] != 0)
+    hit = [None, n, r, ew, ends_off, ends[g - 1] != 0, ends]
     if column is not None:
-        if len(_splitters) >= _MAX_SPLITTERS:
-            _splitters.clear()
-        _splitters[column] = hit
+        if len(_layouts) >= _MAX_LAYOUTS:
+            _layouts.clear()
+        _layouts[column] = hit
     return hit, g, seqs_off, qw, kinds_off
 
 
@@ -228,16 +231,19 @@ def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, l
     are not a well-formed block.
     """
     try:
-        splitter, g, seqs_off, qw, kinds_off = _block_splitter(buf, size)
-        if splitter is None:
+        layout, g, seqs_off, qw, kinds_off = _block_layout(buf, size)
+        if layout is None:
             return [], [], [], []
-        n, r = splitter[1], splitter[2]
-        pieces = splitter[0].unpack_from(buf)
+        n, r = layout[1], layout[2]
+        splitter = layout[_SPLITTER]
+        if splitter is None:
+            splitter = layout[_SPLITTER] = _compile_splitter(layout[_ENDS])
+        pieces = splitter.unpack_from(buf)
         neg_seqs = list(map(neg, _array_struct(n, _WIDTH_CODES[qw]).unpack_from(buf, seqs_off)))
         kinds = list(buf[kinds_off : kinds_off + n])
         if max(kinds) > _MAX_KIND:
             raise ValueError("unknown entry kind")
-        if splitter[5]:  # some group has a prefix
+        if layout[_HAS_PREFIX]:
             keys = list(map(concat, chain.from_iterable(map(repeat, pieces[:g], repeat(r))), pieces[g : g + n]))
         else:
             keys = list(pieces[g : g + n])
@@ -253,7 +259,10 @@ def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, off
     the group prefix, one of the suffix), never the whole decoded block.  None when absent.
     """
     try:
-        n, r, g, ends, seqs_off, qw, kinds_off = _layout(buf, size)
+        layout, g, seqs_off, qw, kinds_off = _block_layout(buf, size)
+        if layout is None:
+            return None
+        n, r, ends = layout[1], layout[2], layout[_ENDS]
         seq_at = _array_struct(1, _WIDTH_CODES[qw]).unpack_from
         lo, hi = 0, n
         found = None

@@ -144,29 +144,6 @@ def encode_entries(entries: list[tuple[bytes, int, int, bytes]]) -> bytes:
     )
 
 
-def _layout(buf: bytes, size: int):
-    """``(n, R, g, ends, seqs_off, qw, kinds_off)`` of block contents ``buf[:size]``."""
-    if size < BLOCK_FOOTER_SIZE:
-        raise ValueError("shorter than its footer")
-    n, r, ew, qw = BLOCK_FOOTER.unpack_from(buf, size - BLOCK_FOOTER_SIZE)
-    if r == 0:
-        raise ValueError("restart interval 0")
-    g = (n + r - 1) // r
-    kinds_off = size - BLOCK_FOOTER_SIZE - n
-    seqs_off = kinds_off - n * qw
-    ends_off = seqs_off - (g + 2 * n) * ew
-    if ends_off < 0:
-        raise ValueError("columns overrun the block")
-    if n == 0:
-        if ends_off != 0:
-            raise ValueError("bytes before an empty block's footer")
-        return 0, r, 0, (), seqs_off, qw, kinds_off
-    ends = _array_struct(g + 2 * n, _WIDTH_CODES[ew]).unpack_from(buf, ends_off)
-    if ends[-1] != ends_off:
-        raise ValueError("pieces do not end where the columns start")
-    return n, r, g, ends, seqs_off, qw, kinds_off
-
-
 _DECODE_ERRORS = (struct.error, KeyError, ValueError, IndexError, TypeError)
 
 
@@ -198,7 +175,8 @@ _SPLITTER, _HAS_PREFIX, _ENDS = 0, 5, 6
 
 def _block_layout(buf: bytes, size: int) -> tuple:
     """``(layout, g, seqs_off, qw, kinds_off)`` of block contents ``buf[:size]``, where
-    ``layout`` is a :data:`_layouts` value (None for an empty block)."""
+    ``layout`` is a :data:`_layouts` value (None for an empty block).  Checks that the columns
+    fit and that the pieces end where the columns start (ValueError otherwise)."""
     if size < BLOCK_FOOTER_SIZE:
         raise ValueError("shorter than its footer")
     n, r, ew, qw = BLOCK_FOOTER.unpack_from(buf, size - BLOCK_FOOTER_SIZE)
@@ -208,19 +186,23 @@ def _block_layout(buf: bytes, size: int) -> tuple:
     kinds_off = size - BLOCK_FOOTER_SIZE - n
     seqs_off = kinds_off - n * qw
     ends_off = seqs_off - (g + 2 * n) * ew
-    column = buf[ends_off:seqs_off] if ends_off > 0 else None
-    if column is not None:
-        hit = _layouts.get(column)
-        if hit is not None and hit[1] == n and hit[2] == r and hit[3] == ew and hit[4] == ends_off:
-            return hit, g, seqs_off, qw, kinds_off
-    n, r, g, ends, seqs_off, qw, kinds_off = _layout(buf, size)
+    if ends_off < 0:
+        raise ValueError("columns overrun the block")
     if n == 0:
+        if ends_off != 0:
+            raise ValueError("bytes before an empty block's footer")
         return None, 0, seqs_off, qw, kinds_off
+    column = buf[ends_off:seqs_off]
+    hit = _layouts.get(column)
+    if hit is not None and hit[1] == n and hit[2] == r and hit[3] == ew and hit[4] == ends_off:
+        return hit, g, seqs_off, qw, kinds_off
+    ends = _array_struct(g + 2 * n, _WIDTH_CODES[ew]).unpack_from(buf, ends_off)
+    if ends[-1] != ends_off:
+        raise ValueError("pieces do not end where the columns start")
     hit = [None, n, r, ew, ends_off, ends[g - 1] != 0, ends]
-    if column is not None:
-        if len(_layouts) >= _MAX_LAYOUTS:
-            _layouts.clear()
-        _layouts[column] = hit
+    if len(_layouts) >= _MAX_LAYOUTS:
+        _layouts.clear()
+    _layouts[column] = hit
     return hit, g, seqs_off, qw, kinds_off
 
 

@@ -142,14 +142,7 @@ def merge_runs(sources: list[Iterator[Run]]) -> Iterator[Run]:
             if j > p:
                 parts.append((h, p, j))
                 h[4] = j
-        if len(parts) == 1:
-            h, p, j = parts[0]
-            if p == 0 and j == len(h[0]):
-                yield h[0], h[1], h[2], h[3]
-            else:
-                yield h[0][p:j], h[1][p:j], h[2][p:j], h[3][p:j]
-        else:
-            yield _merge_plain(parts) or _merge_general(parts)
+        yield _batch(parts)
         run = next(owner[5], None)
         if run is None:
             heads.remove(owner)
@@ -162,6 +155,17 @@ def merge_runs(sources: list[Iterator[Run]]) -> Iterator[Run]:
         p = h[4]
         yield (h[0], h[1], h[2], h[3]) if p == 0 else (h[0][p:], h[1][p:], h[2][p:], h[3][p:])
         yield from h[5]
+
+
+def _batch(parts: list) -> Run:
+    """The merged run of ``parts`` (``(head, start, end)`` slices of sorted runs, at least one):
+    a lone part as it is (not copied when it is a whole run), several merged."""
+    if len(parts) == 1:
+        h, p, j = parts[0]
+        if p == 0 and j == len(h[0]):
+            return h[0], h[1], h[2], h[3]
+        return h[0][p:j], h[1][p:j], h[2][p:j], h[3][p:j]
+    return _merge_plain(parts) or _merge_general(parts)
 
 
 def _is_plain(kinds) -> bool:
@@ -342,14 +346,8 @@ def merge_runs_backward(sources: list[Iterator[Run]]) -> Iterator[Run]:
             if j < e:
                 parts.append((h, j, e))
                 h[4] = j
-        if len(parts) == 1:
-            h, j, e = parts[0]
-            if j == 0 and e == len(h[0]):
-                yield h[0], h[1], h[2], h[3]
-            else:
-                yield h[0][j:e], h[1][j:e], h[2][j:e], h[3][j:e]
-        elif parts:
-            yield _merge_plain(parts) or _merge_general(parts)
+        if parts:
+            yield _batch(parts)
         if owner is None:
             return
         run = next(owner[5], None)

@@ -36,7 +36,7 @@ from .table_outputs import OutputEnv, TableOutputs
 from .version_edit import FileMetaData
 from .vlog.pointer import decode_pointer
 
-_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
+_SECOND = itemgetter(1)  # the kind of a (seq, kind, value) row
 
 
 @dataclass
@@ -75,7 +75,7 @@ def execute_flush(mem: MemTable, snapshots: list[int], env: OutputEnv) -> JobRes
     outputs = TableOutputs(env, target_size=1 << 62, tombstones=tombstones, stats_key="flush_bytes_written")
     try:
         if not snapshots and not mem.range_dels:
-            outputs.add_columns(*_newest_versions(mem, garbage))
+            outputs.add_rows(*_newest_versions(mem, garbage))
         else:
             outputs.add_all(compaction_stream(mem.iter_forward(None), snapshots, mem.fragments(), False, garbage))
         tables = outputs.finish()
@@ -87,19 +87,17 @@ def execute_flush(mem: MemTable, snapshots: list[int], env: OutputEnv) -> JobRes
     return JobResult(tables, garbage, env.stats)
 
 
-def _newest_versions(mem: MemTable, garbage: dict[int, int]) -> tuple[list, list, list, list]:
-    """Columns ``(keys, seqs, kinds, values)`` of every key's newest version, in key order;
-    the value pointers of older versions are counted as garbage.  REQUIRES: no live snapshot,
-    no range tombstone, and an immutable ``mem``."""
+def _newest_versions(mem: MemTable, garbage: dict[int, int]) -> tuple[list, list]:
+    """Every key's newest version as ``(keys, rows)`` in key order (rows are the memtable's own
+    ``(seq, kind, value)`` tuples); the value pointers of older versions are counted as
+    garbage.  REQUIRES: no live snapshot, no range tombstone, and an immutable ``mem``."""
     versions = mem.versions
     keys = sorted(versions)  # one C sort; the memtable's own SortedList is not needed here
-    newest = list(map(versions.__getitem__, keys))
     for lst in mem.older.values():
         for _seq, kind, value in lst:
             if kind == VALUE_POINTER:
                 _add_garbage(garbage, value)
-    # itemgetter columns: zip(*newest) would pass every tuple as an argument (4x slower)
-    return keys, list(map(_FIRST, newest)), list(map(_SECOND, newest)), list(map(_THIRD, newest))
+    return keys, list(map(versions.__getitem__, keys))
 
 
 def _add_garbage(garbage: dict[int, int], pointer: bytes) -> None:
@@ -205,19 +203,16 @@ def _columnar_merge(job: CompactionJob, readers, outputs: TableOutputs) -> None:
     which ``sorted`` merges in O(n log runs)."""
     newest: dict = {}
     update = newest.update
+    deletions = False
     for _lvl, f, reader in sorted(readers, key=lambda t: (-t[0], t[1].largest_seq)):
         keys, negs, kinds, values = reader.columns(job.lo, job.hi)
         keys.reverse(), negs.reverse(), kinds.reverse(), values.reverse()
-        update(zip(keys, zip(negs, kinds, values)))
+        update(zip(keys, zip(map(neg, negs), kinds, values)))
+        deletions = deletions or DELETION in kinds
     keys = sorted(newest)
-    versions = list(map(newest.__getitem__, keys))
+    rows = list(map(newest.__getitem__, keys))
     del newest
-    kinds = list(map(_SECOND, versions))
-    values = list(map(_THIRD, versions))
-    seqs = list(map(neg, map(_FIRST, versions)))
-    del versions
-    if job.bottommost and DELETION in kinds:
-        live = list(map(ne, kinds, repeat(DELETION)))
-        keys, seqs = list(compress(keys, live)), list(compress(seqs, live))
-        kinds, values = list(compress(kinds, live)), list(compress(values, live))
-    outputs.add_columns(keys, seqs, kinds, values)
+    if job.bottommost and deletions:
+        live = list(map(ne, map(_SECOND, rows), repeat(DELETION)))
+        keys, rows = list(compress(keys, live)), list(compress(rows, live))
+    outputs.add_rows(keys, rows)

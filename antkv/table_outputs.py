@@ -16,7 +16,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import accumulate, repeat
-from operator import add
+from operator import add, itemgetter
 from typing import Callable
 
 from .dbformat import VALUE_POINTER
@@ -27,6 +27,7 @@ from .vlog.pointer import decode_pointer
 
 # estimated bytes per entry beyond key and value when splitting columns by target size
 _ENTRY_OVERHEAD = 8
+_THIRD = itemgetter(2)
 
 
 @dataclass(frozen=True)
@@ -112,18 +113,19 @@ class TableOutputs:
                 refs[fnum] = refs.get(fnum, 0) + size
         self._last_key = last
 
-    def add_columns(self, keys: list, seqs: list, kinds: list, values: list) -> None:
-        """Add one sorted run of DISTINCT user keys given as columns: the builder cuts blocks
-        without a Python call per entry, and tables are cut where the estimated size (keys,
-        values and ~8 bytes per entry) crosses a multiple of the target size.
-        REQUIRES: nothing added yet."""
+    def add_rows(self, keys: list, rows: list) -> None:
+        """Add one sorted run of DISTINCT user keys and their ``(seq, kind, value)`` rows: the
+        builder cuts blocks without a Python call per entry, and tables are cut where the
+        estimated size (keys, values and ~8 bytes per entry) crosses a multiple of the target
+        size.  REQUIRES: nothing added yet."""
         assert self._builder is None and not self.outputs
         n = len(keys)
         if not n:
             return
         cuts = []  # index of the first entry of each table after the first
         if n > 1 and self.target_size < 1 << 62:
-            cum = list(accumulate(map(add, map(add, map(len, keys), map(len, values)), repeat(_ENTRY_OVERHEAD))))
+            value_lens = map(len, map(_THIRD, rows))
+            cum = list(accumulate(map(add, map(add, map(len, keys), value_lens), repeat(_ENTRY_OVERHEAD))))
             step, base, start = self.target_size, 0, 0
             while True:
                 j = bisect_left(cum, base + step, start)  # the entry that fills this table
@@ -134,10 +136,12 @@ class TableOutputs:
         start = 0
         for end in cuts + [n]:
             self._open()
-            self._builder.add_sorted(keys[start:end], seqs[start:end], kinds[start:end], values[start:end])
-            if VALUE_POINTER in kinds:
+            builder = self._builder
+            pointers = builder.num_value_pointers
+            builder.add_sorted(keys[start:end], rows[start:end])
+            if builder.num_value_pointers != pointers:
                 refs = self._refs
-                for kind, value in zip(kinds[start:end], values[start:end]):
+                for _seq, kind, value in rows[start:end]:
                     if kind == VALUE_POINTER:
                         fnum, _off, size = decode_pointer(value)
                         refs[fnum] = refs.get(fnum, 0) + size

@@ -34,6 +34,7 @@ import argparse
 import cProfile
 import gc
 import importlib
+import inspect
 import itertools
 import os
 import pstats
@@ -86,10 +87,15 @@ def micro_phases(package: str, keys: list[bytes], vals: list[bytes], block_size:
     n = len(keys)
     seqs = list(range(1, n + 1))
     kinds = [VALUE] * n
+    rows = list(zip(seqs, kinds, vals))
+    columns_api = "seqs" in inspect.signature(builder.add_sorted).parameters  # before rows
 
     def build_sorted() -> None:
         b = builder(memory_fs().create("t.sst"), file_number=1, block_size=block_size)
-        b.add_sorted(keys, seqs, kinds, vals)
+        if columns_api:
+            b.add_sorted(keys, seqs, kinds, vals)
+        else:
+            b.add_sorted(keys, rows)
         b.finish()
 
     def build_add() -> None:

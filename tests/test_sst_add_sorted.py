@@ -18,7 +18,7 @@ def _build(entries, block_size, columns: bool) -> bytes:
     f = fs.create("t.sst")
     b = TableBuilder(f, file_number=1, block_size=block_size, bloom_bits_per_key=10)
     if columns:
-        b.add_sorted([e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries], [e[3] for e in entries])
+        b.add_sorted([e[0] for e in entries], [e[1:] for e in entries])
     else:
         for e in entries:
             b.add(*e)
@@ -44,14 +44,20 @@ def test_rejects_unsorted_and_wrong_types():
     fs = MemoryFileSystem()
     b = TableBuilder(fs.create("t.sst"), file_number=1)
     with pytest.raises(antkv.InvalidArgumentError):
-        b.add_sorted([b"b", b"a"], [1, 2], [1, 1], [b"", b""])
+        b.add_sorted([b"b", b"a"], [(1, 1, b""), (2, 1, b"")])
     with pytest.raises(antkv.InvalidArgumentError):
-        b.add_sorted([b"a", b"a"], [2, 1], [1, 1], [b"", b""])  # duplicate keys: use add()
+        b.add_sorted([b"a", b"a"], [(2, 1, b""), (1, 1, b"")])  # duplicate keys: use add()
     with pytest.raises(TypeError):
-        b.add_sorted(["a"], [1], [1], [b""])
+        b.add_sorted(["a"], [(1, 1, b"")])
+    with pytest.raises(TypeError):
+        b.add_sorted([b"a"], [(1, b"")])  # a row is (seq, kind, value)
+    with pytest.raises(TypeError):
+        b.add_sorted([b"a"], [None])
+    with pytest.raises(antkv.InvalidArgumentError):
+        b.add_sorted([b"a", b"b"], [(1, 1, b"")])
     b.add(b"m", 5, 1, b"x")
     with pytest.raises(antkv.InvalidArgumentError):
-        b.add_sorted([b"n"], [1], [1], [b""])  # the current block is not empty
+        b.add_sorted([b"n"], [(1, 1, b"")])  # the current block is not empty
 
 
 @pytest.mark.parametrize("block_size", [1, 300, 4096])
@@ -66,7 +72,7 @@ def test_add_after_add_sorted_counts_each_entry_once(block_size):
     f = fs.create("t.sst")
     b = TableBuilder(f, file_number=1, block_size=block_size)
     head = entries[:split]
-    b.add_sorted([e[0] for e in head], [e[1] for e in head], [e[2] for e in head], [e[3] for e in head])
+    b.add_sorted([e[0] for e in head], [e[1:] for e in head])
     for e in entries[split:]:
         b.add(*e)
     props = b.finish()
@@ -97,5 +103,5 @@ def test_add_sorted_refuses_bad_kinds_seqs_and_order_in_any_block():
                 values[bad_at] = "str"
             b = TableBuilder(MemoryFileSystem().create("t.sst"), file_number=1, block_size=64)
             with pytest.raises(TypeError if bad == "type" else antkv.InvalidArgumentError):
-                b.add_sorted(keys, seqs, kinds, values)
+                b.add_sorted(keys, list(zip(seqs, kinds, values)))
             b.abandon()

@@ -135,27 +135,31 @@ class TableBuilder:
         if self._block_bytes >= self._block_size:
             self._flush_block()
 
-    def add_sorted(self, keys: list[bytes], seqs: list[int], kinds: list[int], values: list[bytes]) -> None:
-        """Append entries given as columns, user keys strictly increasing (a flush's fast path).
+    def add_sorted(self, keys: list[bytes], rows: list[tuple[int, int, bytes]]) -> None:
+        """Append entries given as user keys, strictly increasing, and their ``(seq, kind,
+        value)`` rows (a flush's and a compaction's fast path: a memtable's versions are such
+        rows already).
 
         Blocks are cut exactly where :meth:`add` would cut them (once the running estimate
         reaches ``block_size``), found with ``accumulate`` and ``bisect`` over a window of
-        entries instead of a Python call per entry.  REQUIRES: the current block is empty, and
-        ``keys[0]`` sorts after the last entry added.  Entries are checked block by block: on an
-        error, blocks before the bad one may have been written (abandon the builder).
+        entries instead of a Python call per entry.  REQUIRES: the current block is empty,
+        ``keys[0]`` sorts after the last entry added, and every row is a 3-tuple.  Entries are
+        checked block by block: on an error, blocks before the bad one may have been written
+        (abandon the builder).
 
-        All the work runs block by block, never in passes over the whole batch: key and value
-        objects usually lie scattered in memory (allocated in arrival order, read in key
+        All the work runs block by block, never in passes over the whole batch: key, row and
+        value objects usually lie scattered in memory (allocated in arrival order, read in key
         order), so each pass over a whole table costs a cache miss per object, while a block's
-        objects stay in the CPU cache across the passes made over that block.
+        objects stay in the CPU cache across the passes made over that block.  For the same
+        reason rows are split into columns per window (``zip(*rows)``), not up front.
         """
         n = len(keys)
         if not n:
             return
         if self._done:
             raise InvalidArgumentError("table builder already finished or abandoned")
-        if not (len(seqs) == len(kinds) == len(values) == n):
-            raise InvalidArgumentError("add_sorted: columns of different lengths")
+        if len(rows) != n:
+            raise InvalidArgumentError("add_sorted: as many rows as keys needed")
         if self._keys:
             raise InvalidArgumentError("add_sorted needs an empty current block")
         block_size = self._block_size
@@ -164,7 +168,11 @@ class TableBuilder:
         while True:
             # the running sizes of the next `window` entries: where the block ends, if it ends
             # inside the window (else widen it); this pass also brings the entries into cache
-            ks, vs = keys[start : start + window], values[start : start + window]
+            ks = keys[start : start + window]
+            try:
+                seqs, kinds, vs = zip(*rows[start : start + window])
+            except (TypeError, ValueError):
+                raise TypeError("add_sorted: rows must be (seq, kind, value) tuples") from None
             sizes = list(accumulate(map(add, map(add, map(len, ks), map(len, vs)), repeat(_ENTRY_OVERHEAD))))
             j = bisect_left(sizes, block_size)
             tail = j == len(sizes)
@@ -173,13 +181,13 @@ class TableBuilder:
                 continue
             m = len(sizes) if tail else j + 1
             end = start + m
-            block = ks[:m], seqs[start:end], kinds[start:end], vs[:m]
+            block = ks[:m], seqs[:m], kinds[:m], vs[:m]
             self._check_sorted(block[0], block[3], block[1][0])
             raw_keys = sum(map(len, block[0]))
             self._account(*block, raw_keys, sizes[m - 1] - raw_keys - m * _ENTRY_OVERHEAD, True)
-            self._last_key, self._last_seq = keys[end - 1], seqs[end - 1]
-            if tail:  # stays in the current block, accounted
-                self._keys, self._seqs, self._kinds, self._values = block
+            self._last_key, self._last_seq = keys[end - 1], block[1][m - 1]
+            if tail:  # stays in the current block (as lists: add() appends), accounted
+                self._keys, self._seqs, self._kinds, self._values = map(list, block)
                 self._block_bytes = sizes[-1]
                 self._accounted = m
                 return
@@ -219,6 +227,12 @@ class TableBuilder:
     def num_entries(self) -> int:
         """Point entries added so far."""
         return self._flushed_entries + len(self._keys)
+
+    @property
+    def num_value_pointers(self) -> int:
+        """Value pointers among the entries add_sorted added (and those add added, once their
+        block was written)."""
+        return self._kind_counts[VALUE_POINTER]
 
     def add_range_tombstone(self, begin: bytes, end: bytes, seq: int) -> None:
         """Record the range tombstone ``[begin, end)@seq`` (in any order)."""

@@ -15,17 +15,17 @@ Two ways through a job:
   value-log relocation);
 * the *columnar* path, taken when no snapshot is alive, no input holds a range tombstone and no
   value moves: then only each key's newest version can be seen by anyone, so the inputs are
-  decoded block by block into columns, merged newest-wins with one ``dict`` (inputs fed oldest
-  first), sorted once in C, and written with ``TableBuilder.add_sorted``; deletions are dropped
-  when the output is bottommost.  It yields exactly the entries the general path would.
+  decoded block by block into columns, concatenated, ordered by one stable sort in C (each
+  key's newest version first, the rest dropped), and written with ``TableBuilder.add_sorted``;
+  deletions are dropped when the output is bottommost.  It yields exactly the entries the general path would.
 """
 
 from __future__ import annotations
 
 import marshal
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import itemgetter, ne, neg
+from itertools import compress, islice, repeat
+from operator import eq, itemgetter, ne, neg
 
 from .compaction_stream import compaction_stream, output_tombstones
 from .dbformat import DELETION, VALUE_POINTER
@@ -196,22 +196,29 @@ def columnar_garbage(inputs: list[tuple[int, FileMetaData]], tables: list[FileMe
 def _columnar_merge(job: CompactionJob, readers, outputs: TableOutputs) -> None:
     """The columnar path (see the module docstring).
 
-    Inputs are fed to one dict oldest first -- a higher level holds older data than a lower
-    one, and of two L0 tables the one with the smaller largest seq is older -- and each input
-    in reverse internal order, so a key's versions arrive oldest first and the newest one is
-    what the dict keeps.  The dict's key order is then a concatenation of descending runs,
-    which ``sorted`` merges in O(n log runs)."""
-    newest: dict = {}
-    update = newest.update
+    The inputs' columns are concatenated newest input first -- a lower level holds newer data
+    than a higher one, and of two L0 tables the one with the larger largest seq is newer --
+    and sorted by user key alone with a stable sort, as a permutation (``sorted(range(n),
+    key=...)`` compares only the keys, in C, and merges the inputs' ascending runs).  A key's
+    versions then stand together newest first: within an input they are in internal order
+    (newest first), and the newest input comes first.  The first of each run of equal keys is
+    the one kept."""
+    all_keys: list = []
+    all_rows: list = []
     deletions = False
-    for _lvl, f, reader in sorted(readers, key=lambda t: (-t[0], t[1].largest_seq)):
+    for _lvl, f, reader in sorted(readers, key=lambda t: (t[0], -t[1].largest_seq)):
         keys, negs, kinds, values = reader.columns(job.lo, job.hi)
-        keys.reverse(), negs.reverse(), kinds.reverse(), values.reverse()
-        update(zip(keys, zip(map(neg, negs), kinds, values)))
+        all_keys += keys
+        all_rows += zip(map(neg, negs), kinds, values)
         deletions = deletions or DELETION in kinds
-    keys = sorted(newest)
-    rows = list(map(newest.__getitem__, keys))
-    del newest
+    order = sorted(range(len(all_keys)), key=all_keys.__getitem__)
+    keys = list(map(all_keys.__getitem__, order))
+    rows = list(map(all_rows.__getitem__, order))
+    del all_keys, all_rows, order
+    if any(map(eq, keys, islice(keys, 1, None))):  # older versions of a key: drop them
+        live = [True]
+        live += map(ne, islice(keys, 1, None), keys)
+        keys, rows = list(compress(keys, live)), list(compress(rows, live))
     if job.bottommost and deletions:
         live = list(map(ne, map(_SECOND, rows), repeat(DELETION)))
         keys, rows = list(compress(keys, live)), list(compress(rows, live))

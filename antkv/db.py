@@ -88,6 +88,8 @@ class DB:
         self._bg_threads: list[threading.Thread] = []
         self._bg_shutdown = False
         self._bg_running = 0
+        self._bg_roles: tuple[str, ...] = ()  # of the background threads: "flush", "compaction", "all"
+        self._warm_up_roles: set[str] = set()  # background threads asked to start their workers
         self._memtable_counter = 0
         self._wbm_token = None
         self._wbm_reserved = 0  # bytes reported to the write buffer manager
@@ -101,7 +103,7 @@ class DB:
         if options.max_background_jobs > 0:
             # one thread flushes, one compacts (a long compaction never holds up a flush);
             # with a single job, one thread does both
-            roles = ("flush", "compaction") if options.max_background_jobs >= 2 else ("all",)
+            roles = self._bg_roles = ("flush", "compaction") if options.max_background_jobs >= 2 else ("all",)
             self._bg_threads = [
                 threading.Thread(target=self._bg_loop, args=(role,), name=f"antkv-{role}:{path}", daemon=True)
                 for role in roles
@@ -328,6 +330,10 @@ class DB:
         """REQUIRES the write lock.  Switch a full memtable; stall while flushes lag behind."""
         opts = self.options
         self._must_make_room = False
+        if self._write_buffer_size != opts.write_buffer_size:
+            # the first memtable reached the warm-up point (recovery.py): start the workers
+            self._write_buffer_size = opts.write_buffer_size
+            self._warm_up_workers()
         mem = self._mem
         if not mem.is_empty() and (
             mem.memory >= self._write_buffer_size
@@ -484,16 +490,32 @@ class DB:
             self._set_bg_error(e)
             raise
 
+    def _warm_up_workers(self) -> None:
+        """Have the flushing background thread start its worker process now, ahead of the first
+        flush: a worker takes ~0.3 s of CPU to start, which the first flush would otherwise
+        wait for while the writers fill the next memtable (and stall when it is full)."""
+        with self._mutex:
+            self._warm_up_roles = set(self._bg_roles)
+            self._bg_cv.notify_all()
+
     def _bg_loop(self, role: str) -> None:
         from . import background
 
         while True:
             with self._mutex:
-                while not self._bg_shutdown and not background.has_work(self, role):
+                while not self._bg_shutdown and not background.has_work(self, role) and role not in self._warm_up_roles:
                     self._bg_cv.wait()
                 if self._bg_shutdown:
                     return
-                self._bg_running += 1
+                if role in self._warm_up_roles:
+                    self._warm_up_roles.discard(role)
+                    warm_up = True
+                else:
+                    warm_up = False
+                    self._bg_running += 1
+            if warm_up:
+                self._jobs.warm_up(role)
+                continue
             try:
                 background.do_one_step(self, role)
             except BaseException as e:  # noqa: BLE001 - recorded; writers see it as BackgroundError

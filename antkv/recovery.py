@@ -98,7 +98,10 @@ def _open_locked(db, fs, exists: bool) -> None:
     db._vlog_reader = ValueLogReader(fs, path)
     db._pool = None
     db._wbm = opts.write_buffer_manager
-    db._write_buffer_size = opts.write_buffer_size
+    # the put path calls _make_room once the memtable reaches _write_buffer_size; until the
+    # background threads started their worker processes, that is half the real size, where
+    # _make_room asks them to (DB._warm_up_workers) and restores it
+    db._write_buffer_size = opts.write_buffer_size // 2 if db._jobs.would_use_workers() else opts.write_buffer_size
     db._min_blob_size = opts.min_blob_size if opts.enable_blob_files else 1 << 62  # never reached
     db._must_make_room = False
     db._vlog_dirty = False

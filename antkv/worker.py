@@ -185,6 +185,25 @@ class JobRunner:
         with self.db._mutex:
             return self.db._versions.new_file_number()
 
+    def would_use_workers(self) -> bool:
+        """Whether background jobs of this database would run in worker processes."""
+        from .fs.posix import OSFileSystem
+
+        o = self.db.options
+        return o.background_process and o.max_background_jobs > 0 and type(self.db._fs) is OSFileSystem
+
+    def warm_up(self, role: str) -> None:
+        """Start the worker process of the calling background thread ahead of its first job,
+        if that thread flushes (a compacting thread's workers start with its first compaction:
+        a database may never need one).  Failing to start it is not an error here: the job
+        tries again and reports it."""
+        if role == "compaction":
+            return
+        try:
+            self._worker(0)
+        except OSError as e:
+            log.warning("antkv could not start a worker process ahead of time: %s", e)
+
     def _uses_workers(self) -> bool:
         """Whether this thread's jobs go to worker processes."""
         from .fs.posix import OSFileSystem

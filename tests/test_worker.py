@@ -69,6 +69,33 @@ def test_flush_and_compaction_run_in_workers_and_give_the_same_data(tmp_path):
     db.close()
 
 
+def test_workers_start_when_the_first_memtable_is_half_full(tmp_path):
+    """The flushing thread starts its worker ahead of the first flush, once the first memtable
+    reaches half the write buffer (not before: a small database starts none); the compacting
+    thread's workers start with the first compaction."""
+    db = antkv.open(str(tmp_path / "db"), **_opts(write_buffer_size=256 * 1024))
+    value = b"v" * 100
+    n = 0
+    while db._mem.memory < 100 * 1024:
+        db.put(b"k%06d" % n, value)
+        n += 1
+    time.sleep(0.2)
+    assert db._jobs.worker_processes() == []
+    while db._mem.memory < 128 * 1024:
+        db.put(b"k%06d" % n, value)
+        n += 1
+    db.put(b"k%06d" % n, value)  # the write that finds the memtable half full
+    deadline = time.monotonic() + 30
+    while not db._jobs.worker_processes() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(db._jobs.worker_processes()) == 1
+    assert db.stats()["flushes"] == 0 and db._write_buffer_size == 256 * 1024
+    _settle(db)
+    assert db._jobs.stats["worker_jobs"] >= 1 and len(db._jobs.worker_processes()) == 1
+    assert db.get(b"k%06d" % n) == value
+    db.close()
+
+
 def test_background_process_off_runs_jobs_in_threads(tmp_path):
     model: dict = {}
     db = antkv.open(str(tmp_path / "db"), **_opts(background_process=False))

@@ -125,6 +125,11 @@ def test_sync_write_right_after_a_memtable_switch_survives_a_power_loss():
         db.put(b"fill", b"x" * 1200)  # the memtable is full now
         db.put(b"b", b"2", sync=True)  # switches to a new WAL, then syncs it
         fs.crash("power")
+        # the crashed process's threads die with it: the flush it held off must not run
+        # against the file system the reopen uses (it would reuse the reopen's file numbers)
+        db._bg_shutdown = True
+    for t in db._bg_threads:
+        t.join()
     got = _reopen(fs, max_background_jobs=0)
     assert got[b"a"] == b"1" and got[b"b"] == b"2"
 

@@ -44,7 +44,7 @@ from .runs import (
     visible_runs,
     visible_runs_backward,
 )
-from .sst.bloom import may_contain as bloom_may_contain
+from .sst.bloom import key_probe, may_contain_probe
 from .version_set import _file_for_key
 
 
@@ -78,12 +78,13 @@ class SuperVersion:
         """
         neg = -read_seq
         open_table = db._open_table
+        probe = key_probe(key)  # the key's hash, once for every filter probed
         for f in self.version.levels[0]:
             if f.smallest <= key <= f.largest:
                 r = f.reader or open_table(f)
                 if r.range_tombstones:
                     return self._table_get_covered(key, read_seq, db)
-                if bloom_may_contain(r.filter, key):
+                if may_contain_probe(r.filter, probe):
                     found = r.find(key, neg)
                     if found is not None:
                         return found
@@ -101,7 +102,7 @@ class SuperVersion:
                 r = f.reader or open_table(f)
                 if r.range_tombstones:
                     return self._table_get_covered(key, read_seq, db)
-                if bloom_may_contain(r.filter, key):
+                if may_contain_probe(r.filter, probe):
                     found = r.find(key, neg)
                     if found is not None:
                         return found
@@ -119,13 +120,14 @@ class SuperVersion:
         tomb = 0
         neg = -read_seq
         open_table = db._open_table
+        probe = key_probe(key)
         for f in candidates:
             r = f.reader or open_table(f)
             if r.range_tombstones:
                 t = table_fragments(r).max_covering_seq(key, read_seq)
                 if t > tomb:
                     tomb = t
-            e = r.find(key, neg) if bloom_may_contain(r.filter, key) else None
+            e = r.find(key, neg) if may_contain_probe(r.filter, probe) else None
             if e is not None:
                 return None if tomb > -e[0] else e
             if tomb:  # older tables hold only versions older than this tombstone

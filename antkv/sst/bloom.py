@@ -161,8 +161,17 @@ def decode_filter(buf: bytes, size: int, path: str, offset: int) -> tuple[bytes,
     return bits, len(bits) * 8, k
 
 
-def may_contain(filt: tuple[bytes, int, int], user_key: bytes) -> bool:
-    """False only when ``user_key`` was certainly not added to the filter.
+def key_probe(user_key: bytes) -> tuple:
+    """What probing any filter for ``user_key`` needs, computed once per key (a point read
+    probes up to one filter per L0 table and level): ``(x, mask 0 probes, mask 1 probes,
+    digest)`` (see the module docstring)."""
+    d = digest(user_key)
+    x, a, b = _HEAD(d)
+    return x, PROBE_TABLE[a & _LANE_MASK], PROBE_TABLE[b & _LANE_MASK], d
+
+
+def may_contain_probe(filt: tuple[bytes, int, int], probe: tuple) -> bool:
+    """False only when the key of ``probe`` (:func:`key_probe`) was certainly not added.
 
     Tests the key's bits one byte at a time (``PROBE_TABLE``), mask by mask, stopping at the
     first clear bit: an absent key is usually rejected after a bit or two.
@@ -170,19 +179,21 @@ def may_contain(filt: tuple[bytes, int, int], user_key: bytes) -> bool:
     bits, m, k = filt
     if not k:
         return True
-    d = digest(user_key)
-    x, a, b = _HEAD(d)
+    x, e, f, d = probe
     o = (x % (m >> 9)) << 6
-    e = PROBE_TABLE[a & _LANE_MASK]
     if not (bits[o + e[0]] & e[1] and bits[o + e[2]] & e[3] and bits[o + e[4]] & e[5]):
         return False
     if k == BITS_PER_MASK:
         return True
-    e = PROBE_TABLE[b & _LANE_MASK]
-    if not (bits[o + e[0]] & e[1] and bits[o + e[2]] & e[3] and bits[o + e[4]] & e[5]):
+    if not (bits[o + f[0]] & f[1] and bits[o + f[2]] & f[3] and bits[o + f[4]] & f[5]):
         return False
     for lane in _MORE_LANES(d, 8)[: k // BITS_PER_MASK - 2]:
         e = PROBE_TABLE[lane & _LANE_MASK]
         if not (bits[o + e[0]] & e[1] and bits[o + e[2]] & e[3] and bits[o + e[4]] & e[5]):
             return False
     return True
+
+
+def may_contain(filt: tuple[bytes, int, int], user_key: bytes) -> bool:
+    """False only when ``user_key`` was certainly not added to the filter."""
+    return may_contain_probe(filt, key_probe(user_key))

@@ -21,7 +21,9 @@ Protocol, over the worker's stdin/stdout (the worker's own ``sys.stdout`` goes t
 File numbers come from the database (its version set), so outputs never collide with its own
 files.  The worker writes and syncs the output tables and the directory; the database logs them
 to the MANIFEST, exactly as for a job run in-process.  If the worker dies or the pipe breaks,
-the parent removes the files it handed numbers out for and runs the job itself.
+the parent removes the files it handed numbers out for and runs the job itself; if no worker
+can be started at all, the job runs in the calling thread (both logged and counted as
+``worker_fallbacks``).
 
 Lifetime: a worker must never write into the directory once its database's process is gone
 (a new opener could hand out the same file numbers).  On Linux it asks the kernel to kill it
@@ -195,14 +197,9 @@ class JobRunner:
     def warm_up(self, role: str) -> None:
         """Start the worker process of the calling background thread ahead of its first job,
         if that thread flushes (a compacting thread's workers start with its first compaction:
-        a database may never need one).  Failing to start it is not an error here: the job
-        tries again and reports it."""
-        if role == "compaction":
-            return
-        try:
+        a database may never need one).  If it cannot start, the jobs run in-process."""
+        if role != "compaction":
             self._worker(0)
-        except OSError as e:
-            log.warning("antkv could not start a worker process ahead of time: %s", e)
 
     def _uses_workers(self) -> bool:
         """Whether this thread's jobs go to worker processes."""
@@ -228,7 +225,14 @@ class JobRunner:
                 self.stats["worker_restarts"] += 1
                 w = None
             if w is None:
-                w = self._workers[ident] = Worker(self.db._lock_fd())
+                try:
+                    w = Worker(self.db._lock_fd())
+                except (OSError, ValueError, subprocess.SubprocessError) as e:
+                    # no process to hand the job to: the job runs in this thread instead
+                    log.warning("antkv could not start a worker process (%s); running jobs in-process", e)
+                    self.stats["worker_fallbacks"] += 1
+                    return None
+                self._workers[ident] = w
             return w
 
     def flush(self, mem, snapshots: list[int]) -> JobResult:

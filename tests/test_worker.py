@@ -96,6 +96,21 @@ def test_workers_start_when_the_first_memtable_is_half_full(tmp_path):
     db.close()
 
 
+def test_a_worker_that_cannot_start_leaves_the_jobs_in_process(tmp_path, monkeypatch):
+    """No process can be started (here: no interpreter at sys.executable): the background
+    threads run their jobs themselves, and every write stays readable."""
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    model: dict = {}
+    db = antkv.open(str(tmp_path / "db"), **_opts())
+    _fill(db, 5_000, model)
+    _settle(db)
+    assert db._jobs.stats["worker_fallbacks"] >= 1 and db._jobs.stats["worker_jobs"] == 0
+    assert db._jobs.worker_processes() == []
+    assert db.stats()["flushes"] >= 2 and db.stats()["compactions"] >= 1
+    _check(db, model)
+    db.close()
+
+
 def test_background_process_off_runs_jobs_in_threads(tmp_path):
     model: dict = {}
     db = antkv.open(str(tmp_path / "db"), **_opts(background_process=False))

@@ -57,6 +57,16 @@ def _sources(data, nsources: int, seq_start: int, shape: str = "mixed"):
     return sources[::-1]
 
 
+# data, number of sources, read_seq, bound (upper or lower), value shape
+_merge_cases = given(
+    st.data(),
+    st.integers(1, 4),
+    st.integers(0, 5000),
+    st.sampled_from([None, b"010", b"039", b"000", b"500"]),
+    st.sampled_from(["mixed", "values"]),
+)
+
+
 def _blocks(entries: list, rng: random.Random):
     """``entries`` cut into decoded blocks (parallel lists) of random sizes."""
     i = 0
@@ -67,13 +77,7 @@ def _blocks(entries: list, rng: random.Random):
         yield tuple(list(col) for col in zip(*chunk))
 
 
-@given(
-    st.data(),
-    st.integers(1, 4),
-    st.integers(0, 5000),
-    st.sampled_from([None, b"010", b"039", b"000", b"500"]),
-    st.sampled_from(["mixed", "values"]),
-)
+@_merge_cases
 def test_runs_match_the_general_merge(data, nsources, read_seq, upper, shape):
     sources = _sources(data, nsources, 5000, shape)
     rng = random.Random(read_seq)
@@ -105,13 +109,7 @@ def _general_backward(sources, read_seq, lower):
     return list(visible_backward(merged, read_seq, None, lower))
 
 
-@given(
-    st.data(),
-    st.integers(1, 4),
-    st.integers(0, 5000),
-    st.sampled_from([None, b"010", b"039", b"000", b"500"]),
-    st.sampled_from(["mixed", "values"]),
-)
+@_merge_cases
 def test_backward_runs_match_the_general_merge(data, nsources, read_seq, lower, shape):
     sources = _sources(data, nsources, 5000, shape)
     expected = _general_backward(sources, read_seq, lower)

@@ -88,8 +88,7 @@ class DB:
         self._bg_threads: list[threading.Thread] = []
         self._bg_shutdown = False
         self._bg_running = 0
-        self._bg_roles: tuple[str, ...] = ()  # of the background threads: "flush", "compaction", "all"
-        self._warm_up_roles: set[str] = set()  # background threads asked to start their workers
+        self._warm_up_pending = False  # the flushing thread is asked to start its worker
         self._memtable_counter = 0
         self._wbm_token = None
         self._wbm_reserved = 0  # bytes reported to the write buffer manager
@@ -103,7 +102,7 @@ class DB:
         if options.max_background_jobs > 0:
             # one thread flushes, one compacts (a long compaction never holds up a flush);
             # with a single job, one thread does both
-            roles = self._bg_roles = ("flush", "compaction") if options.max_background_jobs >= 2 else ("all",)
+            roles = ("flush", "compaction") if options.max_background_jobs >= 2 else ("all",)
             self._bg_threads = [
                 threading.Thread(target=self._bg_loop, args=(role,), name=f"antkv-{role}:{path}", daemon=True)
                 for role in roles
@@ -495,26 +494,26 @@ class DB:
         flush: a worker takes ~0.3 s of CPU to start, which the first flush would otherwise
         wait for while the writers fill the next memtable (and stall when it is full)."""
         with self._mutex:
-            self._warm_up_roles = set(self._bg_roles)
+            self._warm_up_pending = True
             self._bg_cv.notify_all()
 
     def _bg_loop(self, role: str) -> None:
         from . import background
 
+        flushes = role != "compaction"  # the thread whose worker is started ahead of time
         while True:
             with self._mutex:
-                while not self._bg_shutdown and not background.has_work(self, role) and role not in self._warm_up_roles:
+                while not self._bg_shutdown and not background.has_work(self, role) and not (flushes and self._warm_up_pending):
                     self._bg_cv.wait()
                 if self._bg_shutdown:
                     return
-                if role in self._warm_up_roles:
-                    self._warm_up_roles.discard(role)
-                    warm_up = True
+                warm_up = flushes and self._warm_up_pending
+                if warm_up:
+                    self._warm_up_pending = False
                 else:
-                    warm_up = False
                     self._bg_running += 1
             if warm_up:
-                self._jobs.warm_up(role)
+                self._jobs.start_worker()
                 continue
             try:
                 background.do_one_step(self, role)

@@ -136,10 +136,8 @@ class TableOutputs:
         start = 0
         for end in cuts + [n]:
             self._open()
-            builder = self._builder
-            pointers = builder.num_value_pointers
-            builder.add_sorted(keys[start:end], rows[start:end])
-            if builder.num_value_pointers != pointers:
+            self._builder.add_sorted(keys[start:end], rows[start:end])
+            if self._builder.num_value_pointers:  # a fresh builder: all of them are these rows'
                 refs = self._refs
                 for _seq, kind, value in rows[start:end]:
                     if kind == VALUE_POINTER:

@@ -194,12 +194,12 @@ class JobRunner:
         o = self.db.options
         return o.background_process and o.max_background_jobs > 0 and type(self.db._fs) is OSFileSystem
 
-    def warm_up(self, role: str) -> None:
-        """Start the worker process of the calling background thread ahead of its first job,
-        if that thread flushes (a compacting thread's workers start with its first compaction:
-        a database may never need one).  If it cannot start, the jobs run in-process."""
-        if role != "compaction":
-            self._worker(0)
+    def start_worker(self) -> None:
+        """Start the calling background thread's worker ahead of its first job (the flushing
+        thread's, when the first memtable is half full; compaction workers start with the
+        first compaction: a database may never need one).  If it cannot start, the jobs run
+        in-process."""
+        self._worker(0)
 
     def _uses_workers(self) -> bool:
         """Whether this thread's jobs go to worker processes."""

@@ -13,6 +13,8 @@ ARGS ?=
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@# Spark (antkv.spark and its tests) runs on a JVM: install a JDK when none is on PATH.
+	command -v java >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q default-jre-headless; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,bench]'

@@ -27,3 +27,26 @@ def quiet_recovery():
     logger.setLevel(logging.ERROR)
     yield
     logger.setLevel(old)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local SparkSession for the whole test run (starting a JVM costs seconds).
+
+    Two cores, few shuffle partitions and no UI keep the Spark tests short; every Spark test
+    shares this session and must not stop it."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("antkv-tests")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

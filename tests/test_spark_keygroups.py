@@ -121,6 +121,10 @@ def test_a_row_outside_the_partition_fails_at_once():
     check_partition_key_groups([], 16, 3, 2)
     with pytest.raises(KeyGroupError, match=r"partition 0 of 3 owns key groups \[0, 6\).*2 row"):
         check_partition_key_groups([0, 6, 15], 16, 3, 0)
+    with pytest.raises(KeyGroupError, match="first: key group 12, owned by partition 2"):
+        check_partition_key_groups([12], 16, 3, 1)
+    with pytest.raises(KeyGroupError, match="key group 99, not a key group of 16"):
+        check_partition_key_groups([5, 99], 16, 3, 0)
     with pytest.raises(KeyGroupError, match="must be integers"):
         check_partition_key_groups([0.5], 16, 3, 0)
 

@@ -187,12 +187,14 @@ def check_partition_key_groups(key_group_values, key_groups: int, partitions: in
     if low >= owned.start and high < owned.stop:
         return
     outside = values[(values < owned.start) | (values >= owned.stop)]
+    first = int(outside[0])
+    owner = (f"owned by partition {first * partitions // key_groups}"
+             if 0 <= first < key_groups else f"not a key group of {key_groups}")
     raise KeyGroupError(
         f"partition {partition} of {partitions} owns key groups [{owned.start}, {owned.stop}) "
         f"of {key_groups} but received {outside.size} row(s) outside it (first: key group "
-        f"{int(outside[0])}, owned by partition "
-        f"{int(outside[0]) * partitions // key_groups if 0 <= outside[0] < key_groups else 'none'}"
-        f"); route rows with antkv.spark.keygroups.route using the operator's K and N"
+        f"{first}, {owner}); route rows with antkv.spark.keygroups.route using the operator's "
+        f"K and N"
     )
 
 

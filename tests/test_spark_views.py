@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import antkv
 from antkv.spark.codec import decode_key, decode_row, decode_rows, encode_key, encode_row, encode_rows
 from antkv.spark.keygroups import KeyGroupError, KeyGroupRange, key_group_range, route
-from antkv.spark.state_views import KeyedState, iter_groups
+from antkv.spark.state_views import KeyedState, group_batch, iter_groups
 
 # Spark's Python workers must run this interpreter (see test_spark_keygroups.py).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -288,6 +288,10 @@ def test_iter_groups_reads_arrow_and_keyed_state_walks_the_groups(tmp_path):
     assert [(g, k, r["n"].tolist()) for g, k, r in iter_groups(batch, "kg", "user")] == [
         (4, ("a",), [2]), (4, ("c",), [4]), (5, ("b",), [1, 3])]
     assert list(iter_groups(pd.DataFrame({"kg": [], "user": []}), "kg", ["user"])) == []
+    grouped = group_batch(batch, "kg", ["user"])  # column-wise work over all groups at once
+    assert len(grouped) == 3 and grouped.keys == [("a",), ("c",), ("b",)]
+    assert np.add.reduceat(grouped.frame["n"].to_numpy(), grouped.starts).tolist() == [2, 4, 4]
+    assert (grouped.ends - grouped.starts).tolist() == [1, 1, 2]
     with pytest.raises(antkv.InvalidArgumentError, match="not in the frame"):
         list(iter_groups(batch, "kg", ["missing"]))
     with antkv.open(str(tmp_path / "db")) as db:

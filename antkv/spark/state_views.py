@@ -25,6 +25,8 @@ name or kind is refused, so a changed operator cannot silently read another vari
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from antkv import InvalidArgumentError
 
 from .codec import decode_key, decode_row, decode_rows, encode_key, encode_row, encode_rows
@@ -124,7 +126,7 @@ class KeyedState:
     # ------------------------------------------------------------------ batches
 
     def groups(self, frame, key_group_col: str, key_cols):
-        """For each group of ``frame`` (see :func:`iter_groups`): make it the current key and
+        """For each group of ``frame`` (see :func:`group_batch`): make it the current key and
         yield ``(key, rows)``."""
         for key_group, key, rows in iter_groups(frame, key_group_col, key_cols):
             self.set_current_key(key_group, key)
@@ -242,14 +244,31 @@ class MapState(_StateVariable):
 # --------------------------------------------------------------------------- batches
 
 
-def iter_groups(frame, key_group_col: str, key_cols):
-    """Yield ``(key group, key tuple, rows)`` for each group of a pandas DataFrame or an Arrow
-    table/record batch, in (key group, key) order, ``rows`` being a DataFrame slice.
+@dataclass(frozen=True)
+class GroupedBatch:
+    """A batch sorted by (key group, key), with its group boundaries.
 
-    One stable sort on the key-group and key columns and one vectorised comparison of adjacent
-    rows find the group boundaries; nothing hashes or compares per row in Python.  Null keys
-    form their own group (Spark groups nulls together too) and come first, as in the encoded
-    key order."""
+    Group ``i`` is ``frame.iloc[starts[i]:ends[i]]``, with key group ``key_groups[i]`` and key
+    ``keys[i]``.  Column-wise work over all groups needs no Python loop, e.g. per-group sums:
+    ``numpy.add.reduceat(batch.frame["amount"].to_numpy(), batch.starts)``."""
+
+    frame: object
+    starts: object
+    ends: object
+    key_groups: object
+    keys: list
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def group_batch(frame, key_group_col: str, key_cols) -> GroupedBatch:
+    """Sort a pandas DataFrame or an Arrow table/record batch by key group and key columns and
+    find its groups.
+
+    One stable sort and one vectorised comparison of adjacent rows find the group boundaries;
+    nothing hashes or compares per row in Python.  Null keys form their own group (Spark groups
+    nulls together too) and come first, as in the encoded key order; they appear as None."""
     import numpy as np
     import pandas as pd
 
@@ -258,31 +277,38 @@ def iter_groups(frame, key_group_col: str, key_cols):
         if to_pandas is None:
             raise TypeError("frame must be a pandas DataFrame or an Arrow table or record batch")
         frame = to_pandas()
-    if isinstance(key_cols, str):
-        key_cols = [key_cols]
-    key_cols = list(key_cols)
+    key_cols = [key_cols] if isinstance(key_cols, str) else list(key_cols)
     by = [key_group_col] + key_cols
     missing = [c for c in by if c not in frame.columns]
     if missing:
         raise InvalidArgumentError(f"columns {missing} are not in the frame")
     n = len(frame)
-    if n == 0:
-        return
     ordered = frame.sort_values(by, kind="stable", na_position="first", ignore_index=True)
     boundary = np.zeros(n, dtype=bool)
-    boundary[0] = True
+    if n:
+        boundary[0] = True
     for col in by:
         values = ordered[col]
         current, previous = values.iloc[1:].to_numpy(), values.iloc[:-1].to_numpy()
         nulls = values.isna().to_numpy()
         both_null = nulls[1:] & nulls[:-1]
-        differs = (current != previous) & ~both_null
-        boundary[1:] |= np.asarray(differs, dtype=bool)
+        boundary[1:] |= np.asarray((current != previous) & ~both_null, dtype=bool)
     starts = np.flatnonzero(boundary)
-    ends = np.append(starts[1:], n)
+    ends = np.append(starts[1:], n) if n else starts
+    columns = []
+    for c in key_cols:
+        firsts = ordered[c].iloc[starts]
+        columns.append([None if null else v for v, null in zip(firsts.tolist(), firsts.isna().tolist())])
+    keys = list(zip(*columns)) if key_cols else [()] * len(starts)
     key_groups = ordered[key_group_col].to_numpy()[starts]
-    key_columns = [ordered[c].iloc[starts].tolist() for c in key_cols]
-    nulls = [ordered[c].iloc[starts].isna().tolist() for c in key_cols]
-    for i, (start, end) in enumerate(zip(starts.tolist(), ends.tolist())):
-        key = tuple(None if nulls[j][i] else key_columns[j][i] for j in range(len(key_cols)))
-        yield int(key_groups[i]), key, ordered.iloc[start:end]
+    return GroupedBatch(ordered, starts, ends, key_groups, keys)
+
+
+def iter_groups(frame, key_group_col: str, key_cols):
+    """Yield ``(key group, key tuple, rows)`` for each group of a pandas DataFrame or an Arrow
+    table/record batch (see :func:`group_batch`), ``rows`` being a DataFrame slice."""
+    batch = group_batch(frame, key_group_col, key_cols)
+    rows = batch.frame
+    for key_group, key, start, end in zip(batch.key_groups.tolist(), batch.keys,
+                                          batch.starts.tolist(), batch.ends.tolist()):
+        yield key_group, key, rows.iloc[start:end]

@@ -207,8 +207,10 @@ def run_phase(args) -> dict:
             wall = time.perf_counter() - t0
             after = checkpoint_files(checkpoint)
             # A file can take more than one micro-batch (event time adds a no-data batch that
-            # moves the watermark): sum every progress report since the last file.
-            progresses = [pr for pr in query.recentProgress if pr["batchId"] > last_batch_id]
+            # moves the watermark): sum the progress of every micro-batch since the last file.
+            # A restarted query may report its first micro-batch twice: keep the last report.
+            by_id = {pr["batchId"]: pr for pr in query.recentProgress if pr["batchId"] > last_batch_id}
+            progresses = [by_id[i] for i in sorted(by_id)]
             last_batch_id = progresses[-1]["batchId"]
             ops = [(pr.get("stateOperators") or [{}])[0] for pr in progresses]
             trigger_ms = sum(pr["durationMs"].get("triggerExecution", 0) for pr in progresses)
@@ -277,7 +279,7 @@ def summarise(name: str, batches: list[dict], restart: dict | None) -> list[str]
         median_ms = statistics.median(b["trigger_ms"] for b in batches[1:] or batches)
         lines.append(f"restore: first batch after restart {restart['trigger_ms']:,} ms "
                      f"(start() to done {restart['since_start_s']:.1f} s) vs median batch "
-                     f"{median_ms:,.0f} ms: +{restart['trigger_ms'] - median_ms:,.0f} ms; the state "
+                     f"{median_ms:,.0f} ms: {restart['trigger_ms'] - median_ms:+,.0f} ms; the state "
                      f"stores' own load time (rocksdbLoadLatencyMs, summed over "
                      f"{restart['loaded_from_checkpoint']} partitions loaded from the checkpoint): "
                      f"{restart['load_ms']:,} ms")

@@ -208,6 +208,9 @@ def test_views_match_dicts(shared_db, ops):
         elif op == "value.clear":
             value.clear()
             model["value"].pop(gk, None)
+        elif op in ("list.put", "list.appendList") and not args[0]:
+            with pytest.raises(antkv.InvalidArgumentError, match="empty list"):
+                (items.put if op == "list.put" else items.appendList)(args[0])
         elif op == "list.put":
             items.put(args[0])
             model["list"][gk] = list(args[0])

@@ -14,7 +14,8 @@ grouping keys, map keys, values, list elements and map values use the encodings 
 
 * value state: one entry ``P -> encode_row(value)``;
 * list state: one entry ``P -> encode_row(e1) + encode_row(e2) + ...`` (appending adds bytes;
-  putting an empty list removes the entry, so ``exists()`` is False);
+  as in Spark, ``put`` and ``appendList`` refuse an empty list, so a list that exists is never
+  empty);
 * map state: one entry per user key ``P + encode_key(user_key) -> encode_row(value)``,
   iterated in the encoded (order-preserving) order of the user keys.
 
@@ -171,22 +172,24 @@ class ListState(_StateVariable):
         return iter(()) if raw is None else iter(decode_rows(raw))
 
     def put(self, new_state) -> None:
-        """Replace the list; an empty list removes it."""
-        encoded = encode_rows(new_state)
-        if encoded:
-            self._keyed.store.put(self._key(), encoded)
-        else:
-            self._keyed.store.delete(self._key())
+        """Replace the list with ``new_state`` (not empty, as in Spark: use ``clear()``)."""
+        self._keyed.store.put(self._key(), self._encode_list(new_state))
 
     def appendValue(self, new_state: tuple) -> None:  # noqa: N802 - Spark's name
         self._append(encode_row(new_state))
 
     def appendList(self, new_state) -> None:  # noqa: N802 - Spark's name
-        self._append(encode_rows(new_state))
+        """Append the rows of ``new_state`` (not empty, as in Spark)."""
+        self._append(self._encode_list(new_state))
+
+    def _encode_list(self, rows) -> bytes:
+        encoded = encode_rows(rows)
+        if not encoded:
+            raise InvalidArgumentError(
+                "a list state cannot be given an empty list (Spark refuses it too); use clear()")
+        return encoded
 
     def _append(self, encoded: bytes) -> None:
-        if not encoded:
-            return
         key = self._key()
         old = self._keyed.store.get(key)
         self._keyed.store.put(key, encoded if old is None else old + encoded)

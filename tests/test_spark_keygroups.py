@@ -305,6 +305,22 @@ def test_every_row_lands_in_the_partition_owning_its_key_group(spark, k):
     assert groups_by_n[2].between(0, k - 1).all()
 
 
+def test_the_jvm_owner_expression_equals_the_python_one_for_every_key_group(spark):
+    """partition_column divides in doubles; check it against floor(g * N / K) exhaustively at
+    the largest K and at a few K and N that do not divide each other."""
+    from pyspark.sql import functions as F
+
+    cases = [(MAX_KEY_GROUPS, n) for n in (1, 3, 7, 1000, 32767, MAX_KEY_GROUPS)] + [
+        (4096, 3), (4093, 17), (100, 99)]
+    g = F.col("id").cast("int")
+    columns = [F.when(g < k, partition_column(g, k, n)).alias(f"p{i}") for i, (k, n) in enumerate(cases)]
+    got = spark.range(MAX_KEY_GROUPS).select(g.alias("g"), *columns).toPandas()
+    assert len(got) == MAX_KEY_GROUPS
+    for i, (k, n) in enumerate(cases):
+        owned = got[got["g"] < k]
+        assert (owned[f"p{i}"] == owned["g"] * n // k).all(), (k, n)
+
+
 def test_a_row_sent_to_the_wrong_partition_fails_loudly(spark):
     k, n = 16, 3
 

@@ -112,8 +112,11 @@ def test_k_is_recorded_in_the_store_and_a_change_refused(tmp_path):
     with antkv.open(str(tmp_path / "db")) as db:
         with pytest.raises(KeyGroupError, match="cannot change after the first batch"):
             ensure_key_group_count(db, 128)
-        assert db.get(KEY_GROUP_COUNT_KEY) is not None
+        assert db.get(KEY_GROUP_COUNT_KEY) == b"\x00\x00\x10\x00"
         assert ensure_key_group_count(db, 4096) == 4096
+        db.put(KEY_GROUP_COUNT_KEY, b"\x10\x00")
+        with pytest.raises(antkv.CorruptionError, match="2 bytes, not 4"):
+            ensure_key_group_count(db, 4096)
 
 
 def test_a_row_outside_the_partition_fails_at_once():

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from antkv import InvalidArgumentError
+from antkv import CorruptionError, InvalidArgumentError
 
 DEFAULT_KEY_GROUPS = 4096
 MAX_KEY_GROUPS = 1 << 15
@@ -89,12 +89,15 @@ def check_key_group_count(stored: int | None, requested: int) -> int:
 def ensure_key_group_count(store, key_groups: int) -> int:
     """Record ``K`` in a store the first time, and refuse a different ``K`` later.
 
-    ``store`` is anything with the ``get``/``put`` of :class:`antkv.DB`."""
+    ``store`` is anything with the ``get``/``put`` of :class:`antkv.DB`; ``K`` is stored under
+    :data:`KEY_GROUP_COUNT_KEY` as 4 bytes big-endian."""
     raw = store.get(KEY_GROUP_COUNT_KEY)
+    if raw is not None and len(raw) != 4:
+        raise CorruptionError(f"the stored number of key groups is {len(raw)} bytes, not 4")
     stored = None if raw is None else int.from_bytes(raw, "big")
     check_key_group_count(stored, key_groups)
     if raw is None:
-        store.put(KEY_GROUP_COUNT_KEY, key_groups.to_bytes(KEY_GROUP_BYTES + 1, "big"))
+        store.put(KEY_GROUP_COUNT_KEY, key_groups.to_bytes(4, "big"))
     return key_groups
 
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 
 from .errors import InvalidArgumentError
-from .log_format import LogWriter
-from .version_set import VersionSet, manifest_file_name, set_current_file, table_file_name, vlog_file_name, wal_file_name
+from .manifest.version_set import VersionSet, manifest_file_name, set_current_file, table_file_name, vlog_file_name, wal_file_name
+from .record.log_format import LogWriter
 
 
 def create_checkpoint(db, directory: str) -> None:
@@ -36,12 +36,10 @@ def create_checkpoint(db, directory: str) -> None:
             fs.remove(os.path.join(tmp, name))
         fs.rmdir(tmp)
     db.flush(wait=True)
-    from .recovery import rotate_vlog
-
     with db._write_lock:
         db._check_writable()
         if db._vlog is not None and db._vlog.num_records > 0:
-            rotate_vlog(db)
+            db._rotate_vlog()
         with db._mutex:
             sv = db._sv  # pinned: its files stay until we drop it
             vs = db._versions
@@ -63,7 +61,7 @@ def create_checkpoint(db, directory: str) -> None:
     cvs.next_file_number = next_file + 2
     cvs.log_number = next_file  # an empty WAL of this number is written below: recovery wants it
     cvs.last_sequence = last_sequence
-    from .version_set import VlogFileState
+    from .manifest.version_set import VlogFileState
 
     cvs.vlogs = {n: VlogFileState(n, total, garbage, True) for n, (total, garbage) in vlogs.items()}
     edit = cvs.snapshot_edit(sv.version)

@@ -28,21 +28,25 @@ import time
 import weakref
 from typing import Iterator
 
-from . import recovery
-from .batch import WriteBatch, as_bytes, encode_batch
-from .dbformat import CHECK_INVARIANTS, DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from . import background, checkpoint, recovery, stats
+from .base.dbformat import CHECK_INVARIANTS, DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from .compaction.worker import JobRunner
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
 from .errors import IOError as AntIOError
-from .iterators import DBIterator
-from .batch import SINGLE_RECORD
-from .log_format import _LEN_MUL, _LEN_XOR, HEADER, LogWriter, checksum, frame
-from .memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
-from .memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
-from .memtable import MemTable
+from .manifest.version_edit import VersionEdit
+from .manifest.version_set import VersionSet, table_file_name, wal_file_name
+from .memtable.memtable import MemTable
+from .memtable.memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
+from .memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
 from .options import Options, WriteOptions
-from .read_view import ReadView, SuperVersion
-from .snapshot import Snapshot, SnapshotList
-from .version_set import VersionSet, wal_file_name
+from .read.iterators import DBIterator
+from .read.read_view import ReadView, SuperVersion
+from .read.snapshot import Snapshot, SnapshotList
+from .record.batch import SINGLE_RECORD
+from .record.batch import WriteBatch, as_bytes, encode_batch
+from .record.log_format import _LEN_MUL, _LEN_XOR, HEADER, LogWriter, checksum, frame
+from .sst.reader import TableReader
+from .vlog.writer import ValueLogWriter
 
 _SINGLE_RECORD_PACK = SINGLE_RECORD.pack  # a one-record write batch header (batch.py)
 _FRAME_HEADER_PACK = HEADER.pack  # the log record header (log_format.py)
@@ -93,8 +97,6 @@ class DB:
         self._wbm_token = None
         self._wbm_reserved = 0  # bytes reported to the write buffer manager
         self._wbm_pending = 0  # bytes not yet reported (reported in chunks)
-        from .worker import JobRunner
-
         self._jobs = JobRunner(self)  # flush and compaction jobs (recovery flushes too)
         recovery.open_db(self)  # sets fs, versions, mem, wal, vlog, cache, sv; may raise
         self._closed = False
@@ -297,7 +299,7 @@ class DB:
         """Append a large value to the value log (REQUIRES the write lock); its pointer."""
         vlog = self._vlog
         if vlog.size >= self.options.blob_file_size:
-            recovery.rotate_vlog(self)
+            self._rotate_vlog()
             vlog = self._vlog
         self._vlog_dirty = True
         try:
@@ -306,6 +308,22 @@ class DB:
             self._set_bg_error(e)
             raise
         return ptr
+
+    def _rotate_vlog(self) -> None:
+        """REQUIRES the write lock.  Seal the active value-log file and start a new one, with
+        one MANIFEST edit."""
+        vs = self._versions
+        with self._mutex:
+            old = self._vlog
+            number = vs.new_file_number()
+            new = ValueLogWriter.create_in(self._fs, self.path, number, compression=self.options.blob_compression)
+            self._fs.sync_dir(self.path)
+            edit = VersionEdit(new_vlogs=[number])
+            old.seal()
+            edit.sealed_vlogs.append((old.file_number, old.record_bytes))
+            self._stats["vlog_bytes_written"] += old.size
+            vs.log_and_apply(edit)
+            self._vlog = new
 
     def _wbm_account(self, added: int) -> None:
         self._wbm_pending += added
@@ -429,9 +447,6 @@ class DB:
 
     def _open_table(self, f):
         """The reader of table ``f`` (opened once, then kept on its metadata)."""
-        from .sst.reader import TableReader
-        from .version_set import table_file_name
-
         with self._table_lock:
             if f.reader is None:
                 f.reader = TableReader.open(
@@ -481,8 +496,6 @@ class DB:
 
     def _run_inline_work(self) -> None:
         """max_background_jobs == 0: flush and compact now, in the caller's thread."""
-        from . import background
-
         try:
             background.do_all_work(self)
         except AntIOError as e:
@@ -498,8 +511,6 @@ class DB:
             self._bg_cv.notify_all()
 
     def _bg_loop(self, role: str) -> None:
-        from . import background
-
         flushes = role != "compaction"  # the thread whose worker is started ahead of time
         while True:
             with self._mutex:
@@ -663,8 +674,6 @@ class DB:
 
     def compact_range(self, begin=None, end=None) -> None:
         """Compact every table overlapping ``[begin, end]`` down to the bottom level."""
-        from . import background
-
         lo = None if begin is None else as_bytes(begin, "begin")
         hi = None if end is None else as_bytes(end, "end")
         if lo is not None and hi is not None and lo > hi:
@@ -674,15 +683,11 @@ class DB:
 
     def gc_value_log(self) -> dict:
         """Run value-log garbage collection now; returns what it did."""
-        from . import background
-
         self._check_writable()
         return background.gc_value_log(self)
 
     def checkpoint(self, directory) -> None:
         """Write a consistent, openable copy of the database to ``directory`` (must not exist)."""
-        from . import checkpoint
-
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory must be a str or os.PathLike, not {type(directory).__name__}")
         self._check_writable()
@@ -690,20 +695,14 @@ class DB:
 
     def verify(self) -> dict:
         """Read every file and check every checksum; returns counts, raises CorruptionError."""
-        from . import stats
-
         self._check_open()
         return stats.verify(self)
 
     def stats(self) -> dict:
-        from . import stats
-
         self._check_open()
         return stats.collect(self)
 
     def property(self, name: str) -> str | None:
-        from . import stats
-
         if not isinstance(name, str):
             raise TypeError("property name must be a str")
         self._check_open()

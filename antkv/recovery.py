@@ -24,14 +24,15 @@ import logging
 import os
 import threading
 
-from .batch import decode_batch
-from .dbformat import RANGE_DELETION, VALUE_POINTER
+from .base.dbformat import RANGE_DELETION, VALUE_POINTER
 from .errors import CorruptionError, InvalidArgumentError
 from .fs import default_file_system
-from .log_format import LogReader, LogWriter
-from .memtable import MemTable
-from .version_edit import VersionEdit
-from .version_set import VersionSet, parse_file_name, table_file_name, vlog_file_name, wal_file_name
+from .manifest.version_edit import VersionEdit
+from .manifest.version_set import VersionSet, parse_file_name, table_file_name, vlog_file_name, wal_file_name
+from .memtable.memtable import MemTable
+from .obsolete import delete_obsolete_files
+from .record.batch import decode_batch
+from .record.log_format import LogReader, LogWriter
 
 log = logging.getLogger("antkv")
 
@@ -81,7 +82,7 @@ def open_db(db) -> None:
 
 
 def _open_locked(db, fs, exists: bool) -> None:
-    from .cache import Cache
+    from .memory.cache import Cache
     from .vlog.reader import ValueLogReader
 
     opts = db.options
@@ -188,8 +189,6 @@ def _open_locked(db, fs, exists: bool) -> None:
     with db._mutex:
         db._install_super_version()
     _remove_obsolete_at_open(db, fs, on_disk)
-    from .background import delete_obsolete_files
-
     delete_obsolete_files(db)  # e.g. empty or fully-garbage value-log files sealed above
     if db._wbm is not None:
         db._wbm_token = db._wbm.register(db._wbm_flush_callback, db._wbm_oldest)
@@ -249,7 +248,7 @@ def _pointers_survived(ops, vlog_lengths: dict[int, int], vlogs, wal_path: str, 
 
 
 def _flush_recovered(db, mem: MemTable, edit: VersionEdit) -> None:
-    from .flush import write_level0_table
+    from .compaction.flush import write_level0_table
 
     meta, garbage = write_level0_table(db, mem, snapshots=[])
     if meta is not None:
@@ -265,24 +264,6 @@ def _start_vlog(db, edit: VersionEdit) -> None:
     number = vs.new_file_number()
     db._vlog = ValueLogWriter.create_in(db._fs, db.path, number, compression=db.options.blob_compression)
     edit.new_vlogs.append(number)
-
-
-def rotate_vlog(db) -> None:
-    """REQUIRES the write lock.  Seal the active value-log file and start a new one."""
-    from .vlog.writer import ValueLogWriter
-
-    vs = db._versions
-    with db._mutex:
-        old = db._vlog
-        number = vs.new_file_number()
-        new = ValueLogWriter.create_in(db._fs, db.path, number, compression=db.options.blob_compression)
-        db._fs.sync_dir(db.path)
-        edit = VersionEdit(new_vlogs=[number])
-        old.seal()
-        edit.sealed_vlogs.append((old.file_number, old.record_bytes))
-        db._stats["vlog_bytes_written"] += old.size
-        vs.log_and_apply(edit)
-        db._vlog = new
 
 
 def _remove_obsolete_at_open(db, fs, on_disk) -> None:
@@ -343,8 +324,6 @@ def close_db(db) -> None:
                 db._wal.sync()
             except Exception as e:  # noqa: BLE001 - reported below, resources still released
                 log.warning("sync at close failed: %s", e)
-        from .background import delete_obsolete_files
-
         if db._bg_error is None:
             delete_obsolete_files(db)
         for reader in db._open_readers.values():

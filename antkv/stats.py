@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from .errors import IOError as AntIOError
-from .version_set import parse_file_name, table_file_name, vlog_file_name
+from .manifest.version_set import parse_file_name, table_file_name, vlog_file_name
 
 
 def collect(db) -> dict:
@@ -78,7 +78,7 @@ def _bytes_on_disk(db) -> int:
 
 def _pending_compaction_bytes(db, version) -> int:
     """Bytes above the level targets (RocksDB's estimate, simplified)."""
-    from .compaction import level_target
+    from .compaction.picker import level_target
 
     opts = db.options
     pending = 0

@@ -1,4 +1,4 @@
-"""Data-driven tests of the range-tombstone fragmenter (:mod:`antkv.rangedel`), Pebble style.
+"""Data-driven tests of the range-tombstone fragmenter (:mod:`antkv.memtable.rangedel`), Pebble style.
 
 ``tests/testdata/rangedel_fragmenter.txt`` holds cases; each is a command line, input lines,
 ``----`` and the expected output, ended by a blank line.  Keys are single lowercase letters
@@ -37,7 +37,7 @@ import re
 
 import pytest
 
-from antkv.rangedel import EMPTY, FragmentedRangeTombstones, fragment, truncate
+from antkv.memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment, truncate
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "rangedel_fragmenter.txt")
 _LINE = re.compile(r"^\s*(\d+):(.*)$")

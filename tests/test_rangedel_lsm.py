@@ -25,10 +25,10 @@ import sys
 import pytest
 
 import antkv
-from antkv import iterators
+from antkv.read import iterators
 from antkv.fs.fault import FaultInjectionFileSystem
 from antkv.fs.memory import MemoryFileSystem
-from antkv.rangedel import fragment
+from antkv.memtable.rangedel import fragment
 
 BASE = dict(max_background_jobs=0, enable_blob_files=False, level0_file_num_compaction_trigger=100,
             level0_slowdown_writes_trigger=200, level0_stop_writes_trigger=300)
@@ -461,7 +461,7 @@ def test_thousands_of_tombstones_do_not_make_reads_crawl(where):
         frags = db._mem.fragments()
         assert len(frags) == n
     else:
-        from antkv.read_view import table_fragments
+        from antkv.read.read_view import table_fragments
 
         frags = table_fragments(reader)
     for i in range(0, 2000, 7):

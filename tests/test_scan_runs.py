@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import antkv
-from antkv.dbformat import DELETION, VALUE, VALUE_POINTER
+from antkv.base.dbformat import DELETION, VALUE, VALUE_POINTER
 from antkv.fs.memory import MemoryFileSystem
-from antkv.iterators import merge_backward, merge_forward, visible_backward, visible_forward
-from antkv.runs import (
+from antkv.read.iterators import merge_backward, merge_forward, visible_backward, visible_forward
+from antkv.read.runs import (
     RUN_TARGET,
     entry_runs,
     entry_runs_backward,

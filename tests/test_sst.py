@@ -8,12 +8,12 @@ import random
 import pytest
 
 import antkv
-from antkv.dbformat import DELETION, MAX_SEQUENCE, VALUE, VALUE_POINTER
+from antkv.base.dbformat import DELETION, MAX_SEQUENCE, VALUE, VALUE_POINTER
 from antkv.fs.memory import MemoryFileSystem
 from antkv.sst import TableBuilder, TableReader, dump_table
 from antkv.sst.builder import separator
 
-from antkv.cache import Cache
+from antkv.memory.cache import Cache
 from antkv.fs.fault import FaultInjectionFileSystem
 
 CACHE_MODES = ["nocache", "cache"]

@@ -7,7 +7,7 @@ import random
 import pytest
 import xxhash
 
-from antkv.dbformat import VALUE
+from antkv.base.dbformat import VALUE
 from antkv.errors import CorruptionError
 from antkv.sst.block import (
     BLOCK_FOOTER,

@@ -8,8 +8,8 @@ import random
 import pytest
 
 import antkv
-from antkv.cache import Cache
-from antkv.dbformat import DELETION, MAX_SEQUENCE, VALUE, VALUE_POINTER
+from antkv.memory.cache import Cache
+from antkv.base.dbformat import DELETION, MAX_SEQUENCE, VALUE, VALUE_POINTER
 from antkv.fs.memory import MemoryFileSystem
 from antkv.sst import TableBuilder, TableReader
 from antkv.sst.block import decode_block, encode_entries

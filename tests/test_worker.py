@@ -1,4 +1,4 @@
-"""Background jobs in worker processes (antkv.worker), on the real file system.
+"""Background jobs in worker processes (antkv.compaction.worker), on the real file system.
 
 The workers are real processes; failures are real too: a worker killed in the middle of a job
 (the job reruns in-process and its partial outputs are removed), a corrupt input table (the

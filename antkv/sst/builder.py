@@ -20,7 +20,7 @@ from bisect import bisect_left
 from itertools import accumulate, islice, repeat
 from operator import add, lt
 
-from ..dbformat import DELETION, MAX_SEQUENCE, RANGE_DELETION, VALUE, VALUE_POINTER
+from ..base.dbformat import DELETION, MAX_SEQUENCE, RANGE_DELETION, VALUE, VALUE_POINTER
 from ..errors import InvalidArgumentError
 from .block import encode_block, encode_entries, shared_prefix_len
 from .bloom import build_filter, key_digests

@@ -30,7 +30,7 @@ from bisect import bisect_left, bisect_right
 from operator import le, lt
 from typing import Iterator
 
-from ..dbformat import RANGE_DELETION
+from ..base.dbformat import RANGE_DELETION
 from ..errors import CorruptionError, DBClosedError
 from .block import decode_block, search_block
 from .bloom import decode_filter

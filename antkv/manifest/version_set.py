@@ -21,9 +21,9 @@ import os
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from .errors import CorruptionError
-from .vlog.format import vlog_file_name  # noqa: F401 - re-exported: every file name in one place here
-from .log_format import LogReader, LogWriter
+from ..errors import CorruptionError
+from ..record.log_format import LogReader, LogWriter
+from ..vlog.format import vlog_file_name  # noqa: F401 - re-exported: every file name in one place here
 from .version_edit import FileMetaData, VersionEdit
 
 

@@ -20,8 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
 from typing import Iterator
 
-from .dbformat import MAX_SEQUENCE, VALUE_POINTER
-from .errors import DBClosedError
+from ..base.dbformat import MAX_SEQUENCE, VALUE_POINTER
+from ..errors import DBClosedError
+from ..manifest.version_set import _file_for_key
+from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment
+from ..sst.bloom import key_probe, may_contain_probe
 from .iterators import (
     LevelSource,
     merge_backward,
@@ -31,7 +34,6 @@ from .iterators import (
     visible_backward,
     visible_forward,
 )
-from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
 from .runs import (
     entry_runs,
     entry_runs_backward,
@@ -44,8 +46,6 @@ from .runs import (
     visible_runs,
     visible_runs_backward,
 )
-from .sst.bloom import key_probe, may_contain_probe
-from .version_set import _file_for_key
 
 
 def table_fragments(reader) -> FragmentedRangeTombstones:

@@ -5,7 +5,7 @@ was picked, and how its outputs are cut; executing it writes and syncs the outpu
 an :class:`~antkv.table_outputs.OutputEnv`) and returns a :class:`JobResult`: their metadata,
 the value-log garbage found (bytes of value records no output points to any more, per value-log
 file) and statistics counters.  Nothing here touches the database object: the DB runs a job in
-its own process or hands it to a worker process (:mod:`antkv.worker`), so that flush and
+its own process or hands it to a worker process (:mod:`antkv.compaction.worker`), so that flush and
 compaction run on another core than the writers (CPython runs one thread at a time).
 
 Two ways through a job:
@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import eq, itemgetter, ne, neg
 
-from .compaction_stream import compaction_stream, output_tombstones
-from .dbformat import DELETION, VALUE_POINTER
-from .iterators import merge_forward
-from .memtable import MemTable
-from .rangedel import fragment
-from .table_outputs import OutputEnv, TableOutputs
-from .version_edit import FileMetaData
-from .vlog.pointer import decode_pointer
+from ..base.dbformat import DELETION, VALUE_POINTER
+from ..manifest.version_edit import FileMetaData
+from ..memtable.memtable import MemTable
+from ..memtable.rangedel import fragment
+from ..read.iterators import merge_forward
+from ..vlog.pointer import decode_pointer
+from .outputs import OutputEnv, TableOutputs
+from .stream import compaction_stream, output_tombstones
 
 _SECOND = itemgetter(1)  # the kind of a (seq, kind, value) row
 

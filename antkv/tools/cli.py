@@ -46,11 +46,11 @@ import os
 import sys
 from typing import Callable, Iterable, Sequence
 
-from . import errors
-from .batch import decode_batch
-from .dbformat import DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
-from .log_format import LogReader
-from .version_edit import VersionEdit
+from .. import errors
+from ..base.dbformat import DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from ..manifest.version_edit import VersionEdit
+from ..record.batch import decode_batch
+from ..record.log_format import LogReader
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -181,7 +181,7 @@ def _parse_option_value(text: str):
 
 
 def _options(args, create_if_missing: bool):
-    from .options import Options
+    from ..options import Options
 
     fields = {"max_background_jobs": 0}
     for item in args.option or []:
@@ -199,7 +199,7 @@ def _options(args, create_if_missing: bool):
 
 
 def _open(args, create_if_missing: bool = False):
-    from .db import open as open_db
+    from ..db import open as open_db
 
     path = args.db
     opts = _options(args, create_if_missing)
@@ -212,7 +212,7 @@ def _open(args, create_if_missing: bool = False):
 
 
 def _fs():
-    from .fs import default_file_system
+    from ..fs import default_file_system
 
     return default_file_system()
 
@@ -296,14 +296,14 @@ def cmd_compact(args, out: Output) -> int:
 
 
 def cmd_dump_sst(args, out: Output) -> int:
-    from .sst.reader import dump_table
+    from ..sst.reader import dump_table
 
     _emit_lines(out, dump_table(_fs(), args.file))
     return EXIT_OK
 
 
 def cmd_dump_vlog(args, out: Output) -> int:
-    from .vlog.reader import dump_vlog
+    from ..vlog.reader import dump_vlog
 
     _emit_lines(out, dump_vlog(_fs(), args.file))
     return EXIT_OK
@@ -340,7 +340,7 @@ def dump_wal(fs, path: str) -> Iterable[str]:
     decoded with :func:`antkv.batch.decode_batch`: a torn tail is reported, damage in the
     middle raises ``CorruptionError`` naming the file and offset.
     """
-    from .vlog.pointer import decode_pointer
+    from ..vlog.pointer import decode_pointer
 
     data = fs.read_all(path)
     yield f"WAL {path}: {len(data)} bytes"
@@ -390,7 +390,7 @@ def dump_manifest(fs, path: str) -> Iterable[str]:
     """Human-readable lines for every version edit of a MANIFEST (``antkv dump-manifest``),
     then the state they add up to.  ``path`` is a database directory (its CURRENT names the
     MANIFEST) or a MANIFEST file."""
-    from .version_set import Version, VersionSet
+    from ..manifest.version_set import Version, VersionSet
 
     manifest, how = _manifest_path(fs, path)
     data = fs.read_all(manifest)

@@ -14,9 +14,9 @@ value-log bytes a power loss could take away.
 
 from __future__ import annotations
 
-from .dbformat import CHECK_INVARIANTS
-from .memtable import MemTable
-from .version_edit import FileMetaData
+from ..base.dbformat import CHECK_INVARIANTS
+from ..manifest.version_edit import FileMetaData
+from ..memtable.memtable import MemTable
 
 
 def write_level0_table(db, mem: MemTable, snapshots: list[int]) -> tuple[FileMetaData | None, dict[int, int]]:

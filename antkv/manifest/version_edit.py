@@ -28,7 +28,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from .errors import CorruptionError
+from ..errors import CorruptionError
 
 TAG_LOG_NUMBER = 1
 TAG_NEXT_FILE_NUMBER = 2

@@ -20,8 +20,8 @@ from __future__ import annotations
 import struct
 from typing import Iterator
 
-from .dbformat import DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
-from .errors import CorruptionError, InvalidArgumentError
+from ..base.dbformat import DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from ..errors import CorruptionError, InvalidArgumentError
 
 BATCH_HEADER = struct.Struct("<QI")
 RECORD_HEADER = struct.Struct("<BII")

@@ -33,9 +33,9 @@ from itertools import chain
 from bisect import bisect_right
 from typing import Callable, Iterator
 
-from .dbformat import DELETION, VALUE_POINTER
-from .errors import DBClosedError, InvalidArgumentError
-from .rangedel import FragmentedRangeTombstones
+from ..base.dbformat import DELETION, VALUE_POINTER
+from ..errors import DBClosedError, InvalidArgumentError
+from ..memtable.rangedel import FragmentedRangeTombstones
 
 Entry = tuple  # (user_key, neg_seq, kind, value)
 
@@ -386,7 +386,7 @@ class _ClosedView:
 
 
 def _key_arg(key) -> bytes:
-    from .batch import as_bytes
+    from ..record.batch import as_bytes
 
     return as_bytes(key, "key")
 

@@ -38,7 +38,7 @@ from itertools import chain, compress, islice, repeat
 from operator import and_, ge, ne
 from typing import Iterator
 
-from .dbformat import DELETION, VALUE, VALUE_POINTER
+from ..base.dbformat import DELETION, VALUE, VALUE_POINTER
 
 RUN_TARGET = 1024
 """Entries a source gathers into one run once a scan is long (whole blocks, so a table's runs

@@ -23,9 +23,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Callable, Iterator
 
-from .dbformat import DELETION, VALUE_POINTER
-from .rangedel import EMPTY, FragmentedRangeTombstones, fragment, truncate
-from .vlog.pointer import decode_pointer
+from ..base.dbformat import DELETION, VALUE_POINTER
+from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment, truncate
+from ..vlog.pointer import decode_pointer
 
 
 def compaction_stream(

@@ -3,7 +3,7 @@
 CPython runs one thread at a time, so a background *thread* that flushes or compacts takes its
 time from the writers.  A database on the operating system's file system therefore runs the
 jobs of its background threads (:mod:`antkv.jobs`) in worker processes, one per background
-thread, each started on first use with ``python -m antkv.worker`` (never ``multiprocessing``:
+thread, each started on first use with ``python -m antkv.compaction.worker`` (never ``multiprocessing``:
 that would re-run the user's main module).  Jobs started from a user's thread (``compact_range``,
 value-log GC) and every job under a simulated file system run in the calling thread, as does
 everything when ``Options.background_process`` is off.
@@ -47,8 +47,9 @@ import sys
 import threading
 from dataclasses import replace
 
-from .errors import CorruptionError, Error
-from .errors import IOError as AntIOError
+from ..errors import CorruptionError, Error
+from ..errors import IOError as AntIOError
+from ..manifest.version_set import table_file_name
 from .jobs import (
     CompactionJob,
     JobResult,
@@ -60,8 +61,7 @@ from .jobs import (
     memtable_payload,
     split_points,
 )
-from .table_outputs import OutputEnv, TableOptions
-from .version_set import table_file_name
+from .outputs import OutputEnv, TableOptions
 
 log = logging.getLogger("antkv")
 _LEN = struct.Struct("<Q")
@@ -115,13 +115,12 @@ class Worker:
     """One worker process, used by one thread at a time."""
 
     def __init__(self, lock_fd: int | None):
-        import antkv
-
-        root = os.path.dirname(os.path.dirname(os.path.abspath(antkv.__file__)))
+        # the directory holding the antkv package (antkv/compaction/worker.py, three levels up)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "antkv.worker", str(os.getpid())],
+            [sys.executable, "-m", "antkv.compaction.worker", str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             pass_fds=(lock_fd,) if lock_fd is not None and not _HAS_PDEATHSIG else (),
@@ -189,7 +188,7 @@ class JobRunner:
 
     def would_use_workers(self) -> bool:
         """Whether background jobs of this database would run in worker processes."""
-        from .fs.posix import OSFileSystem
+        from ..fs.posix import OSFileSystem
 
         o = self.db.options
         return o.background_process and o.max_background_jobs > 0 and type(self.db._fs) is OSFileSystem
@@ -203,7 +202,7 @@ class JobRunner:
 
     def _uses_workers(self) -> bool:
         """Whether this thread's jobs go to worker processes."""
-        from .fs.posix import OSFileSystem
+        from ..fs.posix import OSFileSystem
 
         db = self.db
         return (
@@ -360,8 +359,8 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def worker_main(parent_pid: int) -> None:
-    from .fs.posix import OSFileSystem
-    from .sst.reader import TableReader
+    from ..fs.posix import OSFileSystem
+    from ..sst.reader import TableReader
 
     _die_with_parent(parent_pid)
     # A job allocates a few hundred thousand tuples and lists that die together at its end;

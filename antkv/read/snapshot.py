@@ -6,7 +6,7 @@ import threading
 
 from sortedcontainers import SortedList
 
-from .errors import DBClosedError
+from ..errors import DBClosedError
 
 
 class SnapshotList:

@@ -63,7 +63,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Hashable
 
-from .errors import InvalidArgumentError, MemoryLimitError
+from ..errors import InvalidArgumentError, MemoryLimitError
 
 MIN_SHARD_SIZE = 512 * 1024
 """``num_shard_bits=-1`` gives one shard per 512 KiB of capacity (RocksDB's rule)."""

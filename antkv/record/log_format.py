@@ -32,7 +32,7 @@ from typing import Iterator
 
 import xxhash
 
-from .errors import CorruptionError
+from ..errors import CorruptionError
 
 HEADER = struct.Struct("<IIQ")
 HEADER_SIZE = HEADER.size  # 16

@@ -29,7 +29,16 @@ def has_work(db, role: str = "all") -> bool:
         return False
     if db._imms and role != "compaction":
         return True
-    return role != "flush" and picker.pick_compaction(db) is not None
+    return role != "flush" and _pick(db) is not None
+
+
+def _pick(db):
+    """REQUIRES db._mutex.  The most urgent compaction now (nothing changes: asking is free)."""
+    vlog = db._vlog
+    vs = db._versions
+    return picker.pick_compaction(
+        vs.current, db.options, vs.vlogs, vlog.file_number if vlog is not None else None, db._compact_cursor
+    )
 
 
 def do_one_step(db, role: str = "all") -> None:
@@ -72,9 +81,11 @@ def compact_once(db) -> bool:
     """Run the most urgent compaction, if any; True when one ran."""
     with db._compaction_lock:
         with db._mutex:
-            c = picker.pick_compaction(db)
+            c = _pick(db)
             if c is None:
                 return False
+            if c.cursor is not None:
+                db._compact_cursor[c.level] = c.cursor  # it runs now: the round-robin moves on
         _run(db, c)
     return True
 
@@ -99,12 +110,17 @@ def compact_range(db, lo, hi) -> None:
                 nlevels = len(version.levels)
                 if level >= nlevels:
                     return
-                c = picker.manual_compactions(db, version, lo, hi, level)
+                c = picker.manual_compactions(version, lo, hi, level, lambda f: _has_deletions(db, f))
             if c is not None:
                 _run(db, c)
                 if c.output_level == level:
                     return
         level += 1
+
+
+def _has_deletions(db, f) -> bool:
+    props = (f.reader or db._open_table(f)).properties
+    return props.num_deletions > 0 or props.num_range_deletions > 0
 
 
 def gc_value_log(db) -> dict:
@@ -115,8 +131,10 @@ def gc_value_log(db) -> dict:
     with db._compaction_lock:
         while True:
             with db._mutex:
-                gc = picker.gc_candidate_files(db)
-                c = picker.gc_compaction(db, db._versions.current, gc) if gc else None
+                vs = db._versions
+                active = db._vlog.file_number if db._vlog is not None else None
+                gc = picker.gc_candidate_files(vs.vlogs, active, db.options.blob_gc_threshold)
+                c = picker.gc_compaction(vs.current, gc) if gc else None
                 if c is None:
                     break
             _run(db, c)

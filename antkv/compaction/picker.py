@@ -1,5 +1,9 @@
 """Leveled compaction: choosing what to compact (running it: :mod:`antkv.compaction.run`).
 
+Every function here is pure: it reads the version and the inputs it is given and changes
+nothing, so asking whether there is work (the background thread does, before it runs any) is
+free of side effects, as Pebble's picker is.
+
 Picking (:func:`pick_compaction`), in priority order:
 
 1. tables marked for value-log GC: a sealed value-log file whose garbage ratio reached
@@ -8,10 +12,13 @@ Picking (:func:`pick_compaction`), in priority order:
    level ``n >= 1`` scores ``bytes / (max_bytes_for_level_base * multiplier^(n-1))``.
 
 An L0 compaction takes every L0 table (so L1 always holds older data than L0) plus the L1 tables
-they overlap.  A level-``n`` compaction takes one table (round-robin by key) plus the tables of
-``n+1`` it overlaps.  A single table with nothing to merge below moves down without being
-rewritten (a *trivial move*).  The output level's last level (nothing older below in the key
-range) is *bottommost*: deletions and old range tombstones die there.
+they overlap.  A level-``n`` compaction takes one table, round-robin by key, plus the tables of
+``n+1`` it overlaps.  The round-robin position of each level (``cursors``) belongs to the
+caller: a compaction carries the position after it (:attr:`Compaction.cursor`), and the caller
+stores it when, and only when, it runs that compaction.  A single table with nothing to merge
+below moves down without being rewritten (a *trivial move*).  The output level's last level
+(nothing older below in the key range) is *bottommost*: deletions and old range tombstones die
+there.
 """
 
 from __future__ import annotations
@@ -28,14 +35,15 @@ class Compaction:
     inputs: list[tuple[int, FileMetaData]]  # (level, table)
     reason: str
     gc_files: set[int] = field(default_factory=set)  # value-log files whose live values move
+    cursor: bytes | None = None  # the level's round-robin position once this one has run
 
 
 def level_target(opts, level: int) -> float:
     return opts.max_bytes_for_level_base * (opts.max_bytes_for_level_multiplier ** (level - 1))
 
 
-def level_scores(db, version) -> list[tuple[float, int]]:
-    opts = db.options
+def level_scores(opts, version) -> list[tuple[float, int]]:
+    """``(score, level)`` of every level but the last, highest first."""
     scores = []
     n = len(version.levels)
     scores.append((len(version.levels[0]) / opts.level0_file_num_compaction_trigger, 0))
@@ -45,51 +53,50 @@ def level_scores(db, version) -> list[tuple[float, int]]:
     return scores
 
 
-def gc_candidate_files(db) -> set[int]:
-    """Sealed value-log files whose garbage ratio reached the threshold."""
-    vs = db._versions
-    active = db._vlog.file_number if db._vlog is not None else None
-    thr = db.options.blob_gc_threshold
+def gc_candidate_files(vlogs, active_vlog: int | None, threshold: float) -> set[int]:
+    """Sealed value-log files (``vlogs``: number -> state, as in the version set) whose garbage
+    ratio reached ``threshold``; never the active file."""
     return {
         n
-        for n, st in vs.vlogs.items()
-        if st.sealed and n != active and st.total > 0 and st.garbage < st.total and st.garbage / st.total >= thr
+        for n, st in vlogs.items()
+        if st.sealed and n != active_vlog and st.total > 0 and st.garbage < st.total and st.garbage / st.total >= threshold
     }
 
 
-def gc_compaction(db, version, gc: set[int]) -> Compaction | None:
+def gc_compaction(version, gc: set[int]) -> Compaction | None:
     """The compaction of the first table pointing into a value-log file being collected
     (through the version's reverse map), or None when no table points into them."""
     for vnum in sorted(gc):
         tables = version.tables_by_vlog.get(vnum)
         if tables:
             level, f = min(tables, key=lambda lt: lt[0])
-            return _expand(db, version, level, [f], "gc", gc)
+            return _expand(version, level, [f], "gc", gc)
     return None
 
 
-def pick_compaction(db) -> Compaction | None:
-    """REQUIRES db._mutex.  The most urgent compaction, or None."""
-    version = db._versions.current
-    gc = gc_candidate_files(db)
+def pick_compaction(version, opts, vlogs, active_vlog: int | None, cursors: dict[int, bytes]) -> Compaction | None:
+    """The most urgent compaction of ``version``, or None.  ``cursors``: each level's
+    round-robin position (read, never written)."""
+    gc = gc_candidate_files(vlogs, active_vlog, opts.blob_gc_threshold)
     if gc:
-        c = gc_compaction(db, version, gc)
+        c = gc_compaction(version, gc)
         if c is not None:
             return c
-    best = level_scores(db, version)
+    best = level_scores(opts, version)
     if not best or best[0][0] < 1.0:
         return None
     _, level = best[0]
     if level == 0:
-        return _expand(db, version, 0, list(version.levels[0]), "score", set())
+        return _expand(version, 0, list(version.levels[0]), "score", set())
     files = version.levels[level]
-    cursor = db._compact_cursor.get(level, b"")
+    cursor = cursors.get(level, b"")
     pick = next((f for f in files if f.smallest >= cursor), files[0])
-    db._compact_cursor[level] = pick.largest + b"\x00"
-    return _expand(db, version, level, [pick], "score", set())
+    c = _expand(version, level, [pick], "score", set())
+    c.cursor = pick.largest + b"\x00"
+    return c
 
 
-def _expand(db, version, level: int, files: list[FileMetaData], reason: str, gc: set[int]) -> Compaction:
+def _expand(version, level: int, files: list[FileMetaData], reason: str, gc: set[int]) -> Compaction:
     last = len(version.levels) - 1
     if level == 0:
         files = list(version.levels[0])  # L0 goes down whole, so L1 stays older than all of L0
@@ -104,9 +111,10 @@ def _expand(db, version, level: int, files: list[FileMetaData], reason: str, gc:
     return Compaction(level, output_level, inputs, reason, gc)
 
 
-def manual_compactions(db, version, lo: bytes | None, hi: bytes | None, level: int) -> Compaction | None:
+def manual_compactions(version, lo: bytes | None, hi: bytes | None, level: int, has_deletions) -> Compaction | None:
     """The compaction moving ``[lo, hi]`` of ``level`` one level down (or in place at the
-    bottom), or None when the level holds nothing there."""
+    bottom), or None when the level holds nothing there.  ``has_deletions(table)``: whether
+    a table holds deletions or range tombstones (its properties say)."""
     files = version.overlapping(level, lo, hi)
     if not files:
         return None
@@ -117,7 +125,7 @@ def manual_compactions(db, version, lo: bytes | None, hi: bytes | None, level: i
     if out == level:
         # the bottom level is rewritten in place only where that can drop something: tables
         # holding deletions or range tombstones (RocksDB skips the bottommost level by default)
-        marked = [i for i, f in enumerate(files) if _has_deletions(db, f)]
+        marked = [i for i, f in enumerate(files) if has_deletions(f)]
         if not marked:
             return None
         # a contiguous run: the output spans its inputs' whole range, so a table left out from
@@ -129,11 +137,6 @@ def manual_compactions(db, version, lo: bytes | None, hi: bytes | None, level: i
         fhi = max(f.largest for f in files)
         inputs += [(out, f) for f in version.overlapping(out, flo, fhi)]
     return Compaction(level, out, inputs, "manual")
-
-
-def _has_deletions(db, f: FileMetaData) -> bool:
-    props = (f.reader or db._open_table(f)).properties
-    return props.num_deletions > 0 or props.num_range_deletions > 0
 
 
 def is_bottommost(version, c: Compaction) -> bool:

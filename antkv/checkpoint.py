@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 
+from .base.filenames import manifest_file_name, table_file_name, vlog_file_name, wal_file_name
 from .errors import InvalidArgumentError
-from .manifest.version_set import VersionSet, manifest_file_name, set_current_file, table_file_name, vlog_file_name, wal_file_name
+from .manifest.version_set import VersionSet, set_current_file
 from .record.log_format import LogWriter
 
 

@@ -30,11 +30,11 @@ from typing import Iterator
 
 from . import background, checkpoint, recovery, stats
 from .base.dbformat import CHECK_INVARIANTS, DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from .base.filenames import table_file_name, wal_file_name
 from .compaction.worker import JobRunner
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
 from .errors import IOError as AntIOError
 from .manifest.version_edit import VersionEdit
-from .manifest.version_set import VersionSet, table_file_name, wal_file_name
 from .memtable.memtable import MemTable
 from .memtable.memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
 from .memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
@@ -44,7 +44,7 @@ from .read.read_view import ReadView, SuperVersion
 from .read.snapshot import Snapshot, SnapshotList
 from .record.batch import SINGLE_RECORD
 from .record.batch import WriteBatch, as_bytes, encode_batch
-from .record.log_format import _LEN_MUL, _LEN_XOR, HEADER, LogWriter, checksum, frame
+from .record.log_format import HEADER, LEN_MUL, LEN_XOR, LogWriter, checksum, frame
 from .sst.reader import TableReader
 from .vlog.writer import ValueLogWriter
 
@@ -171,8 +171,8 @@ class DB:
                 kind = VALUE
             try:
                 payload = _SINGLE_RECORD_PACK(seq, 1, kind, lk, lv) + key + value
-                n = len(payload)  # the WAL frame of log_format.frame, inlined
-                self._wal_append(_FRAME_HEADER_PACK(n, ((n ^ _LEN_XOR) * _LEN_MUL) & 0xFFFFFFFF, _checksum(payload)) + payload)
+                n = len(payload)  # the WAL frame of log_format.frame, with length_check inlined
+                self._wal_append(_FRAME_HEADER_PACK(n, ((n ^ LEN_XOR) * LEN_MUL) & 0xFFFFFFFF, _checksum(payload)) + payload)
                 if sync:
                     self._sync_wal()
             except AntIOError as e:

@@ -9,8 +9,8 @@ compaction, at open and at close.
 
 from __future__ import annotations
 
+from .base.filenames import table_file_name, vlog_file_name, wal_file_name
 from .manifest.version_edit import VersionEdit
-from .manifest.version_set import table_file_name, vlog_file_name, wal_file_name
 
 
 def delete_obsolete_files(db) -> None:

@@ -25,10 +25,23 @@ import os
 import threading
 
 from .base.dbformat import RANGE_DELETION, VALUE_POINTER
+from .base.filenames import (
+    CURRENT_TMP,
+    MANIFEST,
+    TABLE,
+    VLOG,
+    WAL,
+    current_file_name,
+    lock_file_name,
+    parse_file_name,
+    table_file_name,
+    vlog_file_name,
+    wal_file_name,
+)
 from .errors import CorruptionError, InvalidArgumentError
 from .fs import default_file_system
 from .manifest.version_edit import VersionEdit
-from .manifest.version_set import VersionSet, parse_file_name, table_file_name, vlog_file_name, wal_file_name
+from .manifest.version_set import VersionSet
 from .memtable.memtable import MemTable
 from .obsolete import delete_obsolete_files
 from .record.batch import decode_batch
@@ -65,7 +78,7 @@ def open_db(db) -> None:
     fs = opts.file_system or default_file_system()
     db._fs = fs
     path = db.path
-    current = os.path.join(path, "CURRENT")
+    current = current_file_name(path)
     if not fs.is_dir(path):
         if fs.exists(path):
             raise InvalidArgumentError(f"{path} exists and is not a directory")
@@ -73,7 +86,7 @@ def open_db(db) -> None:
             raise InvalidArgumentError(f"database {path} does not exist (create_if_missing is False)")
         fs.mkdirs(path)
         fs.sync_dir(os.path.dirname(path) or ".")
-    db._lock = fs.lock(os.path.join(path, "LOCK"))
+    db._lock = fs.lock(lock_file_name(path))
     try:
         _open_locked(db, fs, fs.exists(current))
     except BaseException:
@@ -126,7 +139,7 @@ def _open_locked(db, fs, exists: bool) -> None:
             on_disk[parsed] = name
             vs.mark_file_number_used(parsed[1])
     for _, f in vs.current.all_files():
-        if ("sst", f.number) not in on_disk:
+        if (TABLE, f.number) not in on_disk:
             raise CorruptionError(f"table {f.number:06d}.sst listed in the MANIFEST is missing", table_file_name(path, f.number))
         size = fs.size(table_file_name(path, f.number))
         if size != f.size:
@@ -138,7 +151,7 @@ def _open_locked(db, fs, exists: bool) -> None:
     db._last_seq = vs.last_sequence
     db._memtable_counter = 0
     # --- WAL replay ---
-    wal_numbers = sorted(n for (kind, n) in on_disk if kind == "log" and n >= vs.log_number)
+    wal_numbers = sorted(n for (kind, n) in on_disk if kind == WAL and n >= vs.log_number)
     if exists and vs.log_number not in wal_numbers:
         # The WAL an edit names is made durable (directory sync) before the edit is written and
         # deleted only after a later edit moves past it: if it is missing, MANIFEST edits were
@@ -207,7 +220,7 @@ def _recover_vlogs(db, fs, vs, on_disk, edit) -> dict[int, int]:
     lengths: dict[int, int] = {}
     for number, st in sorted(vs.vlogs.items()):
         p = vlog_file_name(db.path, number)
-        if ("vlog", number) not in on_disk:
+        if (VLOG, number) not in on_disk:
             if st.sealed and st.garbage >= st.total:
                 edit.deleted_vlogs.append(number)  # deleted after its MANIFEST edit; finish the job
                 continue
@@ -271,24 +284,24 @@ def _remove_obsolete_at_open(db, fs, on_disk) -> None:
     live_tables = {f.number for _, f in vs.current.all_files()}
     removed = []
     for (kind, number), name in sorted(on_disk.items()):
-        if kind == "log" and number < vs.log_number:
+        if kind == WAL and number < vs.log_number:
             reason = "flushed WAL"
-        elif kind == "manifest" and number != vs.manifest_number:
+        elif kind == MANIFEST and number != vs.manifest_number:
             reason = "old MANIFEST"
-        elif kind == "sst" and number not in live_tables:
+        elif kind == TABLE and number not in live_tables:
             reason = "table not in the MANIFEST (left by an interrupted flush or compaction)"
-        elif kind == "vlog" and number not in vs.vlogs:
+        elif kind == VLOG and number not in vs.vlogs:
             reason = "value-log file not in the MANIFEST (unreferenced)"
         else:
             continue
         fs.remove(os.path.join(db.path, name))
         removed.append(f"{name}: {reason}")
-        if kind in ("sst", "vlog"):
+        if kind in (TABLE, VLOG):
             log.warning("removed %s at open: %s", name, reason)
-    tmp = os.path.join(db.path, "CURRENT.tmp")
+    tmp = os.path.join(db.path, CURRENT_TMP)
     if fs.exists(tmp):
         fs.remove(tmp)
-        removed.append("CURRENT.tmp: unfinished CURRENT swap")
+        removed.append(f"{CURRENT_TMP}: unfinished CURRENT swap")
     db._stats["files_removed_at_open"] = removed
     if removed:
         fs.sync_dir(db.path)

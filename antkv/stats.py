@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
+from .base.filenames import CURRENT, parse_file_name, table_file_name, vlog_file_name
 from .errors import IOError as AntIOError
-from .manifest.version_set import parse_file_name, table_file_name, vlog_file_name
 
 
 def collect(db) -> dict:
@@ -68,7 +68,7 @@ def _bytes_on_disk(db) -> int:
     fs = db._fs
     total = 0
     for name in fs.listdir(db.path):
-        if parse_file_name(name) is not None or name == "CURRENT":
+        if parse_file_name(name) is not None or name == CURRENT:
             try:
                 total += fs.size(os.path.join(db.path, name))
             except AntIOError:  # a file deleted by the background thread meanwhile

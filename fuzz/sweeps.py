@@ -59,7 +59,7 @@ from antkv.base.dbformat import VALUE_POINTER
 from antkv.fs.fault import FaultInjectionFileSystem
 from antkv.fs.memory import MemoryFileSystem
 from antkv.record.log_format import LogReader
-from antkv.manifest.version_set import parse_file_name
+from antkv.base.filenames import parse_file_name
 from antkv.vlog.pointer import decode_pointer
 from antkv.vlog.reader import ValueLogScan
 

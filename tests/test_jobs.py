@@ -19,7 +19,7 @@ from antkv.sst.builder import TableBuilder
 from antkv.sst.reader import TableReader
 from antkv.compaction.outputs import OutputEnv, TableOptions
 from antkv.manifest.version_edit import FileMetaData
-from antkv.manifest.version_set import table_file_name
+from antkv.base.filenames import table_file_name
 from antkv.vlog.pointer import decode_pointer, encode_pointer
 
 DIR = "db"

@@ -20,8 +20,8 @@ from operator import add, itemgetter
 from typing import Callable
 
 from ..base.dbformat import VALUE_POINTER
+from ..base.filenames import table_file_name
 from ..manifest.version_edit import FileMetaData
-from ..manifest.version_set import table_file_name
 from ..memtable.rangedel import FragmentedRangeTombstones, truncate
 from ..vlog.pointer import decode_pointer
 

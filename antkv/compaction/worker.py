@@ -47,9 +47,9 @@ import sys
 import threading
 from dataclasses import replace
 
+from ..base.filenames import table_file_name
 from ..errors import CorruptionError, Error
 from ..errors import IOError as AntIOError
-from ..manifest.version_set import table_file_name
 from .jobs import (
     CompactionJob,
     JobResult,

@@ -62,7 +62,6 @@ class FileMetaData:
     num_entries: int = 0
     blob_refs: dict[int, int] = field(default_factory=dict)
     # runtime state, not persisted
-    being_compacted: bool = field(default=False, compare=False, repr=False)
     reader: object = field(default=None, compare=False, repr=False)
 
     @classmethod

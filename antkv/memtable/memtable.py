@@ -59,7 +59,6 @@ class MemTable:
         "range_dels",
         "_fragments",
         "memory",
-        "num_deletes",
         "num_range_deletes",
         "lock",
         "log_number",
@@ -78,7 +77,6 @@ class MemTable:
         self.range_dels: list[tuple[bytes, bytes, int]] = []
         self._fragments: FragmentedRangeTombstones | None = EMPTY
         self.memory = 0
-        self.num_deletes = 0
         self.num_range_deletes = 0
         self.lock = threading.Lock()
         self.log_number = log_number  # the WAL that holds this memtable's writes

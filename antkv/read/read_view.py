@@ -22,7 +22,7 @@ from typing import Iterator
 
 from ..base.dbformat import MAX_SEQUENCE, VALUE_POINTER
 from ..errors import DBClosedError
-from ..manifest.version_set import _file_for_key
+from ..manifest.version_set import find_file
 from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment
 from ..sst.bloom import key_probe, may_contain_probe
 from .iterators import (
@@ -68,7 +68,7 @@ class SuperVersion:
         self._frag_cache = None  # (num_range_deletes, lo, hi, all fragments, per-source newer)
 
     def table_get(self, key: bytes, read_seq: int, db):
-        """Newest visible ``(neg_seq, kind, value)`` of ``key`` in the tables, or None (absent
+        """Newest visible ``(seq, kind, value)`` of ``key`` in the tables, or None (absent
         or covered by a range tombstone).  Tables are probed newest first: the L0 tables whose
         range holds the key, then at most one table per sorted level.
 
@@ -114,7 +114,7 @@ class SuperVersion:
         search."""
         candidates = [f for f in self.version.levels[0] if f.smallest <= key <= f.largest]
         for _level, files, largest in self.version.sorted_levels:
-            f = _file_for_key(files, largest, key)
+            f = find_file(files, largest, key)
             if f is not None:
                 candidates.append(f)
         tomb = 0
@@ -129,7 +129,7 @@ class SuperVersion:
                     tomb = t
             e = r.find(key, neg) if may_contain_probe(r.filter, probe) else None
             if e is not None:
-                return None if tomb > -e[0] else e
+                return None if tomb > e[0] else e
             if tomb:  # older tables hold only versions older than this tombstone
                 return None
         return None

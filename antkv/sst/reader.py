@@ -226,12 +226,11 @@ class TableReader:
             raise DBClosedError(f"table {self.path} is closed")
         if not bloom_may_contain(self.filter, user_key):
             return None
-        found = self.find(user_key, -read_seq)
-        return None if found is None else (-found[0], found[1], found[2])
+        return self.find(user_key, -read_seq)
 
     def find(self, user_key: bytes, neg_read: int) -> tuple[int, int, bytes] | None:
-        """``(neg_seq, kind, value)`` of the first entry >= ``(user_key, neg_read)`` if its user
-        key is ``user_key`` (the newest version with seq <= ``-neg_read``), else None.
+        """``(seq, kind, value)`` of the first entry >= ``(user_key, neg_read)`` if its user key
+        is ``user_key`` (the newest version with seq <= ``-neg_read``), else None.
 
         The point-read path: it does not consult the bloom filter (callers probe ``filter``
         first, with :func:`antkv.sst.bloom.may_contain`).
@@ -273,7 +272,7 @@ class TableReader:
             return None
         j = bisect_left(negs, neg_read, j, bisect_right(keys, user_key, j))
         if j < len(keys) and keys[j] == user_key:
-            return negs[j], kinds[j], values[j]
+            return -negs[j], kinds[j], values[j]
         return None
 
     def columns(self, lo: bytes | None = None, hi: bytes | None = None) -> tuple[list, list, list, list]:

@@ -48,6 +48,7 @@ from typing import Callable, Iterable, Sequence
 
 from .. import errors
 from ..base.dbformat import DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from ..base.filenames import current_file_name
 from ..manifest.version_edit import VersionEdit
 from ..record.batch import decode_batch
 from ..record.log_format import LogReader
@@ -204,7 +205,7 @@ def _open(args, create_if_missing: bool = False):
     path = args.db
     opts = _options(args, create_if_missing)
     fs = _fs()
-    if not create_if_missing and not fs.exists(os.path.join(path, "CURRENT")):
+    if not create_if_missing and not fs.exists(current_file_name(path)):
         # checked before opening: the engine would leave a LOCK file behind in the directory
         what = "does not exist" if not fs.exists(path) else "has no CURRENT file"
         raise errors.InvalidArgumentError(f"no antkv database at {path}: it {what}")
@@ -374,16 +375,13 @@ def dump_wal(fs, path: str) -> Iterable[str]:
 
 def _manifest_path(fs, path: str) -> tuple[str, str]:
     """``(manifest file, how it was found)`` for a database directory or a MANIFEST file."""
+    from ..manifest.version_set import read_current_file
+
     if not fs.is_dir(path):
         return path, "given"
-    current = os.path.join(path, "CURRENT")
-    if not fs.exists(current):
+    if not fs.exists(current_file_name(path)):
         raise errors.InvalidArgumentError(f"no antkv database at {path}: it has no CURRENT file")
-    raw = fs.read_all(current)
-    name = raw.decode("ascii", "replace").strip()
-    if not raw.endswith(b"\n") or not name.startswith("MANIFEST-") or "/" in name:
-        raise errors.CorruptionError(f"CURRENT does not name a MANIFEST: {raw[:64]!r}", current, 0)
-    return os.path.join(path, name), "named by CURRENT"
+    return read_current_file(fs, path)[1], "named by CURRENT"
 
 
 def dump_manifest(fs, path: str) -> Iterable[str]:
@@ -396,12 +394,12 @@ def dump_manifest(fs, path: str) -> Iterable[str]:
     data = fs.read_all(manifest)
     yield f"MANIFEST {manifest} ({how}): {len(data)} bytes"
     reader = LogReader(data, manifest)
-    state = VersionSet(fs, os.path.dirname(manifest) or ".", 64, 1 << 62)  # never writes: only _apply
+    state = VersionSet(fs, os.path.dirname(manifest) or ".", 64, 1 << 62)  # never writes: only apply
     version = Version([[] for _ in range(64)])
     n = 0
     for offset, payload in reader:
         edit = VersionEdit.decode(payload, manifest, offset)
-        version = state._apply(edit, version)
+        version = state.apply(edit, version)
         n += 1
         yield f"@{offset} edit {n} ({len(payload)} B)"
         yield from (f"  {line}" for line in _edit_lines(edit))

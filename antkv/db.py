@@ -30,27 +30,32 @@ from typing import Iterator
 
 from . import background, checkpoint, recovery, stats
 from .base.dbformat import CHECK_INVARIANTS, DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
-from .base.filenames import table_file_name, wal_file_name
+from .base.filenames import wal_file_name
 from .compaction.worker import JobRunner
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
 from .errors import IOError as AntIOError
+from .fs import default_file_system
+from .manifest.table_cache import TableCache
 from .manifest.version_edit import VersionEdit
+from .manifest.version_set import VersionSet
+from .memory.cache import Cache
 from .memtable.memtable import MemTable
 from .memtable.memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
 from .memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
 from .options import Options, WriteOptions
 from .read.iterators import DBIterator
-from .read.read_view import ReadView, SuperVersion
+from .read.read_view import ReadView, SuperVersion, prefetch_threads
 from .read.snapshot import Snapshot, SnapshotList
 from .record.batch import SINGLE_RECORD
 from .record.batch import WriteBatch, as_bytes, encode_batch
 from .record.log_format import HEADER, LEN_MUL, LEN_XOR, LogWriter, checksum, frame
-from .sst.reader import TableReader
+from .vlog.reader import ValueLogReader
 from .vlog.writer import ValueLogWriter
 
 _SINGLE_RECORD_PACK = SINGLE_RECORD.pack  # a one-record write batch header (batch.py)
 _FRAME_HEADER_PACK = HEADER.pack  # the log record header (log_format.py)
 _checksum = checksum
+DEFAULT_CACHE_CAPACITY = 32 * 1024 * 1024  # the private block cache when Options.block_cache is None
 
 
 def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A001
@@ -73,32 +78,73 @@ class DB:
     """An open antkv database.  Thread-safe; use as a context manager to close on exit."""
 
     def __init__(self, path: str, options: Options):
+        """Declares every field of the database, grouped by the lock that guards it (the lock
+        order: ``_write_lock``, ``_compaction_lock``, ``_mutex``; docs/impl.md section 4), then
+        opens it (:func:`antkv.recovery.open_db` fills in what the directory holds)."""
         self.path = path
         self.options = options
-        self._closed = True
-        self._write_blocked = True  # closed, or read-only after an error: the write path checks this one flag
-        self._user_bytes = 0  # user key + value bytes written (a plain int: it is on the put path)
+        fs = options.file_system or default_file_system()
+
+        # --- set here or at open, then only read (no lock) ---
+        self._fs = fs
+        self._lock = None  # the held LOCK file (recovery takes it)
+        self._cache = options.block_cache if options.block_cache is not None else Cache(DEFAULT_CACHE_CAPACITY)
+        self._vlog_reader = ValueLogReader(fs, path)  # its own lock
+        self._table_cache = TableCache(fs, path, self._cache, options.paranoid_checks)  # its own lock
+        self._open_table = self._table_cache.get  # f.reader or self._open_table(f): a table's reader
+        self._wbm = options.write_buffer_manager
+        self._min_blob_size = options.min_blob_size if options.enable_blob_files else 1 << 62  # never reached
+        self._stats = stats.new_stats()  # counters: each is written by one thread at a time
+        self._snapshots = SnapshotList()  # its own lock
+        self._live_views: "weakref.WeakSet[SuperVersion]" = weakref.WeakSet()  # super versions in use
+        self._jobs = JobRunner(self)  # flush and compaction jobs (recovery flushes too)
+        self._pool = None  # the prefetch thread pool, created on first use under _mutex
+
+        # --- _write_lock: the write path ---
         self._write_lock = threading.Lock()
+        self._closed = True  # written under _write_lock; read anywhere (a bool)
+        self._write_blocked = True  # closed, or read-only after an error: the put path checks this one flag
+        self._last_seq = 0  # the last published sequence number; readers read it without a lock
+        self._mem: MemTable | None = None  # the mutable memtable (swapped under _mutex too)
+        self._wal: LogWriter | None = None  # the WAL of _mem
+        self._wal_append = None  # _wal's file.append (the put path calls it)
+        self._vlog: ValueLogWriter | None = None  # the active value-log file (rotated under _mutex too)
+        self._vlog_dirty = False  # the value log got records since its last sync
+        self._user_bytes = 0  # user key + value bytes written (a plain int: it is on the put path)
+        self._unpersisted = False  # a disable_wal write happened: close() must flush
+        # the put path calls _make_room once the memtable reaches _write_buffer_size; until the
+        # background threads started their worker processes, that is half the real size, where
+        # _make_room asks them to (_warm_up_workers) and restores it
+        self._write_buffer_size = (
+            options.write_buffer_size // 2 if self._jobs.would_use_workers() else options.write_buffer_size
+        )
+        self._must_make_room = False  # the next write switches the memtable first
+        self._flush_requested = False  # the write buffer manager asked for a flush
+        self._wbm_token = None  # our registration with the write buffer manager
+        self._wbm_reserved = 0  # bytes reported to the write buffer manager (also under _mutex)
+        self._wbm_pending = 0  # bytes not yet reported (reported in chunks)
+
+        # --- _compaction_lock: one compaction, compact_range or GC at a time ---
+        self._compaction_lock = threading.Lock()
+        self._compact_cursor: dict[int, bytes] = {}  # level -> round-robin position (background.py)
+
+        # --- _mutex (and _bg_cv): versions, immutable memtables, the read view, background state ---
         self._mutex = threading.RLock()
         self._bg_cv = threading.Condition(self._mutex)
-        self._snapshots = SnapshotList()
-        self._live_views: "weakref.WeakSet[SuperVersion]" = weakref.WeakSet()
-        self._bg_error: Error | None = None
-        self._unpersisted = False  # a disable_wal write happened: close() must flush
-        self._stats = recovery.new_stats()
-        self._imms: list[MemTable] = []
-        self._flush_requested = False
+        self._versions = VersionSet(fs, path, options.num_levels, options.max_manifest_file_size)
+        self._imms: list[MemTable] = []  # immutable memtables, newest first
+        self._sv: SuperVersion | None = None  # the current read view; readers read it without a lock
+        self._table_files: set[int] = set()  # tables on disk not yet deleted
+        self._wal_files: set[int] = set()  # WALs on disk not yet deleted
+        self._memtable_counter = 0  # numbers memtables (under _write_lock at a switch)
+        self._bg_error: Error | None = None  # set once; then every write raises BackgroundError
         self._bg_thread: threading.Thread | None = None  # the first background thread (None: inline work)
         self._bg_threads: list[threading.Thread] = []
         self._bg_shutdown = False
         self._bg_running = 0
         self._warm_up_pending = False  # the flushing thread is asked to start its worker
-        self._memtable_counter = 0
-        self._wbm_token = None
-        self._wbm_reserved = 0  # bytes reported to the write buffer manager
-        self._wbm_pending = 0  # bytes not yet reported (reported in chunks)
-        self._jobs = JobRunner(self)  # flush and compaction jobs (recovery flushes too)
-        recovery.open_db(self)  # sets fs, versions, mem, wal, vlog, cache, sv; may raise
+
+        recovery.open_db(self)  # may raise
         self._closed = False
         self._write_blocked = False
         if options.max_background_jobs > 0:
@@ -348,7 +394,7 @@ class DB:
         opts = self.options
         self._must_make_room = False
         if self._write_buffer_size != opts.write_buffer_size:
-            # the first memtable reached the warm-up point (recovery.py): start the workers
+            # the first memtable reached the warm-up point (__init__): start the workers
             self._write_buffer_size = opts.write_buffer_size
             self._warm_up_workers()
         mem = self._mem
@@ -445,26 +491,6 @@ class DB:
         if CHECK_INVARIANTS:
             vs.current._check()
 
-    def _open_table(self, f):
-        """The reader of table ``f`` (opened once, then kept on its metadata)."""
-        with self._table_lock:
-            if f.reader is None:
-                f.reader = TableReader.open(
-                    self._fs,
-                    table_file_name(self.path, f.number),
-                    f.number,
-                    cache=self._cache,
-                    verify_checksums=self.options.paranoid_checks,
-                )
-                self._open_readers[f.number] = f.reader
-            return f.reader
-
-    def _close_table(self, number: int) -> None:
-        with self._table_lock:
-            reader = self._open_readers.pop(number, None)
-        if reader is not None:
-            reader.close()
-
     def _lock_fd(self) -> int | None:
         """The LOCK file's descriptor (inherited by worker processes), when on the OS."""
         return getattr(self._lock, "fd", None)
@@ -478,7 +504,7 @@ class DB:
                 from concurrent.futures import ThreadPoolExecutor
 
                 self._pool = ThreadPoolExecutor(
-                    max_workers=max(1, min(self.options.blob_readahead, 16)), thread_name_prefix="antkv-prefetch"
+                    max_workers=prefetch_threads(self.options), thread_name_prefix="antkv-prefetch"
                 )
             return self._pool
 
@@ -585,7 +611,7 @@ class DB:
                 return e[2]
             if tomb:
                 return default
-        e = sv.table_get(key, read_seq, self)
+        e = sv.table_get(key, read_seq, self._open_table)
         if e is None or e[1] == DELETION:
             return default
         if e[1] == VALUE_POINTER:
@@ -626,12 +652,9 @@ class DB:
         """A snapshot of the current state (release it when done)."""
         with self._write_lock:
             self._check_open()
-            snap = Snapshot(self, self._last_seq)
+            snap = Snapshot(self, self._last_seq, self._snapshots)
             self._snapshots.add(snap.sequence)
             return snap
-
-    def _release_snapshot(self, snap: Snapshot) -> None:
-        self._snapshots.remove(snap.sequence)
 
     # mapping protocol
     def __getitem__(self, key) -> bytes:

@@ -54,7 +54,7 @@ def delete_obsolete_files(db) -> None:
         for n in dead_wals:
             db._wal_files.discard(n)
     for n in dead_tables:
-        db._close_table(n)
+        db._table_cache.evict(n)
         _remove(fs, table_file_name(db.path, n))
     for n in dead_vlogs:
         db._vlog_reader.evict(n)

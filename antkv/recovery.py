@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 
 from .base.dbformat import RANGE_DELETION, VALUE_POINTER
 from .base.filenames import (
@@ -39,7 +38,6 @@ from .base.filenames import (
     wal_file_name,
 )
 from .errors import CorruptionError, InvalidArgumentError
-from .fs import default_file_system
 from .manifest.version_edit import VersionEdit
 from .manifest.version_set import VersionSet
 from .memtable.memtable import MemTable
@@ -49,34 +47,9 @@ from .record.log_format import LogReader, LogWriter
 
 log = logging.getLogger("antkv")
 
-DEFAULT_CACHE_CAPACITY = 32 * 1024 * 1024
-
-
-def new_stats() -> dict:
-    return {
-        "user_bytes_written": 0,
-        "wal_bytes_written": 0,
-        "flush_bytes_written": 0,
-        "compaction_bytes_written": 0,
-        "compaction_bytes_read": 0,
-        "vlog_bytes_written": 0,
-        "gc_bytes_relocated": 0,
-        "manifest_bytes_written": 0,
-        "flushes": 0,
-        "compactions": 0,
-        "trivial_moves": 0,
-        "tables_dropped_by_range_tombstones": 0,
-        "stalls": 0,
-        "slowdowns": 0,
-        "vlog_files_deleted": 0,
-        "files_removed_at_open": [],
-    }
-
-
 def open_db(db) -> None:
     opts = db.options
-    fs = opts.file_system or default_file_system()
-    db._fs = fs
+    fs = db._fs
     path = db.path
     current = current_file_name(path)
     if not fs.is_dir(path):
@@ -95,35 +68,13 @@ def open_db(db) -> None:
 
 
 def _open_locked(db, fs, exists: bool) -> None:
-    from .memory.cache import Cache
-    from .vlog.reader import ValueLogReader
-
     opts = db.options
     path = db.path
     if exists and opts.error_if_exists:
         raise InvalidArgumentError(f"database {path} already exists (error_if_exists is True)")
     if not exists and not opts.create_if_missing:
         raise InvalidArgumentError(f"database {path} does not exist (create_if_missing is False)")
-    vs = VersionSet(fs, path, opts.num_levels, opts.max_manifest_file_size)
-    db._versions = vs
-    db._cache = opts.block_cache if opts.block_cache is not None else Cache(DEFAULT_CACHE_CAPACITY)
-    db._wal = None
-    db._vlog = None
-    db._vlog_reader = ValueLogReader(fs, path)
-    db._pool = None
-    db._wbm = opts.write_buffer_manager
-    # the put path calls _make_room once the memtable reaches _write_buffer_size; until the
-    # background threads started their worker processes, that is half the real size, where
-    # _make_room asks them to (DB._warm_up_workers) and restores it
-    db._write_buffer_size = opts.write_buffer_size // 2 if db._jobs.would_use_workers() else opts.write_buffer_size
-    db._min_blob_size = opts.min_blob_size if opts.enable_blob_files else 1 << 62  # never reached
-    db._must_make_room = False
-    db._vlog_dirty = False
-    db._stats = new_stats()
-    db._table_lock = threading.Lock()
-    db._compaction_lock = threading.Lock()
-    db._compact_cursor = {}
-    db._open_readers = {}
+    vs = db._versions
     if exists:
         vs.recover()
         for level, f in vs.current.all_files():
@@ -209,7 +160,7 @@ def _open_locked(db, fs, exists: bool) -> None:
 
 def _new_memtable(db, log_number: int) -> MemTable:
     db._memtable_counter += 1
-    vlog = getattr(db, "_vlog", None)
+    vlog = db._vlog
     return MemTable(db._memtable_counter, log_number, vlog.file_number if vlog is not None else None)
 
 
@@ -308,22 +259,16 @@ def _remove_obsolete_at_open(db, fs, on_disk) -> None:
 
 
 def _release_resources(db) -> None:
-    for attr in ("_wal", "_vlog"):
-        w = getattr(db, attr, None)
+    for what, w in (("the WAL", db._wal), ("the value log", db._vlog)):
         if w is not None:
             try:
                 w.close()
             except Exception:  # noqa: BLE001 - best effort while failing an open
-                log.debug("close of %s failed during a failed open", attr)
-    vs = getattr(db, "_versions", None)
-    if vs is not None:
-        vs.close()
-    r = getattr(db, "_vlog_reader", None)
-    if r is not None:
-        r.close()
-    lock = getattr(db, "_lock", None)
-    if lock is not None:
-        db._fs.unlock(lock)
+                log.debug("close of %s failed during a failed open", what)
+    db._versions.close()
+    db._vlog_reader.close()
+    if db._lock is not None:
+        db._fs.unlock(db._lock)
         db._lock = None
 
 
@@ -339,9 +284,7 @@ def close_db(db) -> None:
                 log.warning("sync at close failed: %s", e)
         if db._bg_error is None:
             delete_obsolete_files(db)
-        for reader in db._open_readers.values():
-            reader.close()
-        db._open_readers.clear()
+        db._table_cache.close()
         if db._pool is not None:
             db._pool.shutdown(wait=True)
     finally:

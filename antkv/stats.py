@@ -14,6 +14,27 @@ from .base.filenames import CURRENT, parse_file_name, table_file_name, vlog_file
 from .errors import IOError as AntIOError
 
 
+def new_stats() -> dict:
+    """Fresh counters for ``db.stats()`` (each is written by one thread at a time)."""
+    return {
+        "user_bytes_written": 0,
+        "wal_bytes_written": 0,
+        "flush_bytes_written": 0,
+        "compaction_bytes_written": 0,
+        "compaction_bytes_read": 0,
+        "vlog_bytes_written": 0,
+        "gc_bytes_relocated": 0,
+        "manifest_bytes_written": 0,
+        "flushes": 0,
+        "compactions": 0,
+        "trivial_moves": 0,
+        "tables_dropped_by_range_tombstones": 0,
+        "stalls": 0,
+        "slowdowns": 0,
+        "vlog_files_deleted": 0,
+        "files_removed_at_open": [],
+    }
+
 def collect(db) -> dict:
     s = dict(db._stats)
     s["user_bytes_written"] = db._user_bytes

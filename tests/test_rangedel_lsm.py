@@ -461,15 +461,13 @@ def test_thousands_of_tombstones_do_not_make_reads_crawl(where):
         frags = db._mem.fragments()
         assert len(frags) == n
     else:
-        from antkv.read.read_view import table_fragments
-
-        frags = table_fragments(reader)
+        frags = reader.fragments()
     for i in range(0, 2000, 7):
         assert db.get(b"k%06d" % i) == (None if i % 2 == 0 else b"v")
     if where == "memtable":
         assert db._mem.fragments() is frags
     else:
-        assert table_fragments(reader) is frags
+        assert reader.fragments() is frags
 
     # iterators: one fragmented view per super version, shared -- also across a write that
     # does not touch the tombstones (its sequence number changes nothing a reader sees of them)

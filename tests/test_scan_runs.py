@@ -175,7 +175,7 @@ TINY = dict(
 def _general_items(db, lo, hi, snapshot):
     """The general per-entry path (heapq.merge + visible_forward), values resolved."""
     view = db._view(snapshot)
-    frags, newer = view.sv.fragments(db, view.read_seq)
+    frags, newer = view.sv.fragments(db._open_table, view.read_seq)
     merged = merge_forward(view._forward_sources(lo, newer))
     gen = visible_forward(merged, view.read_seq, frags, hi)
     return [(k, view.resolve(v) if kind == VALUE_POINTER else v) for k, kind, v in gen]

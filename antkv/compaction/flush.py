@@ -1,6 +1,6 @@
 """Flush: an immutable memtable becomes one L0 table.
 
-The job itself (:func:`antkv.jobs.execute_flush`) runs in the calling thread or in a worker
+The job itself (:func:`antkv.compaction.jobs.execute_flush`) runs in the calling thread or in a worker
 process: the memtable's entries go through the same stream as a compaction (shadowed versions
 no snapshot can see are dropped, dropped value pointers counted as value-log garbage), never as
 bottommost -- deletions must survive to hide older versions in lower levels -- and its range

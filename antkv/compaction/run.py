@@ -11,7 +11,6 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from ..manifest.version_edit import FileMetaData, VersionEdit
-from ..read.read_view import table_fragments
 from .jobs import CompactionJob
 from .picker import Compaction, is_bottommost
 
@@ -74,7 +73,7 @@ def _drop_covered_inputs(db, c: Compaction, readers, snapshots, garbage) -> list
         for lvl2, g in c.inputs:
             if g is f or g.largest_seq <= f.largest_seq:
                 continue
-            frags = table_fragments(readers[g.number])
+            frags = readers[g.number].fragments()
             if not frags:
                 continue
             i = frags.fragment_index(f.smallest)

@@ -1,5 +1,5 @@
 """What survives a flush or a compaction: the compaction stream (the output writer is
-:mod:`antkv.table_outputs`).
+:mod:`antkv.compaction.outputs`).
 
 :func:`compaction_stream` walks merged input entries (internal order) and keeps exactly what
 some reader can still see.  Sequence numbers are grouped into *snapshot stripes*: stripe ``i``

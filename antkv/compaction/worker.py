@@ -2,7 +2,7 @@
 
 CPython runs one thread at a time, so a background *thread* that flushes or compacts takes its
 time from the writers.  A database on the operating system's file system therefore runs the
-jobs of its background threads (:mod:`antkv.jobs`) in worker processes, one per background
+jobs of its background threads (:mod:`antkv.compaction.jobs`) in worker processes, one per background
 thread, each started on first use with ``python -m antkv.compaction.worker`` (never ``multiprocessing``:
 that would re-run the user's main module).  Jobs started from a user's thread (``compact_range``,
 value-log GC) and every job under a simulated file system run in the calling thread, as does

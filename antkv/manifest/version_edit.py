@@ -1,6 +1,6 @@
 """``VersionEdit``: one change to the set of live files, as recorded in the MANIFEST.
 
-The MANIFEST is a log file (:mod:`antkv.log_format` framing) whose records are encoded edits.
+The MANIFEST is a log file (:mod:`antkv.record.log_format` framing) whose records are encoded edits.
 The first record of every MANIFEST is a full snapshot (all live tables and value-log files and
 the counters), so a MANIFEST never depends on an older one.
 

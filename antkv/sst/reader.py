@@ -32,6 +32,7 @@ from typing import Iterator
 
 from ..base.dbformat import RANGE_DELETION
 from ..errors import CorruptionError, DBClosedError
+from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment
 from .block import decode_block, search_block
 from .bloom import decode_filter
 from .bloom import may_contain as bloom_may_contain
@@ -58,6 +59,7 @@ class TableReader:
         self._file = None
         self._cache = None
         self._handles: list = []
+        self._fragments: FragmentedRangeTombstones | None = None  # built on first use
 
     @classmethod
     def open(cls, fs, path: str, file_number: int, *, cache=None, verify_checksums: bool = True) -> "TableReader":
@@ -151,10 +153,18 @@ class TableReader:
     def _index_charge(index) -> int:
         return _block_charge(sum(map(len, index[0])), len(index[0]))
 
-    def _get_index(self):
+    def index(self):
+        """The decoded index ``(keys, neg_seqs, offsets, sizes)`` (one entry per data block)."""
         if self._file is None:
             raise DBClosedError(f"table {self.path} is closed")
         return self._index
+
+    def fragments(self) -> FragmentedRangeTombstones:
+        """The table's range tombstones, fragmented (once per open table)."""
+        frags = self._fragments
+        if frags is None:
+            frags = self._fragments = fragment(self.range_tombstones) if self.range_tombstones else EMPTY
+        return frags
 
     # --- data blocks ---
 
@@ -184,7 +194,7 @@ class TableReader:
         """The decoded blocks at index positions ``order`` (ascending or descending, step 1):
         the first :data:`SCAN_CACHED_BLOCKS` through the cache, the rest read ahead in runs of
         about :data:`READAHEAD` bytes and decoded without touching the cache."""
-        _, _, offsets, sizes = self._get_index()
+        _, _, offsets, sizes = self.index()
         data_block = self._data_block
         cached = order[:SCAN_CACHED_BLOCKS]
         for i in cached:
@@ -280,7 +290,7 @@ class TableReader:
         ``(keys, neg_seqs, kinds, values)`` in internal order, for a compaction: the blocks that
         can hold them are read with one ``pread`` and checked, bypassing the block cache (a
         compaction's reads would only evict hot blocks)."""
-        ikeys, _, offsets, sizes = self._get_index()
+        ikeys, _, offsets, sizes = self.index()
         keys: list = []
         negs: list = []
         kinds: list = []
@@ -307,7 +317,7 @@ class TableReader:
     def blocks_forward(self, start: bytes | None = None) -> Iterator[tuple[list, list, list, list]]:
         """Decoded data blocks (shared: never mutate them) from the one holding the first entry
         whose user key >= ``start``, that first one cut to begin there; empty ones skipped."""
-        ikeys, _, offsets, sizes = self._get_index()
+        ikeys, _, offsets, sizes = self.index()
         b = 0 if start is None else bisect_left(ikeys, start)
         for i, block in zip(range(b, len(ikeys)), self._scan_blocks(range(b, len(ikeys)))):
             if i == b and start is not None:
@@ -322,7 +332,7 @@ class TableReader:
         """Decoded data blocks (shared: never mutate them), last first, from the one holding the
         last entry whose user key <= ``start`` (< with ``exclusive``), that one cut to end
         there; empty ones skipped.  Each block is in ascending order."""
-        ikeys, _, offsets, sizes = self._get_index()
+        ikeys, _, offsets, sizes = self.index()
         nblocks = len(ikeys)
         if start is None:
             b = nblocks - 1
@@ -339,7 +349,7 @@ class TableReader:
 
     def iter_forward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Entry tuples in internal order from the first whose user key >= ``start``."""
-        ikeys, _, offsets, sizes = self._get_index()
+        ikeys, _, offsets, sizes = self.index()
         b = 0 if start is None else bisect_left(ikeys, start)
         order = range(b, len(ikeys))
         for i, (keys, negs, kinds, values) in zip(order, self._scan_blocks(order)):
@@ -351,7 +361,7 @@ class TableReader:
 
     def iter_backward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Entry tuples in reverse internal order from the last whose user key <= ``start``."""
-        ikeys, _, offsets, sizes = self._get_index()
+        ikeys, _, offsets, sizes = self.index()
         nblocks = len(ikeys)
         b = nblocks - 1 if start is None else min(bisect_right(ikeys, start), nblocks - 1)
         order = range(b, -1, -1)
@@ -416,7 +426,7 @@ def dump_table(fs, path: str) -> Iterator[str]:
         yield f"table {path}: {reader.file_size} bytes, format version {p.format_version}"
         for name, value in sorted(vars(p).items()):
             yield f"  property {name} = {value!r}"
-        ikeys, inegs, offsets, sizes = reader._get_index()
+        ikeys, inegs, offsets, sizes = reader.index()
         bits, m, k = reader.filter
         yield f"filter: {m} bits, {k} probes"
         yield f"range tombstones: {len(reader.range_tombstones)}"

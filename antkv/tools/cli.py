@@ -337,8 +337,8 @@ def _show(data: bytes, limit: int = 64) -> str:
 def dump_wal(fs, path: str) -> Iterable[str]:
     """Human-readable lines for every record of a WAL file (``antkv dump-wal``).
 
-    The file is read with :class:`antkv.log_format.LogReader` (framing) and each payload
-    decoded with :func:`antkv.batch.decode_batch`: a torn tail is reported, damage in the
+    The file is read with :class:`antkv.record.log_format.LogReader` (framing) and each payload
+    decoded with :func:`antkv.record.batch.decode_batch`: a torn tail is reported, damage in the
     middle raises ``CorruptionError`` naming the file and offset.
     """
     from ..vlog.pointer import decode_pointer

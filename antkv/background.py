@@ -61,7 +61,7 @@ def flush_oldest(db) -> None:
             return
         mem = db._imms[-1]
     snapshots = db._snapshots.sequences()
-    meta, garbage = write_level0_table(db, mem, snapshots)
+    meta, garbage = write_level0_table(db._jobs, db._vlog, mem, snapshots, db._stats)
     with db._mutex:
         edit = VersionEdit()
         if meta is not None:

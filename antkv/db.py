@@ -97,7 +97,9 @@ class DB:
         self._stats = stats.new_stats()  # counters: each is written by one thread at a time
         self._snapshots = SnapshotList()  # its own lock
         self._live_views: "weakref.WeakSet[SuperVersion]" = weakref.WeakSet()  # super versions in use
-        self._jobs = JobRunner(self)  # flush and compaction jobs (recovery flushes too)
+        self._jobs = JobRunner(  # flush and compaction jobs (recovery flushes too)
+            fs, path, options, self._new_file_number, self._open_table, self._lock_fd, self._in_background_thread
+        )
         self._pool = None  # the prefetch thread pool, created on first use under _mutex
 
         # --- _write_lock: the write path ---
@@ -490,6 +492,13 @@ class DB:
         self._install_super_version()
         if CHECK_INVARIANTS:
             vs.current._check()
+
+    def _new_file_number(self) -> int:
+        with self._mutex:
+            return self._versions.new_file_number()
+
+    def _in_background_thread(self) -> bool:
+        return threading.current_thread() in self._bg_threads
 
     def _lock_fd(self) -> int | None:
         """The LOCK file's descriptor (inherited by worker processes), when on the OS."""

@@ -37,9 +37,9 @@ from .base.filenames import (
     vlog_file_name,
     wal_file_name,
 )
+from .compaction.flush import write_level0_table
 from .errors import CorruptionError, InvalidArgumentError
 from .manifest.version_edit import VersionEdit
-from .manifest.version_set import VersionSet
 from .memtable.memtable import MemTable
 from .obsolete import delete_obsolete_files
 from .record.batch import decode_batch
@@ -212,9 +212,7 @@ def _pointers_survived(ops, vlog_lengths: dict[int, int], vlogs, wal_path: str, 
 
 
 def _flush_recovered(db, mem: MemTable, edit: VersionEdit) -> None:
-    from .compaction.flush import write_level0_table
-
-    meta, garbage = write_level0_table(db, mem, snapshots=[])
+    meta, garbage = write_level0_table(db._jobs, db._vlog, mem, [], db._stats)
     if meta is not None:
         edit.new_tables.append((0, meta))
     for number, nbytes in garbage.items():

@@ -53,8 +53,8 @@ PRIVATE_ALLOWED: dict[str, tuple[str, set[str]]] = {
     "antkv.background": (
         _DB_FIELDS,
         {
-            "_apply_edit", "_bg_cv", "_bg_error", "_closed", "_compact_cursor", "_compaction_lock", "_imms", "_mem",
-            "_mutex", "_open_table", "_rotate_vlog", "_snapshots", "_stats", "_versions", "_vlog", "_wbm",
+            "_apply_edit", "_bg_cv", "_bg_error", "_closed", "_compact_cursor", "_compaction_lock", "_imms", "_jobs",
+            "_mem", "_mutex", "_open_table", "_rotate_vlog", "_snapshots", "_stats", "_versions", "_vlog", "_wbm",
             "_wbm_reserved", "_write_lock"
         },
     ),
@@ -65,17 +65,10 @@ PRIVATE_ALLOWED: dict[str, tuple[str, set[str]]] = {
             "_write_lock"
         },
     ),
-    "antkv.compaction.flush": (_DB_FIELDS, {"_jobs", "_stats", "_vlog"}),
     "antkv.compaction.run": (
         _DB_FIELDS,
         {
             "_fs", "_jobs", "_mutex", "_open_table", "_stats", "_versions", "_vlog_reader"
-        },
-    ),
-    "antkv.compaction.worker": (
-        "the job runner reads the database's file system, versions (for file numbers), lock and threads",
-        {
-            "_bg_threads", "_fs", "_lock_fd", "_mutex", "_open_table", "_versions"
         },
     ),
     "antkv.db": ("a snapshot's owner and state, read on the read path", {"_released"}),
@@ -95,9 +88,10 @@ PRIVATE_ALLOWED: dict[str, tuple[str, set[str]]] = {
     "antkv.recovery": (
         _DB_FIELDS,
         {
-            "_bg_error", "_fs", "_imms", "_install_super_version", "_last_seq", "_lock", "_mem", "_memtable_counter",
-            "_mutex", "_pool", "_stats", "_table_cache", "_table_files", "_versions", "_vlog", "_vlog_reader", "_wal",
-            "_wal_append", "_wal_files", "_wbm", "_wbm_flush_callback", "_wbm_oldest", "_wbm_reserved", "_wbm_token"
+            "_bg_error", "_fs", "_imms", "_install_super_version", "_jobs", "_last_seq", "_lock", "_mem",
+            "_memtable_counter", "_mutex", "_pool", "_stats", "_table_cache", "_table_files", "_versions", "_vlog",
+            "_vlog_reader", "_wal", "_wal_append", "_wal_files", "_wbm", "_wbm_flush_callback", "_wbm_oldest",
+            "_wbm_reserved", "_wbm_token"
         },
     ),
     "antkv.stats": (

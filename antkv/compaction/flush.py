@@ -19,13 +19,16 @@ from ..manifest.version_edit import FileMetaData
 from ..memtable.memtable import MemTable
 
 
-def write_level0_table(db, mem: MemTable, snapshots: list[int]) -> tuple[FileMetaData | None, dict[int, int]]:
-    """Write ``mem`` as one table; ``(metadata or None if nothing survived, vlog garbage)``."""
+def write_level0_table(
+    jobs, vlog, mem: MemTable, snapshots: list[int], counters: dict
+) -> tuple[FileMetaData | None, dict[int, int]]:
+    """Write ``mem`` as one table through the job runner ``jobs``, after syncing ``vlog`` (the
+    active value-log writer, or None); ``(metadata or None if nothing survived, vlog garbage)``.
+    The job's statistics are added to ``counters``."""
     if CHECK_INVARIANTS:
         mem._check()
-    if db._vlog is not None:
-        db._vlog.sync()
-    result = db._jobs.flush(mem, snapshots)
-    result.add_stats_to(db._stats)
+    if vlog is not None:
+        vlog.sync()
+    result = jobs.flush(mem, snapshots)
+    result.add_stats_to(counters)
     return (result.tables[0] if result.tables else None), result.garbage
-

@@ -172,26 +172,31 @@ class Worker:
 class JobRunner:
     """Where one database's jobs run: a worker per background thread, or the calling thread."""
 
-    def __init__(self, db):
-        self.db = db
+    def __init__(self, fs, path: str, options, new_file_number, open_table, lock_fd, in_background_thread):
+        """``new_file_number()``: a fresh file number of the database; ``open_table(f)``: the
+        reader of input table ``f``; ``lock_fd()``: the LOCK file's descriptor (None off the
+        OS file system); ``in_background_thread()``: whether the caller is one of the
+        database's background threads (only their jobs go to worker processes)."""
+        self._fs = fs
+        self._path = path
+        self._options = options
+        self._new_file_number = new_file_number
+        self._open_table = open_table
+        self._lock_fd = lock_fd
+        self._in_background_thread = in_background_thread
         self._workers: dict[int, Worker] = {}  # thread ident -> its worker
         self._lock = threading.Lock()
         self.stats = {"worker_jobs": 0, "worker_restarts": 0, "worker_fallbacks": 0}
 
     def _env(self) -> OutputEnv:
-        db = self.db
-        return OutputEnv(db._fs, db.path, TableOptions.of(db.options), self._new_file_number, {})
-
-    def _new_file_number(self) -> int:
-        with self.db._mutex:
-            return self.db._versions.new_file_number()
+        return OutputEnv(self._fs, self._path, TableOptions.of(self._options), self._new_file_number, {})
 
     def would_use_workers(self) -> bool:
         """Whether background jobs of this database would run in worker processes."""
         from ..fs.posix import OSFileSystem
 
-        o = self.db.options
-        return o.background_process and o.max_background_jobs > 0 and type(self.db._fs) is OSFileSystem
+        o = self._options
+        return o.background_process and o.max_background_jobs > 0 and type(self._fs) is OSFileSystem
 
     def start_worker(self) -> None:
         """Start the calling background thread's worker ahead of its first job (the flushing
@@ -204,12 +209,7 @@ class JobRunner:
         """Whether this thread's jobs go to worker processes."""
         from ..fs.posix import OSFileSystem
 
-        db = self.db
-        return (
-            db.options.background_process
-            and type(db._fs) is OSFileSystem
-            and threading.current_thread() in db._bg_threads
-        )
+        return self._options.background_process and type(self._fs) is OSFileSystem and self._in_background_thread()
 
     def _worker(self, slot: int = 0) -> Worker | None:
         """This thread's worker number ``slot`` (started on first use), if jobs of this thread
@@ -225,7 +225,7 @@ class JobRunner:
                 w = None
             if w is None:
                 try:
-                    w = Worker(self.db._lock_fd())
+                    w = Worker(self._lock_fd())
                 except (OSError, ValueError, subprocess.SubprocessError) as e:
                     # no process to hand the job to: the job runs in this thread instead
                     log.warning("antkv could not start a worker process (%s); running jobs in-process", e)
@@ -237,8 +237,7 @@ class JobRunner:
     def flush(self, mem, snapshots: list[int]) -> JobResult:
         w = self._worker()
         if w is not None:
-            db = self.db
-            msg = ("flush", db.path, TableOptions.of(db.options), memtable_payload(mem), list(snapshots))
+            msg = ("flush", self._path, TableOptions.of(self._options), memtable_payload(mem), list(snapshots))
             result = self._in_worker(w, msg)
             if result is not None:
                 return result
@@ -255,7 +254,7 @@ class JobRunner:
         return self._compact_one(job, relocate, self._worker() if relocate is None else None)
 
     def _subcompactions(self, job: CompactionJob, relocate, readers) -> int:
-        o = self.db.options
+        o = self._options
         if o.max_subcompactions < 2 or readers is None or not self._uses_workers():
             return 1
         if not columnar_eligible(job, readers, relocate):
@@ -266,14 +265,13 @@ class JobRunner:
 
     def _compact_one(self, job: CompactionJob, relocate, w: Worker | None) -> JobResult:
         if w is not None:
-            db = self.db
             # table metadata travels without its open reader
             inputs = [(lvl, replace(f, reader=None)) for lvl, f in job.inputs]
-            msg = ("compact", db.path, TableOptions.of(db.options), replace(job, inputs=inputs))
+            msg = ("compact", self._path, TableOptions.of(self._options), replace(job, inputs=inputs))
             result = self._in_worker(w, msg)
             if result is not None:
                 return result
-        return execute_compaction(job, self._env(), self.db._open_table, relocate)
+        return execute_compaction(job, self._env(), self._open_table, relocate)
 
     def _compact_split(self, job: CompactionJob, bounds: list) -> JobResult:
         """RocksDB's subcompactions: one columnar job per key range ``[bounds[i], bounds[i+1])``,
@@ -297,7 +295,7 @@ class JobRunner:
             t.join()
         failed = next((e for e in errors if e is not None), None)
         if failed is not None:
-            fs, path = self.db._fs, self.db.path
+            fs, path = self._fs, self._path
             for r in results:
                 for t in r.tables if r is not None else ():
                     p = table_file_name(path, t.number)
@@ -319,7 +317,7 @@ class JobRunner:
         except WorkerDied as e:
             log.warning("antkv worker process failed (%s); running the job in-process", e)
             self.stats["worker_fallbacks"] += 1
-            fs, path = self.db._fs, self.db.path
+            fs, path = self._fs, self._path
             for n in handed_out:
                 p = table_file_name(path, n)
                 if fs.exists(p):

@@ -93,7 +93,7 @@ def compact_once(db) -> bool:
 def _run(db, c) -> None:
     """REQUIRES db._compaction_lock."""
     snapshots = db._snapshots.sequences()
-    edit = run_compaction(db, c, snapshots)
+    edit = run_compaction(db._compaction_env, db._versions.current, c, snapshots)
     with db._mutex:
         db._apply_edit(edit)
         db._bg_cv.notify_all()

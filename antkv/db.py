@@ -31,6 +31,7 @@ from typing import Iterator
 from . import background, checkpoint, recovery, stats
 from .base.dbformat import CHECK_INVARIANTS, DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
 from .base.filenames import wal_file_name
+from .compaction.run import CompactionEnv
 from .compaction.worker import JobRunner
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
 from .errors import IOError as AntIOError
@@ -101,6 +102,9 @@ class DB:
             fs, path, options, self._new_file_number, self._open_table, self._lock_fd, self._in_background_thread
         )
         self._pool = None  # the prefetch thread pool, created on first use under _mutex
+        self._compaction_env = CompactionEnv(
+            fs, path, options, self._jobs, self._open_table, self._new_file_number, self._vlog_reader, self._stats
+        )
 
         # --- _write_lock: the write path ---
         self._write_lock = threading.Lock()

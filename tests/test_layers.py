@@ -53,9 +53,9 @@ PRIVATE_ALLOWED: dict[str, tuple[str, set[str]]] = {
     "antkv.background": (
         _DB_FIELDS,
         {
-            "_apply_edit", "_bg_cv", "_bg_error", "_closed", "_compact_cursor", "_compaction_lock", "_imms", "_jobs",
-            "_mem", "_mutex", "_open_table", "_rotate_vlog", "_snapshots", "_stats", "_versions", "_vlog", "_wbm",
-            "_wbm_reserved", "_write_lock"
+            "_apply_edit", "_bg_cv", "_bg_error", "_closed", "_compact_cursor", "_compaction_env", "_compaction_lock",
+            "_imms", "_jobs", "_mem", "_mutex", "_open_table", "_rotate_vlog", "_snapshots", "_stats", "_versions",
+            "_vlog", "_wbm", "_wbm_reserved", "_write_lock"
         },
     ),
     "antkv.checkpoint": (
@@ -63,12 +63,6 @@ PRIVATE_ALLOWED: dict[str, tuple[str, set[str]]] = {
         {
             "_check_writable", "_fs", "_last_seq", "_mutex", "_rotate_vlog", "_sv", "_versions", "_vlog",
             "_write_lock"
-        },
-    ),
-    "antkv.compaction.run": (
-        _DB_FIELDS,
-        {
-            "_fs", "_jobs", "_mutex", "_open_table", "_stats", "_versions", "_vlog_reader"
         },
     ),
     "antkv.db": ("a snapshot's owner and state, read on the read path", {"_released"}),

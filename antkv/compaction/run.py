@@ -9,19 +9,33 @@ between them, are dropped without being read (their pointers count as garbage in
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import dataclass
 
 from ..manifest.version_edit import FileMetaData, VersionEdit
 from .jobs import CompactionJob
 from .picker import Compaction, is_bottommost
 
 
-def run_compaction(db, c: Compaction, snapshots: list[int]) -> VersionEdit:
-    """Execute ``c`` (no lock held); the edit that installs its result."""
+@dataclass(frozen=True)
+class CompactionEnv:
+    """What running a compaction needs of its database (built once by the database)."""
+
+    fs: object  # the database's FileSystem
+    path: str  # the database directory
+    options: object  # Options
+    jobs: object  # the JobRunner: where the job runs
+    open_table: object  # open_table(f): the reader of table f (the table cache)
+    new_file_number: object  # new_file_number(): a fresh file number (for a GC value-log file)
+    vlog_reader: object  # the ValueLogReader (GC reads live values through it)
+    counters: dict  # the database's statistics counters
+
+
+def run_compaction(env: CompactionEnv, version, c: Compaction, snapshots: list[int]) -> VersionEdit:
+    """Execute ``c``, picked from ``version`` (no lock held); the edit that installs its result."""
     edit = VersionEdit()
-    version = db._versions.current
     for lvl, f in c.inputs:
         edit.deleted_tables.append((lvl, f.number))
-    readers = {f.number: (f.reader or db._open_table(f)) for _, f in c.inputs}
+    readers = {f.number: (f.reader or env.open_table(f)) for _, f in c.inputs}
     if (
         len(c.inputs) == 1
         and c.output_level == c.level + 1
@@ -30,41 +44,43 @@ def run_compaction(db, c: Compaction, snapshots: list[int]) -> VersionEdit:
     ):
         f = c.inputs[0][1]
         edit.new_tables.append((c.output_level, f))
-        db._stats["trivial_moves"] += 1
+        env.counters["trivial_moves"] += 1
         return edit
     garbage: dict[int, int] = {}
     job = CompactionJob(
-        inputs=_drop_covered_inputs(db, c, readers, snapshots, garbage),
+        inputs=_drop_covered_inputs(env, c, readers, snapshots, garbage),
         output_level=c.output_level,
         snapshots=list(snapshots),
         bottommost=is_bottommost(version, c),
-        target_size=db.options.target_file_size_base,
+        target_size=env.options.target_file_size_base,
     )
-    relocate, gc_writer = _gc_relocator(db, c.gc_files)
+    relocate, gc_writer = _gc_relocator(env, c.gc_files)
     try:
-        result = db._jobs.compact(job, relocate, [readers[f.number] for _, f in job.inputs])
+        result = env.jobs.compact(job, relocate, [readers[f.number] for _, f in job.inputs])
         if gc_writer is not None:
             gc_writer.seal()
             edit.new_vlogs.append(gc_writer.file_number)
             edit.sealed_vlogs.append((gc_writer.file_number, gc_writer.record_bytes))
-            db._stats["vlog_bytes_written"] += gc_writer.size
-            db._fs.sync_dir(db.path)
+            env.counters["vlog_bytes_written"] += gc_writer.size
+            env.fs.sync_dir(env.path)
     except BaseException:
         if gc_writer is not None:
             gc_writer.close()
         raise
-    result.add_stats_to(db._stats)
-    db._stats["compaction_bytes_read"] += sum(f.size for _, f in job.inputs)
+    result.add_stats_to(env.counters)
+    env.counters["compaction_bytes_read"] += sum(f.size for _, f in job.inputs)
     for meta in result.tables:
         edit.new_tables.append((c.output_level, meta))
     for vnum, nbytes in result.garbage.items():
         garbage[vnum] = garbage.get(vnum, 0) + nbytes
     edit.vlog_garbage.extend(sorted(garbage.items()))
-    db._stats["compactions"] += 1
+    env.counters["compactions"] += 1
     return edit
 
 
-def _drop_covered_inputs(db, c: Compaction, readers, snapshots, garbage) -> list[tuple[int, FileMetaData]]:
+def _drop_covered_inputs(
+    env: CompactionEnv, c: Compaction, readers, snapshots, garbage
+) -> list[tuple[int, FileMetaData]]:
     """Inputs minus tables that a newer input's range tombstone covers entirely with no snapshot
     in between (dropped unread; their value pointers become garbage in full)."""
     kept = []
@@ -96,7 +112,7 @@ def _drop_covered_inputs(db, c: Compaction, readers, snapshots, garbage) -> list
                 covered = True
                 break
         if covered and not readers[f.number].range_tombstones:
-            db._stats["tables_dropped_by_range_tombstones"] += 1
+            env.counters["tables_dropped_by_range_tombstones"] += 1
             for vnum, nbytes in f.blob_refs.items():
                 garbage[vnum] = garbage.get(vnum, 0) + nbytes
             continue
@@ -108,18 +124,17 @@ def _same_stripe(a: int, b: int, snapshots: list[int]) -> bool:
     return bisect_left(snapshots, a) == bisect_left(snapshots, b)
 
 
-def _gc_relocator(db, gc_files: set[int]):
+def _gc_relocator(env: CompactionEnv, gc_files: set[int]):
     """``(relocate, writer)``: moves live values out of ``gc_files`` into a new value-log file."""
     if not gc_files:
         return None, None
     from ..vlog.pointer import decode_pointer
     from ..vlog.writer import ValueLogWriter
 
-    with db._mutex:
-        number = db._versions.new_file_number()
-    writer = ValueLogWriter.create_in(db._fs, db.path, number, compression=db.options.blob_compression)
-    reader = db._vlog_reader
-    stats = db._stats
+    number = env.new_file_number()
+    writer = ValueLogWriter.create_in(env.fs, env.path, number, compression=env.options.blob_compression)
+    reader = env.vlog_reader
+    stats = env.counters
 
     def relocate(key: bytes, pointer: bytes) -> bytes | None:
         fnum, _off, size = decode_pointer(pointer)

@@ -3,10 +3,12 @@
 CPython runs one thread at a time, so a background *thread* that flushes or compacts takes its
 time from the writers.  A database on the operating system's file system therefore runs the
 jobs of its background threads (:mod:`antkv.compaction.jobs`) in worker processes, one per background
-thread, each started on first use with ``python -m antkv.compaction.worker`` (never ``multiprocessing``:
+thread, each started on first use with ``python -m antkv.compaction.worker_main`` (never ``multiprocessing``:
 that would re-run the user's main module).  Jobs started from a user's thread (``compact_range``,
 value-log GC) and every job under a simulated file system run in the calling thread, as does
 everything when ``Options.background_process`` is off.
+
+This module is the database's side; the worker process runs :mod:`antkv.compaction.worker_main`.
 
 Protocol, over the worker's stdin/stdout (the worker's own ``sys.stdout`` goes to stderr)::
 
@@ -37,7 +39,6 @@ worker.)  It exits when its stdin closes.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import pickle
@@ -57,7 +58,6 @@ from .jobs import (
     columnar_garbage,
     execute_compaction,
     execute_flush,
-    memtable_from_payload,
     memtable_payload,
     split_points,
 )
@@ -65,17 +65,17 @@ from .outputs import OutputEnv, TableOptions
 
 log = logging.getLogger("antkv")
 _LEN = struct.Struct("<Q")
-_HAS_PDEATHSIG = sys.platform.startswith("linux")
+HAS_PDEATHSIG = sys.platform.startswith("linux")
 
 
-def _send(f, msg) -> None:
+def send_frame(f, msg) -> None:
     data = pickle.dumps(msg, protocol=5)
     f.write(_LEN.pack(len(data)))
     f.write(data)
     f.flush()
 
 
-def _recv(f):
+def recv_frame(f):
     head = f.read(_LEN.size)
     if len(head) != _LEN.size:
         raise EOFError("worker pipe closed")
@@ -86,7 +86,7 @@ def _recv(f):
     return pickle.loads(data)
 
 
-def _error_message(e: BaseException):
+def error_message(e: BaseException):
     if isinstance(e, CorruptionError):
         return ("error", "corruption", (str(e), e.path, e.offset))
     if isinstance(e, OSError):
@@ -94,7 +94,7 @@ def _error_message(e: BaseException):
     return ("error", "other", (f"{type(e).__name__}: {e}",))
 
 
-def _rebuild_error(kind: str, args) -> Error:
+def rebuild_error(kind: str, args) -> Error:
     if kind == "corruption":
         message, path, offset = args
         err = CorruptionError.__new__(CorruptionError)
@@ -120,10 +120,10 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "antkv.compaction.worker", str(os.getpid())],
+            [sys.executable, "-m", "antkv.compaction.worker_main", str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            pass_fds=(lock_fd,) if lock_fd is not None and not _HAS_PDEATHSIG else (),
+            pass_fds=(lock_fd,) if lock_fd is not None and not HAS_PDEATHSIG else (),
             env=env,
         )
 
@@ -133,17 +133,17 @@ class Worker:
     def run(self, msg, new_file_number, handed_out: list[int]) -> JobResult:
         """Send job ``msg``; answer number requests; the result (or the job's error)."""
         try:
-            _send(self.proc.stdin, msg)
+            send_frame(self.proc.stdin, msg)
             while True:
-                reply = _recv(self.proc.stdout)
+                reply = recv_frame(self.proc.stdout)
                 if reply[0] == "number":
                     n = new_file_number()
                     handed_out.append(n)
-                    _send(self.proc.stdin, ("number", n))
+                    send_frame(self.proc.stdin, ("number", n))
                 elif reply[0] == "done":
                     return reply[1]
                 elif reply[0] == "error":
-                    raise _rebuild_error(reply[1], reply[2])
+                    raise rebuild_error(reply[1], reply[2])
                 else:
                     raise WorkerDied(f"unexpected message {reply[0]!r}")
         except (EOFError, OSError, pickle.UnpicklingError, ValueError) as e:
@@ -336,85 +336,3 @@ class JobRunner:
             workers, self._workers = list(self._workers.values()), {}
         for w in workers:
             w.close()
-
-
-# ------------------------------------------------------------------------- the worker side
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL this process when the thread that started it ends."""
-    if _HAS_PDEATHSIG:
-        try:
-            import ctypes
-            import signal
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-
-def worker_main(parent_pid: int) -> None:
-    from ..fs.posix import OSFileSystem
-    from ..sst.reader import TableReader
-
-    _die_with_parent(parent_pid)
-    # A job allocates a few hundred thousand tuples and lists that die together at its end;
-    # the collector's passes over them find nothing (jobs make no reference cycles worth
-    # waiting for) and cost up to ~10% of a flush.  Collect once after each job instead.
-    gc.disable()
-    proto_in = sys.stdin.buffer
-    proto_out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # stray prints must not corrupt the protocol
-    sys.stdout = sys.stderr
-    fs = OSFileSystem.instance()
-
-    def new_file_number() -> int:
-        try:
-            _send(proto_out, ("number",))
-            reply = _recv(proto_in)
-        except (EOFError, OSError):
-            os._exit(1)  # the database is gone: write nothing more
-        return reply[1]
-
-    while True:
-        try:
-            msg = _recv(proto_in)
-        except (EOFError, OSError):
-            return
-        env = OutputEnv(fs, msg[1], msg[2], new_file_number, {})
-        readers = []
-        try:
-            if msg[0] == "flush":
-                result = execute_flush(memtable_from_payload(msg[3]), msg[4], env)
-            else:
-
-                def open_reader(f):
-                    r = TableReader.open(
-                        fs,
-                        table_file_name(env.path, f.number),
-                        f.number,
-                        verify_checksums=env.table_options.verify_checksums,
-                    )
-                    readers.append(r)
-                    return r
-
-                result = execute_compaction(msg[3], env, open_reader)
-            reply = ("done", result)
-        except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
-            reply = _error_message(e)
-        finally:
-            for r in readers:
-                r.close()
-        try:
-            _send(proto_out, reply)
-        except OSError:
-            return
-        msg = result = reply = None
-        gc.collect()  # after replying: the database need not wait for it
-
-
-if __name__ == "__main__":
-    worker_main(int(sys.argv[1]))

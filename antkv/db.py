@@ -28,9 +28,10 @@ import time
 import weakref
 from typing import Iterator
 
-from . import background, checkpoint, recovery, stats
+from .background import Background
 from .base.dbformat import CHECK_INVARIANTS, DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
 from .base.filenames import wal_file_name
+from .checkpoint import Checkpoints
 from .compaction.run import CompactionEnv
 from .compaction.worker import JobRunner
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
@@ -43,6 +44,7 @@ from .memory.cache import Cache
 from .memtable.memtable import MemTable
 from .memtable.memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
 from .memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
+from .obsolete import ObsoleteFiles
 from .options import Options, WriteOptions
 from .read.iterators import DBIterator
 from .read.read_view import ReadView, SuperVersion, prefetch_threads
@@ -50,6 +52,8 @@ from .read.snapshot import Snapshot, SnapshotList
 from .record.batch import SINGLE_RECORD
 from .record.batch import WriteBatch, as_bytes, encode_batch
 from .record.log_format import HEADER, LEN_MUL, LEN_XOR, LogWriter, checksum, frame
+from .recovery import Recovery
+from .stats import Statistics, new_stats
 from .vlog.reader import ValueLogReader
 from .vlog.writer import ValueLogWriter
 
@@ -75,13 +79,20 @@ def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A0
     return DB(path, options)
 
 
-class DB:
+class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
     """An open antkv database.  Thread-safe; use as a context manager to close on exit."""
 
     def __init__(self, path: str, options: Options):
         """Declares every field of the database, grouped by the lock that guards it (the lock
         order: ``_write_lock``, ``_compaction_lock``, ``_mutex``; docs/impl.md section 4), then
-        opens it (:func:`antkv.recovery.open_db` fills in what the directory holds)."""
+        opens it (``_open_db``, :mod:`antkv.recovery`, fills in what the directory holds).
+
+        ``DB`` is one class whose methods live in several modules, as RocksDB's ``DBImpl`` and
+        Pebble's ``DB`` do: this one (the API, the write path, memtable switch, value-log
+        rotation) and its bases :class:`~antkv.recovery.Recovery` (open, close),
+        :class:`~antkv.background.Background` (flush, compaction, GC),
+        :class:`~antkv.obsolete.ObsoleteFiles`, :class:`~antkv.checkpoint.Checkpoints` and
+        :class:`~antkv.stats.Statistics`.  Every field is declared here and nowhere else."""
         self.path = path
         self.options = options
         fs = options.file_system or default_file_system()
@@ -95,7 +106,7 @@ class DB:
         self._open_table = self._table_cache.get  # f.reader or self._open_table(f): a table's reader
         self._wbm = options.write_buffer_manager
         self._min_blob_size = options.min_blob_size if options.enable_blob_files else 1 << 62  # never reached
-        self._stats = stats.new_stats()  # counters: each is written by one thread at a time
+        self._stats = new_stats()  # counters: each is written by one thread at a time
         self._snapshots = SnapshotList()  # its own lock
         self._live_views: "weakref.WeakSet[SuperVersion]" = weakref.WeakSet()  # super versions in use
         self._jobs = JobRunner(  # flush and compaction jobs (recovery flushes too)
@@ -150,7 +161,7 @@ class DB:
         self._bg_running = 0
         self._warm_up_pending = False  # the flushing thread is asked to start its worker
 
-        recovery.open_db(self)  # may raise
+        self._open_db()  # may raise
         self._closed = False
         self._write_blocked = False
         if options.max_background_jobs > 0:
@@ -536,7 +547,7 @@ class DB:
     def _run_inline_work(self) -> None:
         """max_background_jobs == 0: flush and compact now, in the caller's thread."""
         try:
-            background.do_all_work(self)
+            self._do_all_work()
         except AntIOError as e:
             self._set_bg_error(e)
             raise
@@ -553,7 +564,7 @@ class DB:
         flushes = role != "compaction"  # the thread whose worker is started ahead of time
         while True:
             with self._mutex:
-                while not self._bg_shutdown and not background.has_work(self, role) and not (flushes and self._warm_up_pending):
+                while not self._bg_shutdown and not self._has_work(role) and not (flushes and self._warm_up_pending):
                     self._bg_cv.wait()
                 if self._bg_shutdown:
                     return
@@ -566,7 +577,7 @@ class DB:
                 self._jobs.start_worker()
                 continue
             try:
-                background.do_one_step(self, role)
+                self._do_one_step(role)
             except BaseException as e:  # noqa: BLE001 - recorded; writers see it as BackgroundError
                 self._set_bg_error(e)
             finally:
@@ -715,34 +726,34 @@ class DB:
         if lo is not None and hi is not None and lo > hi:
             raise InvalidArgumentError(f"compact_range: begin {lo!r} > end {hi!r}")
         self.flush(wait=True)
-        background.compact_range(self, lo, hi)
+        self._compact_range_levels(lo, hi)
 
     def gc_value_log(self) -> dict:
         """Run value-log garbage collection now; returns what it did."""
         self._check_writable()
-        return background.gc_value_log(self)
+        return self._collect_value_log()
 
     def checkpoint(self, directory) -> None:
         """Write a consistent, openable copy of the database to ``directory`` (must not exist)."""
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory must be a str or os.PathLike, not {type(directory).__name__}")
         self._check_writable()
-        checkpoint.create_checkpoint(self, os.fspath(directory))
+        self._create_checkpoint(os.fspath(directory))
 
     def verify(self) -> dict:
         """Read every file and check every checksum; returns counts, raises CorruptionError."""
         self._check_open()
-        return stats.verify(self)
+        return self._verify_files()
 
     def stats(self) -> dict:
         self._check_open()
-        return stats.collect(self)
+        return self._collect_stats()
 
     def property(self, name: str) -> str | None:
         if not isinstance(name, str):
             raise TypeError("property name must be a str")
         self._check_open()
-        return stats.property(self, name)
+        return self._property_value(name)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -770,7 +781,7 @@ class DB:
         for t in self._bg_threads:
             t.join()
         self._jobs.close()
-        recovery.close_db(self)
+        self._close_db()
         if flush_error is not None:
             raise flush_error
 

@@ -54,8 +54,6 @@ def test_asking_whether_there_is_work_does_not_move_the_round_robin_cursor():
     # issue 20: the picker advanced the level's round-robin cursor each time it was asked, and
     # the background thread asks (has_work) before it runs (compact_once): three questions
     # moved the cursor across three tables, so the compaction skipped them
-    from antkv import background
-
     fs = MemoryFileSystem()
     fill = dict(file_system=fs, max_background_jobs=0, num_levels=4, block_size=256,
                 target_file_size_base=2048, enable_blob_files=False)
@@ -70,10 +68,10 @@ def test_asking_whether_there_is_work_does_not_move_the_round_robin_cursor():
     l1 = list(version.levels[1])
     assert len(l1) >= 6 and not version.levels[0] and not any(version.levels[2:])
     with db._mutex:
-        assert all(background.has_work(db) for _ in range(3))
-    assert background.compact_once(db)
+        assert all(db._has_work() for _ in range(3))
+    assert db._compact_once()
     moved = [f.number for f in db._versions.current.levels[2]]
     assert moved == [l1[0].number]  # the first table by key, as if nobody had asked
-    assert background.compact_once(db)  # running it advances the cursor: the next table
+    assert db._compact_once()  # running it advances the cursor: the next table
     assert [f.number for f in db._versions.current.levels[2]] == [l1[0].number, l1[1].number]
     db.close()

@@ -8,8 +8,6 @@
 See ``README.md`` and ``docs/`` for the API, the engine's design and its file formats.
 """
 
-from .batch import WriteBatch
-from .cache import Cache
 from .db import DB, open
 from .errors import (
     BackgroundError,
@@ -21,10 +19,12 @@ from .errors import (
     LockError,
     MemoryLimitError,
 )
-from .iterators import DBIterator
+from .memory.cache import Cache
+from .memory.write_buffer_manager import WriteBufferManager, shared_memory
 from .options import Options, WriteOptions
-from .snapshot import Snapshot
-from .write_buffer_manager import WriteBufferManager, shared_memory
+from .read.iterators import DBIterator
+from .read.snapshot import Snapshot
+from .record.batch import WriteBatch
 
 __all__ = [
     "open",

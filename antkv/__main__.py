@@ -1,7 +1,7 @@
-"""``python -m antkv``: the ``antkv`` command line (see :mod:`antkv.cli`)."""
+"""``python -m antkv``: the ``antkv`` command line (see :mod:`antkv.tools.cli`)."""
 
 import sys
 
-from .cli import main
+from .tools.cli import main
 
 sys.exit(main())

@@ -1,200 +1,149 @@
-"""Background work: flushing immutable memtables, compacting, deleting obsolete files.
+"""Background work: flushing immutable memtables, compacting, value-log GC, ``compact_range``.
 
-Background threads run :func:`do_one_step` while :func:`has_work` says so, each in a *role*:
-with ``max_background_jobs >= 2`` one thread flushes and one compacts (so a long compaction
-never holds up a flush), with 1 a single thread does both, flushes first; with 0 the writer
-runs :func:`do_all_work` inline.  Flushes go oldest memtable first (the WAL log number only
+:class:`Background` is part of :class:`~antkv.db.DB`.  Background threads run ``_do_one_step``
+while ``_has_work`` says so, each in a *role*: with ``max_background_jobs >= 2`` one thread
+flushes and one compacts (so a long compaction never holds up a flush), with 1 a single thread
+does both, flushes first; with 0 the writer runs ``_do_all_work`` inline.  Flushes go oldest memtable first (the WAL log number only
 moves forward); one compaction runs at a time (``_compaction_lock``: also taken by
 ``compact_range`` and ``gc_value_log``).  The jobs themselves may run in a worker process
-(:mod:`antkv.worker`).
-
-Obsolete files are deleted only when nothing can read them any more: a table when no live
-super version (running read, open iterator, checkpoint in progress) holds a version listing it;
-a WAL once its memtable is flushed; a value-log file when it is sealed, 100% garbage, referenced
-by no table of any live version and older than every live memtable.
+(:mod:`antkv.compaction.worker`).  After each step, ``_delete_obsolete_files``
+(:mod:`antkv.obsolete`) deletes the files nothing can read any more.
 """
 
 from __future__ import annotations
 
 import logging
 
-from . import compaction
-from .flush import write_level0_table
-from .version_edit import VersionEdit
-from .version_set import table_file_name, vlog_file_name, wal_file_name
+from .compaction import picker
+from .compaction.flush import write_level0_table
+from .compaction.run import run_compaction
+from .manifest.version_edit import VersionEdit
 
 log = logging.getLogger("antkv")
 
 
-def has_work(db, role: str = "all") -> bool:
-    """REQUIRES db._mutex.  ``role``: "flush", "compaction" or "all"."""
-    if db._bg_error is not None or db._closed and not db._imms:
-        return False
-    if db._imms and role != "compaction":
-        return True
-    return role != "flush" and compaction.pick_compaction(db) is not None
+class Background:
+    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): the background work."""
 
+    def _has_work(self, role: str = "all") -> bool:
+        """REQUIRES self._mutex.  ``role``: "flush", "compaction" or "all"."""
+        if self._bg_error is not None or self._closed and not self._imms:
+            return False
+        if self._imms and role != "compaction":
+            return True
+        return role != "flush" and self._pick_compaction() is not None
 
-def do_one_step(db, role: str = "all") -> None:
-    if db._imms and role != "compaction":
-        flush_oldest(db)
-    else:
-        compact_once(db)
+    def _pick_compaction(self):
+        """REQUIRES self._mutex.  The most urgent compaction now (nothing changes: asking is free)."""
+        vlog = self._vlog
+        vs = self._versions
+        return picker.pick_compaction(
+            vs.current, self.options, vs.vlogs, vlog.file_number if vlog is not None else None, self._compact_cursor
+        )
 
+    def _do_one_step(self, role: str = "all") -> None:
+        if self._imms and role != "compaction":
+            self._flush_oldest()
+        else:
+            self._compact_once()
 
-def do_all_work(db) -> None:
-    while db._imms:
-        flush_oldest(db)
-    while compact_once(db):
-        pass
+    def _do_all_work(self) -> None:
+        while self._imms:
+            self._flush_oldest()
+        while self._compact_once():
+            pass
 
+    def _flush_oldest(self) -> None:
+        with self._mutex:
+            if not self._imms:
+                return
+            mem = self._imms[-1]
+        snapshots = self._snapshots.sequences()
+        meta, garbage = write_level0_table(self._jobs, self._vlog, mem, snapshots, self._stats)
+        with self._mutex:
+            edit = VersionEdit()
+            if meta is not None:
+                edit.new_tables.append((0, meta))
+            edit.vlog_garbage.extend(sorted(garbage.items()))
+            remaining = self._imms[:-1]
+            edit.log_number = remaining[-1].log_number if remaining else self._mem.log_number
+            self._apply_edit(edit, on_success=self._imms.pop)
+            if self._wbm is not None:
+                self._wbm_reserved -= mem.memory
+                self._wbm.free_mem(mem.memory)
+            self._bg_cv.notify_all()
+        self._delete_obsolete_files()
 
-def flush_oldest(db) -> None:
-    with db._mutex:
-        if not db._imms:
-            return
-        mem = db._imms[-1]
-    snapshots = db._snapshots.sequences()
-    meta, garbage = write_level0_table(db, mem, snapshots)
-    with db._mutex:
-        edit = VersionEdit()
-        if meta is not None:
-            edit.new_tables.append((0, meta))
-        edit.vlog_garbage.extend(sorted(garbage.items()))
-        remaining = db._imms[:-1]
-        edit.log_number = remaining[-1].log_number if remaining else db._mem.log_number
-        db._apply_edit(edit, on_success=db._imms.pop)
-        if db._wbm is not None:
-            db._wbm_reserved -= mem.memory
-            db._wbm.free_mem(mem.memory)
-        db._bg_cv.notify_all()
-    delete_obsolete_files(db)
-
-
-def compact_once(db) -> bool:
-    """Run the most urgent compaction, if any; True when one ran."""
-    with db._compaction_lock:
-        with db._mutex:
-            c = compaction.pick_compaction(db)
-            if c is None:
-                return False
-        _run(db, c)
-    return True
-
-
-def _run(db, c) -> None:
-    """REQUIRES db._compaction_lock."""
-    snapshots = db._snapshots.sequences()
-    edit = compaction.run_compaction(db, c, snapshots)
-    with db._mutex:
-        db._apply_edit(edit)
-        db._bg_cv.notify_all()
-    delete_obsolete_files(db)
-
-
-def compact_range(db, lo, hi) -> None:
-    """Compact ``[lo, hi]`` level by level down to the last level holding data."""
-    level = 0
-    while True:
-        with db._compaction_lock:
-            with db._mutex:
-                version = db._versions.current
-                nlevels = len(version.levels)
-                if level >= nlevels:
-                    return
-                c = compaction.manual_compactions(db, version, lo, hi, level)
-            if c is not None:
-                _run(db, c)
-                if c.output_level == level:
-                    return
-        level += 1
-
-
-def gc_value_log(db) -> dict:
-    """Collect every sealed value-log file at or over the GC threshold now."""
-    db.flush(wait=True)
-    before = dict(db._stats)
-    _seal_active_vlog_if_due(db)
-    with db._compaction_lock:
-        while True:
-            with db._mutex:
-                gc = compaction.gc_candidate_files(db)
-                c = compaction.gc_compaction(db, db._versions.current, gc) if gc else None
+    def _compact_once(self) -> bool:
+        """Run the most urgent compaction, if any; True when one ran."""
+        with self._compaction_lock:
+            with self._mutex:
+                c = self._pick_compaction()
                 if c is None:
-                    break
-            _run(db, c)
-    delete_obsolete_files(db)
-    return {
-        "bytes_relocated": db._stats["gc_bytes_relocated"] - before["gc_bytes_relocated"],
-        "files_deleted": db._stats["vlog_files_deleted"] - before["vlog_files_deleted"],
-    }
+                    return False
+                if c.cursor is not None:
+                    self._compact_cursor[c.level] = c.cursor  # it runs now: the round-robin moves on
+            self._run_picked(c)
+        return True
 
+    def _run_picked(self, c) -> None:
+        """REQUIRES self._compaction_lock."""
+        snapshots = self._snapshots.sequences()
+        edit = run_compaction(self._compaction_env, self._versions.current, c, snapshots)
+        with self._mutex:
+            self._apply_edit(edit)
+            self._bg_cv.notify_all()
+        self._delete_obsolete_files()
 
-def _seal_active_vlog_if_due(db) -> None:
-    """An explicit GC also collects the active value-log file when it reached the threshold:
-    it is sealed first (and a new one started), since only sealed files are collected."""
-    from .recovery import rotate_vlog
+    def _compact_range_levels(self, lo, hi) -> None:
+        """Compact ``[lo, hi]`` level by level down to the last level holding data."""
+        level = 0
+        while True:
+            with self._compaction_lock:
+                with self._mutex:
+                    version = self._versions.current
+                    nlevels = len(version.levels)
+                    if level >= nlevels:
+                        return
+                    c = picker.manual_compactions(version, lo, hi, level, lambda f: self._table_has_deletions(f))
+                if c is not None:
+                    self._run_picked(c)
+                    if c.output_level == level:
+                        return
+            level += 1
 
-    with db._write_lock:
-        vlog = db._vlog
-        if vlog is None or not vlog.record_bytes:
-            return
-        st = db._versions.vlogs.get(vlog.file_number)
-        if st is not None and st.garbage / vlog.record_bytes >= db.options.blob_gc_threshold:
-            rotate_vlog(db)
+    def _table_has_deletions(self, f) -> bool:
+        props = (f.reader or self._open_table(f)).properties
+        return props.num_deletions > 0 or props.num_range_deletions > 0
 
+    def _collect_value_log(self) -> dict:
+        """Collect every sealed value-log file at or over the GC threshold now."""
+        self.flush(wait=True)
+        before = dict(self._stats)
+        self._seal_active_vlog_if_due()
+        with self._compaction_lock:
+            while True:
+                with self._mutex:
+                    vs = self._versions
+                    active = self._vlog.file_number if self._vlog is not None else None
+                    gc = picker.gc_candidate_files(vs.vlogs, active, self.options.blob_gc_threshold)
+                    c = picker.gc_compaction(vs.current, gc) if gc else None
+                    if c is None:
+                        break
+                self._run_picked(c)
+        self._delete_obsolete_files()
+        return {
+            "bytes_relocated": self._stats["gc_bytes_relocated"] - before["gc_bytes_relocated"],
+            "files_deleted": self._stats["vlog_files_deleted"] - before["vlog_files_deleted"],
+        }
 
-def delete_obsolete_files(db) -> None:
-    """Delete tables, WALs and value-log files nothing can read any more."""
-    fs = db._fs
-    with db._mutex:
-        vs = db._versions
-        live_views = list(db._live_views)
-        live_tables = {f.number for _, f in vs.current.all_files()}
-        live_refs: set[int] = set()
-        oldest_mem = None
-        for _, f in vs.current.all_files():
-            live_refs.update(f.blob_refs)
-        for sv in live_views:
-            for _, f in sv.version.all_files():
-                live_tables.add(f.number)
-                live_refs.update(f.blob_refs)
-            for m in sv.memtables:
-                if m.first_vlog is not None and not m.is_empty() and (oldest_mem is None or m.first_vlog < oldest_mem):
-                    oldest_mem = m.first_vlog
-        # an empty memtable pins nothing: what it will hold points into the active file or later
-        for m in (db._mem, *db._imms):
-            if m.first_vlog is not None and not m.is_empty() and (oldest_mem is None or m.first_vlog < oldest_mem):
-                oldest_mem = m.first_vlog
-        dead_tables = [n for n in db._table_files if n not in live_tables]
-        for n in dead_tables:
-            db._table_files.discard(n)
-        active_vlog = db._vlog.file_number if db._vlog is not None else None
-        dead_vlogs = [
-            n
-            for n, st in vs.vlogs.items()
-            if st.sealed
-            and st.garbage >= st.total
-            and n != active_vlog
-            and n not in live_refs
-            and (oldest_mem is None or n < oldest_mem)
-        ]
-        if dead_vlogs:
-            vs.log_and_apply(VersionEdit(deleted_vlogs=sorted(dead_vlogs)))
-        dead_wals = [n for n in db._wal_files if n < vs.log_number]
-        for n in dead_wals:
-            db._wal_files.discard(n)
-    for n in dead_tables:
-        db._close_table(n)
-        _remove(fs, table_file_name(db.path, n))
-    for n in dead_vlogs:
-        db._vlog_reader.evict(n)
-        _remove(fs, vlog_file_name(db.path, n))
-        db._stats["vlog_files_deleted"] += 1
-    for n in dead_wals:
-        _remove(fs, wal_file_name(db.path, n))
-
-
-def _remove(fs, path: str) -> None:
-    if fs.exists(path):
-        fs.remove(path)
+    def _seal_active_vlog_if_due(self) -> None:
+        """An explicit GC also collects the active value-log file when it reached the threshold:
+        it is sealed first (and a new one started), since only sealed files are collected."""
+        with self._write_lock:
+            vlog = self._vlog
+            if vlog is None or not vlog.record_bytes:
+                return
+            st = self._versions.vlogs.get(vlog.file_number)
+            if st is not None and st.garbage / vlog.record_bytes >= self.options.blob_gc_threshold:
+                self._rotate_vlog()

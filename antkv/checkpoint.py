@@ -20,64 +20,66 @@ from __future__ import annotations
 
 import os
 
+from .base.filenames import manifest_file_name, table_file_name, vlog_file_name, wal_file_name
 from .errors import InvalidArgumentError
-from .log_format import LogWriter
-from .version_set import VersionSet, manifest_file_name, set_current_file, table_file_name, vlog_file_name, wal_file_name
+from .manifest.version_set import VersionSet, set_current_file
+from .record.log_format import LogWriter
 
 
-def create_checkpoint(db, directory: str) -> None:
-    fs = db._fs
-    directory = os.path.normpath(directory)
-    if fs.exists(directory):
-        raise InvalidArgumentError(f"checkpoint directory {directory} already exists")
-    tmp = directory + ".tmp"
-    if fs.exists(tmp):
-        for name in fs.listdir(tmp):
-            fs.remove(os.path.join(tmp, name))
-        fs.rmdir(tmp)
-    db.flush(wait=True)
-    from .recovery import rotate_vlog
+class Checkpoints:
+    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): consistent copies."""
 
-    with db._write_lock:
-        db._check_writable()
-        if db._vlog is not None and db._vlog.num_records > 0:
-            rotate_vlog(db)
-        with db._mutex:
-            sv = db._sv  # pinned: its files stay until we drop it
-            vs = db._versions
-            vlogs = {
-                n: (st.total, st.garbage)
-                for n, st in vs.vlogs.items()
-                if st.sealed
-            }
-            last_sequence = db._last_seq  # >= every sequence number in the pinned tables
-            next_file = vs.next_file_number
-    fs.mkdirs(tmp)
-    for _, f in sv.version.all_files():
-        fs.link_or_copy(table_file_name(db.path, f.number), table_file_name(tmp, f.number))
-    for n in vlogs:
-        fs.link_or_copy(vlog_file_name(db.path, n), vlog_file_name(tmp, n))
-    # a MANIFEST for exactly this state
-    cvs = VersionSet(fs, tmp, len(sv.version.levels), db.options.max_manifest_file_size)
-    cvs.current = sv.version
-    cvs.next_file_number = next_file + 2
-    cvs.log_number = next_file  # an empty WAL of this number is written below: recovery wants it
-    cvs.last_sequence = last_sequence
-    from .version_set import VlogFileState
+    def _create_checkpoint(self, directory: str) -> None:
+        fs = self._fs
+        directory = os.path.normpath(directory)
+        if fs.exists(directory):
+            raise InvalidArgumentError(f"checkpoint directory {directory} already exists")
+        tmp = directory + ".tmp"
+        if fs.exists(tmp):
+            for name in fs.listdir(tmp):
+                fs.remove(os.path.join(tmp, name))
+            fs.rmdir(tmp)
+        self.flush(wait=True)
+        with self._write_lock:
+            self._check_writable()
+            if self._vlog is not None and self._vlog.num_records > 0:
+                self._rotate_vlog()
+            with self._mutex:
+                sv = self._sv  # pinned: its files stay until we drop it
+                vs = self._versions
+                vlogs = {
+                    n: (st.total, st.garbage)
+                    for n, st in vs.vlogs.items()
+                    if st.sealed
+                }
+                last_sequence = self._last_seq  # >= every sequence number in the pinned tables
+                next_file = vs.next_file_number
+        fs.mkdirs(tmp)
+        for _, f in sv.version.all_files():
+            fs.link_or_copy(table_file_name(self.path, f.number), table_file_name(tmp, f.number))
+        for n in vlogs:
+            fs.link_or_copy(vlog_file_name(self.path, n), vlog_file_name(tmp, n))
+        # a MANIFEST for exactly this state
+        cvs = VersionSet(fs, tmp, len(sv.version.levels), self.options.max_manifest_file_size)
+        cvs.current = sv.version
+        cvs.next_file_number = next_file + 2
+        cvs.log_number = next_file  # an empty WAL of this number is written below: recovery wants it
+        cvs.last_sequence = last_sequence
+        from .manifest.version_set import VlogFileState
 
-    cvs.vlogs = {n: VlogFileState(n, total, garbage, True) for n, (total, garbage) in vlogs.items()}
-    edit = cvs.snapshot_edit(sv.version)
-    manifest_number = next_file + 1
-    writer = LogWriter(fs.create(manifest_file_name(tmp, manifest_number)))
-    try:
-        writer.add_record(edit.encode())
-        writer.sync()
-    finally:
-        writer.close()
-    # the MANIFEST names log number ``next_file``: an empty WAL of that number says "nothing
-    # to replay" (recovery treats a missing named WAL as lost MANIFEST edits)
-    fs.write_all(wal_file_name(tmp, next_file), b"", sync=True)
-    set_current_file(fs, tmp, manifest_number)  # syncs tmp
-    fs.rename(tmp, directory)
-    fs.sync_dir(os.path.dirname(directory) or ".")
-    del sv
+        cvs.vlogs = {n: VlogFileState(n, total, garbage, True) for n, (total, garbage) in vlogs.items()}
+        edit = cvs.snapshot_edit(sv.version)
+        manifest_number = next_file + 1
+        writer = LogWriter(fs.create(manifest_file_name(tmp, manifest_number)))
+        try:
+            writer.add_record(edit.encode())
+            writer.sync()
+        finally:
+            writer.close()
+        # the MANIFEST names log number ``next_file``: an empty WAL of that number says "nothing
+        # to replay" (recovery treats a missing named WAL as lost MANIFEST edits)
+        fs.write_all(wal_file_name(tmp, next_file), b"", sync=True)
+        set_current_file(fs, tmp, manifest_number)  # syncs tmp
+        fs.rename(tmp, directory)
+        fs.sync_dir(os.path.dirname(directory) or ".")
+        del sv

@@ -28,25 +28,39 @@ import time
 import weakref
 from typing import Iterator
 
-from . import recovery
-from .batch import WriteBatch, as_bytes, encode_batch
-from .dbformat import CHECK_INVARIANTS, DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from .background import Background
+from .base.dbformat import CHECK_INVARIANTS, DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from .base.filenames import wal_file_name
+from .checkpoint import Checkpoints
+from .compaction.run import CompactionEnv
+from .compaction.worker import JobRunner
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
 from .errors import IOError as AntIOError
-from .iterators import DBIterator
-from .batch import SINGLE_RECORD
-from .log_format import _LEN_MUL, _LEN_XOR, HEADER, LogWriter, checksum, frame
-from .memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
-from .memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
-from .memtable import MemTable
+from .fs import default_file_system
+from .manifest.table_cache import TableCache
+from .manifest.version_edit import VersionEdit
+from .manifest.version_set import VersionSet
+from .memory.cache import Cache
+from .memtable.memtable import MemTable
+from .memtable.memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
+from .memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
+from .obsolete import ObsoleteFiles
 from .options import Options, WriteOptions
-from .read_view import ReadView, SuperVersion
-from .snapshot import Snapshot, SnapshotList
-from .version_set import VersionSet, wal_file_name
+from .read.iterators import DBIterator
+from .read.read_view import ReadView, SuperVersion, prefetch_threads
+from .read.snapshot import Snapshot, SnapshotList
+from .record.batch import SINGLE_RECORD
+from .record.batch import WriteBatch, as_bytes, encode_batch
+from .record.log_format import HEADER, LEN_MUL, LEN_XOR, LogWriter, checksum, frame
+from .recovery import Recovery
+from .stats import Statistics, new_stats
+from .vlog.reader import ValueLogReader
+from .vlog.writer import ValueLogWriter
 
 _SINGLE_RECORD_PACK = SINGLE_RECORD.pack  # a one-record write batch header (batch.py)
 _FRAME_HEADER_PACK = HEADER.pack  # the log record header (log_format.py)
 _checksum = checksum
+DEFAULT_CACHE_CAPACITY = 32 * 1024 * 1024  # the private block cache when Options.block_cache is None
 
 
 def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A001
@@ -65,38 +79,89 @@ def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A0
     return DB(path, options)
 
 
-class DB:
+class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
     """An open antkv database.  Thread-safe; use as a context manager to close on exit."""
 
     def __init__(self, path: str, options: Options):
+        """Declares every field of the database, grouped by the lock that guards it (the lock
+        order: ``_write_lock``, ``_compaction_lock``, ``_mutex``; docs/impl.md section 4), then
+        opens it (``_open_db``, :mod:`antkv.recovery`, fills in what the directory holds).
+
+        ``DB`` is one class whose methods live in several modules, as RocksDB's ``DBImpl`` and
+        Pebble's ``DB`` do: this one (the API, the write path, memtable switch, value-log
+        rotation) and its bases :class:`~antkv.recovery.Recovery` (open, close),
+        :class:`~antkv.background.Background` (flush, compaction, GC),
+        :class:`~antkv.obsolete.ObsoleteFiles`, :class:`~antkv.checkpoint.Checkpoints` and
+        :class:`~antkv.stats.Statistics`.  Every field is declared here and nowhere else."""
         self.path = path
         self.options = options
-        self._closed = True
-        self._write_blocked = True  # closed, or read-only after an error: the write path checks this one flag
-        self._user_bytes = 0  # user key + value bytes written (a plain int: it is on the put path)
+        fs = options.file_system or default_file_system()
+
+        # --- set here or at open, then only read (no lock) ---
+        self._fs = fs
+        self._lock = None  # the held LOCK file (recovery takes it)
+        self._cache = options.block_cache if options.block_cache is not None else Cache(DEFAULT_CACHE_CAPACITY)
+        self._vlog_reader = ValueLogReader(fs, path)  # its own lock
+        self._table_cache = TableCache(fs, path, self._cache, options.paranoid_checks)  # its own lock
+        self._open_table = self._table_cache.get  # f.reader or self._open_table(f): a table's reader
+        self._wbm = options.write_buffer_manager
+        self._min_blob_size = options.min_blob_size if options.enable_blob_files else 1 << 62  # never reached
+        self._stats = new_stats()  # counters: each is written by one thread at a time
+        self._snapshots = SnapshotList()  # its own lock
+        self._live_views: "weakref.WeakSet[SuperVersion]" = weakref.WeakSet()  # super versions in use
+        self._jobs = JobRunner(  # flush and compaction jobs (recovery flushes too)
+            fs, path, options, self._new_file_number, self._open_table, self._lock_fd, self._in_background_thread
+        )
+        self._pool = None  # the prefetch thread pool, created on first use under _mutex
+        self._compaction_env = CompactionEnv(
+            fs, path, options, self._jobs, self._open_table, self._new_file_number, self._vlog_reader, self._stats
+        )
+
+        # --- _write_lock: the write path ---
         self._write_lock = threading.Lock()
+        self._closed = True  # written under _write_lock; read anywhere (a bool)
+        self._write_blocked = True  # closed, or read-only after an error: the put path checks this one flag
+        self._last_seq = 0  # the last published sequence number; readers read it without a lock
+        self._mem: MemTable | None = None  # the mutable memtable (swapped under _mutex too)
+        self._wal: LogWriter | None = None  # the WAL of _mem
+        self._wal_append = None  # _wal's file.append (the put path calls it)
+        self._vlog: ValueLogWriter | None = None  # the active value-log file (rotated under _mutex too)
+        self._vlog_dirty = False  # the value log got records since its last sync
+        self._user_bytes = 0  # user key + value bytes written (a plain int: it is on the put path)
+        self._unpersisted = False  # a disable_wal write happened: close() must flush
+        # the put path calls _make_room once the memtable reaches _write_buffer_size; until the
+        # background threads started their worker processes, that is half the real size, where
+        # _make_room asks them to (_warm_up_workers) and restores it
+        self._write_buffer_size = (
+            options.write_buffer_size // 2 if self._jobs.would_use_workers() else options.write_buffer_size
+        )
+        self._must_make_room = False  # the next write switches the memtable first
+        self._flush_requested = False  # the write buffer manager asked for a flush
+        self._wbm_token = None  # our registration with the write buffer manager
+        self._wbm_reserved = 0  # bytes reported to the write buffer manager (also under _mutex)
+        self._wbm_pending = 0  # bytes not yet reported (reported in chunks)
+
+        # --- _compaction_lock: one compaction, compact_range or GC at a time ---
+        self._compaction_lock = threading.Lock()
+        self._compact_cursor: dict[int, bytes] = {}  # level -> round-robin position (background.py)
+
+        # --- _mutex (and _bg_cv): versions, immutable memtables, the read view, background state ---
         self._mutex = threading.RLock()
         self._bg_cv = threading.Condition(self._mutex)
-        self._snapshots = SnapshotList()
-        self._live_views: "weakref.WeakSet[SuperVersion]" = weakref.WeakSet()
-        self._bg_error: Error | None = None
-        self._unpersisted = False  # a disable_wal write happened: close() must flush
-        self._stats = recovery.new_stats()
-        self._imms: list[MemTable] = []
-        self._flush_requested = False
+        self._versions = VersionSet(fs, path, options.num_levels, options.max_manifest_file_size)
+        self._imms: list[MemTable] = []  # immutable memtables, newest first
+        self._sv: SuperVersion | None = None  # the current read view; readers read it without a lock
+        self._table_files: set[int] = set()  # tables on disk not yet deleted
+        self._wal_files: set[int] = set()  # WALs on disk not yet deleted
+        self._memtable_counter = 0  # numbers memtables (under _write_lock at a switch)
+        self._bg_error: Error | None = None  # set once; then every write raises BackgroundError
         self._bg_thread: threading.Thread | None = None  # the first background thread (None: inline work)
         self._bg_threads: list[threading.Thread] = []
         self._bg_shutdown = False
         self._bg_running = 0
         self._warm_up_pending = False  # the flushing thread is asked to start its worker
-        self._memtable_counter = 0
-        self._wbm_token = None
-        self._wbm_reserved = 0  # bytes reported to the write buffer manager
-        self._wbm_pending = 0  # bytes not yet reported (reported in chunks)
-        from .worker import JobRunner
 
-        self._jobs = JobRunner(self)  # flush and compaction jobs (recovery flushes too)
-        recovery.open_db(self)  # sets fs, versions, mem, wal, vlog, cache, sv; may raise
+        self._open_db()  # may raise
         self._closed = False
         self._write_blocked = False
         if options.max_background_jobs > 0:
@@ -169,8 +234,8 @@ class DB:
                 kind = VALUE
             try:
                 payload = _SINGLE_RECORD_PACK(seq, 1, kind, lk, lv) + key + value
-                n = len(payload)  # the WAL frame of log_format.frame, inlined
-                self._wal_append(_FRAME_HEADER_PACK(n, ((n ^ _LEN_XOR) * _LEN_MUL) & 0xFFFFFFFF, _checksum(payload)) + payload)
+                n = len(payload)  # the WAL frame of log_format.frame, with length_check inlined
+                self._wal_append(_FRAME_HEADER_PACK(n, ((n ^ LEN_XOR) * LEN_MUL) & 0xFFFFFFFF, _checksum(payload)) + payload)
                 if sync:
                     self._sync_wal()
             except AntIOError as e:
@@ -297,7 +362,7 @@ class DB:
         """Append a large value to the value log (REQUIRES the write lock); its pointer."""
         vlog = self._vlog
         if vlog.size >= self.options.blob_file_size:
-            recovery.rotate_vlog(self)
+            self._rotate_vlog()
             vlog = self._vlog
         self._vlog_dirty = True
         try:
@@ -306,6 +371,22 @@ class DB:
             self._set_bg_error(e)
             raise
         return ptr
+
+    def _rotate_vlog(self) -> None:
+        """REQUIRES the write lock.  Seal the active value-log file and start a new one, with
+        one MANIFEST edit."""
+        vs = self._versions
+        with self._mutex:
+            old = self._vlog
+            number = vs.new_file_number()
+            new = ValueLogWriter.create_in(self._fs, self.path, number, compression=self.options.blob_compression)
+            self._fs.sync_dir(self.path)
+            edit = VersionEdit(new_vlogs=[number])
+            old.seal()
+            edit.sealed_vlogs.append((old.file_number, old.record_bytes))
+            self._stats["vlog_bytes_written"] += old.size
+            vs.log_and_apply(edit)
+            self._vlog = new
 
     def _wbm_account(self, added: int) -> None:
         self._wbm_pending += added
@@ -330,7 +411,7 @@ class DB:
         opts = self.options
         self._must_make_room = False
         if self._write_buffer_size != opts.write_buffer_size:
-            # the first memtable reached the warm-up point (recovery.py): start the workers
+            # the first memtable reached the warm-up point (__init__): start the workers
             self._write_buffer_size = opts.write_buffer_size
             self._warm_up_workers()
         mem = self._mem
@@ -427,28 +508,12 @@ class DB:
         if CHECK_INVARIANTS:
             vs.current._check()
 
-    def _open_table(self, f):
-        """The reader of table ``f`` (opened once, then kept on its metadata)."""
-        from .sst.reader import TableReader
-        from .version_set import table_file_name
+    def _new_file_number(self) -> int:
+        with self._mutex:
+            return self._versions.new_file_number()
 
-        with self._table_lock:
-            if f.reader is None:
-                f.reader = TableReader.open(
-                    self._fs,
-                    table_file_name(self.path, f.number),
-                    f.number,
-                    cache=self._cache,
-                    verify_checksums=self.options.paranoid_checks,
-                )
-                self._open_readers[f.number] = f.reader
-            return f.reader
-
-    def _close_table(self, number: int) -> None:
-        with self._table_lock:
-            reader = self._open_readers.pop(number, None)
-        if reader is not None:
-            reader.close()
+    def _in_background_thread(self) -> bool:
+        return threading.current_thread() in self._bg_threads
 
     def _lock_fd(self) -> int | None:
         """The LOCK file's descriptor (inherited by worker processes), when on the OS."""
@@ -463,7 +528,7 @@ class DB:
                 from concurrent.futures import ThreadPoolExecutor
 
                 self._pool = ThreadPoolExecutor(
-                    max_workers=max(1, min(self.options.blob_readahead, 16)), thread_name_prefix="antkv-prefetch"
+                    max_workers=prefetch_threads(self.options), thread_name_prefix="antkv-prefetch"
                 )
             return self._pool
 
@@ -481,10 +546,8 @@ class DB:
 
     def _run_inline_work(self) -> None:
         """max_background_jobs == 0: flush and compact now, in the caller's thread."""
-        from . import background
-
         try:
-            background.do_all_work(self)
+            self._do_all_work()
         except AntIOError as e:
             self._set_bg_error(e)
             raise
@@ -498,12 +561,10 @@ class DB:
             self._bg_cv.notify_all()
 
     def _bg_loop(self, role: str) -> None:
-        from . import background
-
         flushes = role != "compaction"  # the thread whose worker is started ahead of time
         while True:
             with self._mutex:
-                while not self._bg_shutdown and not background.has_work(self, role) and not (flushes and self._warm_up_pending):
+                while not self._bg_shutdown and not self._has_work(role) and not (flushes and self._warm_up_pending):
                     self._bg_cv.wait()
                 if self._bg_shutdown:
                     return
@@ -516,7 +577,7 @@ class DB:
                 self._jobs.start_worker()
                 continue
             try:
-                background.do_one_step(self, role)
+                self._do_one_step(role)
             except BaseException as e:  # noqa: BLE001 - recorded; writers see it as BackgroundError
                 self._set_bg_error(e)
             finally:
@@ -574,7 +635,7 @@ class DB:
                 return e[2]
             if tomb:
                 return default
-        e = sv.table_get(key, read_seq, self)
+        e = sv.table_get(key, read_seq, self._open_table)
         if e is None or e[1] == DELETION:
             return default
         if e[1] == VALUE_POINTER:
@@ -615,12 +676,9 @@ class DB:
         """A snapshot of the current state (release it when done)."""
         with self._write_lock:
             self._check_open()
-            snap = Snapshot(self, self._last_seq)
+            snap = Snapshot(self, self._last_seq, self._snapshots)
             self._snapshots.add(snap.sequence)
             return snap
-
-    def _release_snapshot(self, snap: Snapshot) -> None:
-        self._snapshots.remove(snap.sequence)
 
     # mapping protocol
     def __getitem__(self, key) -> bytes:
@@ -663,51 +721,39 @@ class DB:
 
     def compact_range(self, begin=None, end=None) -> None:
         """Compact every table overlapping ``[begin, end]`` down to the bottom level."""
-        from . import background
-
         lo = None if begin is None else as_bytes(begin, "begin")
         hi = None if end is None else as_bytes(end, "end")
         if lo is not None and hi is not None and lo > hi:
             raise InvalidArgumentError(f"compact_range: begin {lo!r} > end {hi!r}")
         self.flush(wait=True)
-        background.compact_range(self, lo, hi)
+        self._compact_range_levels(lo, hi)
 
     def gc_value_log(self) -> dict:
         """Run value-log garbage collection now; returns what it did."""
-        from . import background
-
         self._check_writable()
-        return background.gc_value_log(self)
+        return self._collect_value_log()
 
     def checkpoint(self, directory) -> None:
         """Write a consistent, openable copy of the database to ``directory`` (must not exist)."""
-        from . import checkpoint
-
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory must be a str or os.PathLike, not {type(directory).__name__}")
         self._check_writable()
-        checkpoint.create_checkpoint(self, os.fspath(directory))
+        self._create_checkpoint(os.fspath(directory))
 
     def verify(self) -> dict:
         """Read every file and check every checksum; returns counts, raises CorruptionError."""
-        from . import stats
-
         self._check_open()
-        return stats.verify(self)
+        return self._verify_files()
 
     def stats(self) -> dict:
-        from . import stats
-
         self._check_open()
-        return stats.collect(self)
+        return self._collect_stats()
 
     def property(self, name: str) -> str | None:
-        from . import stats
-
         if not isinstance(name, str):
             raise TypeError("property name must be a str")
         self._check_open()
-        return stats.property(self, name)
+        return self._property_value(name)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -735,7 +781,7 @@ class DB:
         for t in self._bg_threads:
             t.join()
         self._jobs.close()
-        recovery.close_db(self)
+        self._close_db()
         if flush_error is not None:
             raise flush_error
 

@@ -139,12 +139,12 @@ def _validate(o: Options) -> None:
         if getattr(o, name) not in _COMPRESSIONS:
             _fail(name, f"must be 'zstd' or None, got {getattr(o, name)!r}")
     if o.block_cache is not None:
-        from .cache import Cache
+        from .memory.cache import Cache
 
         if not isinstance(o.block_cache, Cache):
             _fail("block_cache", "must be an antkv.Cache or None")
     if o.write_buffer_manager is not None:
-        from .write_buffer_manager import WriteBufferManager
+        from .memory.write_buffer_manager import WriteBufferManager
 
         if not isinstance(o.write_buffer_manager, WriteBufferManager):
             _fail("write_buffer_manager", "must be an antkv.WriteBufferManager or None")

@@ -22,208 +22,29 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 
-from .batch import decode_batch
-from .dbformat import RANGE_DELETION, VALUE_POINTER
+from .base.dbformat import RANGE_DELETION, VALUE_POINTER
+from .base.filenames import (
+    CURRENT_TMP,
+    MANIFEST,
+    TABLE,
+    VLOG,
+    WAL,
+    current_file_name,
+    lock_file_name,
+    parse_file_name,
+    table_file_name,
+    vlog_file_name,
+    wal_file_name,
+)
+from .compaction.flush import write_level0_table
 from .errors import CorruptionError, InvalidArgumentError
-from .fs import default_file_system
-from .log_format import LogReader, LogWriter
-from .memtable import MemTable
-from .version_edit import VersionEdit
-from .version_set import VersionSet, parse_file_name, table_file_name, vlog_file_name, wal_file_name
+from .manifest.version_edit import VersionEdit
+from .memtable.memtable import MemTable
+from .record.batch import decode_batch
+from .record.log_format import LogReader, LogWriter
 
 log = logging.getLogger("antkv")
-
-DEFAULT_CACHE_CAPACITY = 32 * 1024 * 1024
-
-
-def new_stats() -> dict:
-    return {
-        "user_bytes_written": 0,
-        "wal_bytes_written": 0,
-        "flush_bytes_written": 0,
-        "compaction_bytes_written": 0,
-        "compaction_bytes_read": 0,
-        "vlog_bytes_written": 0,
-        "gc_bytes_relocated": 0,
-        "manifest_bytes_written": 0,
-        "flushes": 0,
-        "compactions": 0,
-        "trivial_moves": 0,
-        "tables_dropped_by_range_tombstones": 0,
-        "stalls": 0,
-        "slowdowns": 0,
-        "vlog_files_deleted": 0,
-        "files_removed_at_open": [],
-    }
-
-
-def open_db(db) -> None:
-    opts = db.options
-    fs = opts.file_system or default_file_system()
-    db._fs = fs
-    path = db.path
-    current = os.path.join(path, "CURRENT")
-    if not fs.is_dir(path):
-        if fs.exists(path):
-            raise InvalidArgumentError(f"{path} exists and is not a directory")
-        if not opts.create_if_missing:
-            raise InvalidArgumentError(f"database {path} does not exist (create_if_missing is False)")
-        fs.mkdirs(path)
-        fs.sync_dir(os.path.dirname(path) or ".")
-    db._lock = fs.lock(os.path.join(path, "LOCK"))
-    try:
-        _open_locked(db, fs, fs.exists(current))
-    except BaseException:
-        _release_resources(db)
-        raise
-
-
-def _open_locked(db, fs, exists: bool) -> None:
-    from .cache import Cache
-    from .vlog.reader import ValueLogReader
-
-    opts = db.options
-    path = db.path
-    if exists and opts.error_if_exists:
-        raise InvalidArgumentError(f"database {path} already exists (error_if_exists is True)")
-    if not exists and not opts.create_if_missing:
-        raise InvalidArgumentError(f"database {path} does not exist (create_if_missing is False)")
-    vs = VersionSet(fs, path, opts.num_levels, opts.max_manifest_file_size)
-    db._versions = vs
-    db._cache = opts.block_cache if opts.block_cache is not None else Cache(DEFAULT_CACHE_CAPACITY)
-    db._wal = None
-    db._vlog = None
-    db._vlog_reader = ValueLogReader(fs, path)
-    db._pool = None
-    db._wbm = opts.write_buffer_manager
-    # the put path calls _make_room once the memtable reaches _write_buffer_size; until the
-    # background threads started their worker processes, that is half the real size, where
-    # _make_room asks them to (DB._warm_up_workers) and restores it
-    db._write_buffer_size = opts.write_buffer_size // 2 if db._jobs.would_use_workers() else opts.write_buffer_size
-    db._min_blob_size = opts.min_blob_size if opts.enable_blob_files else 1 << 62  # never reached
-    db._must_make_room = False
-    db._vlog_dirty = False
-    db._stats = new_stats()
-    db._table_lock = threading.Lock()
-    db._compaction_lock = threading.Lock()
-    db._compact_cursor = {}
-    db._open_readers = {}
-    if exists:
-        vs.recover()
-        for level, f in vs.current.all_files():
-            if level >= opts.num_levels:
-                raise InvalidArgumentError(
-                    f"the database has tables at level {level}; Options.num_levels={opts.num_levels} is too small"
-                )
-    names = fs.listdir(path)
-    on_disk = {}
-    for name in names:
-        parsed = parse_file_name(name)
-        if parsed is not None:
-            on_disk[parsed] = name
-            vs.mark_file_number_used(parsed[1])
-    for _, f in vs.current.all_files():
-        if ("sst", f.number) not in on_disk:
-            raise CorruptionError(f"table {f.number:06d}.sst listed in the MANIFEST is missing", table_file_name(path, f.number))
-        size = fs.size(table_file_name(path, f.number))
-        if size != f.size:
-            raise CorruptionError(
-                f"table {f.number:06d}.sst has {size} bytes, the MANIFEST says {f.size}", table_file_name(path, f.number)
-            )
-    edit = VersionEdit()
-    vlog_lengths = _recover_vlogs(db, fs, vs, on_disk, edit)
-    db._last_seq = vs.last_sequence
-    db._memtable_counter = 0
-    # --- WAL replay ---
-    wal_numbers = sorted(n for (kind, n) in on_disk if kind == "log" and n >= vs.log_number)
-    if exists and vs.log_number not in wal_numbers:
-        # The WAL an edit names is made durable (directory sync) before the edit is written and
-        # deleted only after a later edit moves past it: if it is missing, MANIFEST edits were
-        # lost (a damaged last record taken for a torn tail), and with them acknowledged data.
-        raise CorruptionError(f"WAL {vs.log_number:06d}.log named by the MANIFEST is missing", wal_file_name(path, vs.log_number))
-    mem = _new_memtable(db, 0)
-    stopped = False
-    for number in wal_numbers:
-        wal_path = wal_file_name(path, number)
-        if stopped:
-            break
-        reader = LogReader(fs.read_all(wal_path), wal_path)
-        for offset, payload in reader:
-            seq, ops = decode_batch(payload, wal_path, offset)
-            if not _pointers_survived(ops, vlog_lengths, vs.vlogs, wal_path, offset):
-                log.warning("%s: replay stops at offset %d: a value it points to was lost in the crash", wal_path, offset)
-                stopped = True
-                break
-            for i, (kind, key, value) in enumerate(ops):
-                if kind == RANGE_DELETION:
-                    mem.add_range_deletion(seq + i, key, value)
-                else:
-                    mem.add(seq + i, kind, key, value)
-            db._last_seq = max(db._last_seq, seq + len(ops) - 1)
-            if mem.memory >= opts.write_buffer_size:
-                _flush_recovered(db, mem, edit)
-                mem = _new_memtable(db, 0)
-        if reader.torn_tail_offset is not None:
-            log.warning("%s: torn tail at offset %d dropped", wal_path, reader.torn_tail_offset)
-            stopped = True
-    if not mem.is_empty():
-        _flush_recovered(db, mem, edit)
-    vs.last_sequence = max(vs.last_sequence, db._last_seq)
-    db._last_seq = vs.last_sequence
-    # --- fresh WAL and value-log file, one MANIFEST edit for all of it ---
-    new_log = vs.new_file_number()
-    db._wal = LogWriter(fs.create(wal_file_name(path, new_log)))
-    db._wal_append = db._wal.file.append
-    edit.log_number = new_log
-    if opts.enable_blob_files:
-        _start_vlog(db, edit)
-    edit.last_sequence = vs.last_sequence
-    vs.log_and_apply(edit)  # rolls to a new MANIFEST and swaps CURRENT (syncs the directory)
-    db._mem = _new_memtable(db, new_log)
-    db._imms = []
-    db._table_files = {f.number for _, f in vs.current.all_files()}
-    db._wal_files = {new_log}
-    with db._mutex:
-        db._install_super_version()
-    _remove_obsolete_at_open(db, fs, on_disk)
-    from .background import delete_obsolete_files
-
-    delete_obsolete_files(db)  # e.g. empty or fully-garbage value-log files sealed above
-    if db._wbm is not None:
-        db._wbm_token = db._wbm.register(db._wbm_flush_callback, db._wbm_oldest)
-
-
-def _new_memtable(db, log_number: int) -> MemTable:
-    db._memtable_counter += 1
-    vlog = getattr(db, "_vlog", None)
-    return MemTable(db._memtable_counter, log_number, vlog.file_number if vlog is not None else None)
-
-
-def _recover_vlogs(db, fs, vs, on_disk, edit) -> dict[int, int]:
-    """Valid length of every value-log file; unsealed ones are cut back and sealed in ``edit``."""
-    from .vlog.reader import ValueLogScan
-
-    lengths: dict[int, int] = {}
-    for number, st in sorted(vs.vlogs.items()):
-        p = vlog_file_name(db.path, number)
-        if ("vlog", number) not in on_disk:
-            if st.sealed and st.garbage >= st.total:
-                edit.deleted_vlogs.append(number)  # deleted after its MANIFEST edit; finish the job
-                continue
-            raise CorruptionError(f"value-log file {number:06d}.vlog listed in the MANIFEST is missing", p)
-        if st.sealed:
-            lengths[number] = fs.size(p)
-            continue
-        scan = ValueLogScan(fs, p).recover()  # cuts a torn tail back
-        # after a process kill its unsynced tail is intact and WAL records replayed now may
-        # point into it; they are about to be flushed into a synced table, so the bytes they
-        # point at must become durable first
-        fs.sync_file(p)
-        lengths[number] = scan.valid_length
-        edit.sealed_vlogs.append((number, scan.record_bytes))
-    return lengths
 
 
 def _pointers_survived(ops, vlog_lengths: dict[int, int], vlogs, wal_path: str, wal_offset: int) -> bool:
@@ -248,119 +69,226 @@ def _pointers_survived(ops, vlog_lengths: dict[int, int], vlogs, wal_path: str, 
     return True
 
 
-def _flush_recovered(db, mem: MemTable, edit: VersionEdit) -> None:
-    from .flush import write_level0_table
+class Recovery:
+    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): opening and closing."""
 
-    meta, garbage = write_level0_table(db, mem, snapshots=[])
-    if meta is not None:
-        edit.new_tables.append((0, meta))
-    for number, nbytes in garbage.items():
-        edit.vlog_garbage.append((number, nbytes))
+    def _open_db(self) -> None:
+        opts = self.options
+        fs = self._fs
+        path = self.path
+        current = current_file_name(path)
+        if not fs.is_dir(path):
+            if fs.exists(path):
+                raise InvalidArgumentError(f"{path} exists and is not a directory")
+            if not opts.create_if_missing:
+                raise InvalidArgumentError(f"database {path} does not exist (create_if_missing is False)")
+            fs.mkdirs(path)
+            fs.sync_dir(os.path.dirname(path) or ".")
+        self._lock = fs.lock(lock_file_name(path))
+        try:
+            self._open_locked(fs, fs.exists(current))
+        except BaseException:
+            self._release_resources()
+            raise
 
+    def _open_locked(self, fs, exists: bool) -> None:
+        opts = self.options
+        path = self.path
+        if exists and opts.error_if_exists:
+            raise InvalidArgumentError(f"database {path} already exists (error_if_exists is True)")
+        if not exists and not opts.create_if_missing:
+            raise InvalidArgumentError(f"database {path} does not exist (create_if_missing is False)")
+        vs = self._versions
+        if exists:
+            vs.recover()
+            for level, f in vs.current.all_files():
+                if level >= opts.num_levels:
+                    raise InvalidArgumentError(
+                        f"the database has tables at level {level}; Options.num_levels={opts.num_levels} is too small"
+                    )
+        names = fs.listdir(path)
+        on_disk = {}
+        for name in names:
+            parsed = parse_file_name(name)
+            if parsed is not None:
+                on_disk[parsed] = name
+                vs.mark_file_number_used(parsed[1])
+        for _, f in vs.current.all_files():
+            if (TABLE, f.number) not in on_disk:
+                raise CorruptionError(f"table {f.number:06d}.sst listed in the MANIFEST is missing", table_file_name(path, f.number))
+            size = fs.size(table_file_name(path, f.number))
+            if size != f.size:
+                raise CorruptionError(
+                    f"table {f.number:06d}.sst has {size} bytes, the MANIFEST says {f.size}", table_file_name(path, f.number)
+                )
+        edit = VersionEdit()
+        vlog_lengths = self._recover_vlogs(fs, vs, on_disk, edit)
+        self._last_seq = vs.last_sequence
+        self._memtable_counter = 0
+        # --- WAL replay ---
+        wal_numbers = sorted(n for (kind, n) in on_disk if kind == WAL and n >= vs.log_number)
+        if exists and vs.log_number not in wal_numbers:
+            # The WAL an edit names is made durable (directory sync) before the edit is written and
+            # deleted only after a later edit moves past it: if it is missing, MANIFEST edits were
+            # lost (a damaged last record taken for a torn tail), and with them acknowledged data.
+            raise CorruptionError(f"WAL {vs.log_number:06d}.log named by the MANIFEST is missing", wal_file_name(path, vs.log_number))
+        mem = self._new_memtable(0)
+        stopped = False
+        for number in wal_numbers:
+            wal_path = wal_file_name(path, number)
+            if stopped:
+                break
+            reader = LogReader(fs.read_all(wal_path), wal_path)
+            for offset, payload in reader:
+                seq, ops = decode_batch(payload, wal_path, offset)
+                if not _pointers_survived(ops, vlog_lengths, vs.vlogs, wal_path, offset):
+                    log.warning("%s: replay stops at offset %d: a value it points to was lost in the crash", wal_path, offset)
+                    stopped = True
+                    break
+                for i, (kind, key, value) in enumerate(ops):
+                    if kind == RANGE_DELETION:
+                        mem.add_range_deletion(seq + i, key, value)
+                    else:
+                        mem.add(seq + i, kind, key, value)
+                self._last_seq = max(self._last_seq, seq + len(ops) - 1)
+                if mem.memory >= opts.write_buffer_size:
+                    self._flush_recovered(mem, edit)
+                    mem = self._new_memtable(0)
+            if reader.torn_tail_offset is not None:
+                log.warning("%s: torn tail at offset %d dropped", wal_path, reader.torn_tail_offset)
+                stopped = True
+        if not mem.is_empty():
+            self._flush_recovered(mem, edit)
+        vs.last_sequence = max(vs.last_sequence, self._last_seq)
+        self._last_seq = vs.last_sequence
+        # --- fresh WAL and value-log file, one MANIFEST edit for all of it ---
+        new_log = vs.new_file_number()
+        self._wal = LogWriter(fs.create(wal_file_name(path, new_log)))
+        self._wal_append = self._wal.file.append
+        edit.log_number = new_log
+        if opts.enable_blob_files:
+            self._start_vlog(edit)
+        edit.last_sequence = vs.last_sequence
+        vs.log_and_apply(edit)  # rolls to a new MANIFEST and swaps CURRENT (syncs the directory)
+        self._mem = self._new_memtable(new_log)
+        self._imms = []
+        self._table_files = {f.number for _, f in vs.current.all_files()}
+        self._wal_files = {new_log}
+        with self._mutex:
+            self._install_super_version()
+        self._remove_obsolete_at_open(fs, on_disk)
+        self._delete_obsolete_files()  # e.g. empty or fully-garbage value-log files sealed above
+        if self._wbm is not None:
+            self._wbm_token = self._wbm.register(self._wbm_flush_callback, self._wbm_oldest)
 
-def _start_vlog(db, edit: VersionEdit) -> None:
-    from .vlog.writer import ValueLogWriter
+    def _new_memtable(self, log_number: int) -> MemTable:
+        self._memtable_counter += 1
+        vlog = self._vlog
+        return MemTable(self._memtable_counter, log_number, vlog.file_number if vlog is not None else None)
 
-    vs = db._versions
-    number = vs.new_file_number()
-    db._vlog = ValueLogWriter.create_in(db._fs, db.path, number, compression=db.options.blob_compression)
-    edit.new_vlogs.append(number)
+    def _recover_vlogs(self, fs, vs, on_disk, edit) -> dict[int, int]:
+        """Valid length of every value-log file; unsealed ones are cut back and sealed in ``edit``."""
+        from .vlog.reader import ValueLogScan
 
+        lengths: dict[int, int] = {}
+        for number, st in sorted(vs.vlogs.items()):
+            p = vlog_file_name(self.path, number)
+            if (VLOG, number) not in on_disk:
+                if st.sealed and st.garbage >= st.total:
+                    edit.deleted_vlogs.append(number)  # deleted after its MANIFEST edit; finish the job
+                    continue
+                raise CorruptionError(f"value-log file {number:06d}.vlog listed in the MANIFEST is missing", p)
+            if st.sealed:
+                lengths[number] = fs.size(p)
+                continue
+            scan = ValueLogScan(fs, p).recover()  # cuts a torn tail back
+            # after a process kill its unsynced tail is intact and WAL records replayed now may
+            # point into it; they are about to be flushed into a synced table, so the bytes they
+            # point at must become durable first
+            fs.sync_file(p)
+            lengths[number] = scan.valid_length
+            edit.sealed_vlogs.append((number, scan.record_bytes))
+        return lengths
 
-def rotate_vlog(db) -> None:
-    """REQUIRES the write lock.  Seal the active value-log file and start a new one."""
-    from .vlog.writer import ValueLogWriter
+    def _flush_recovered(self, mem: MemTable, edit: VersionEdit) -> None:
+        meta, garbage = write_level0_table(self._jobs, self._vlog, mem, [], self._stats)
+        if meta is not None:
+            edit.new_tables.append((0, meta))
+        for number, nbytes in garbage.items():
+            edit.vlog_garbage.append((number, nbytes))
 
-    vs = db._versions
-    with db._mutex:
-        old = db._vlog
+    def _start_vlog(self, edit: VersionEdit) -> None:
+        from .vlog.writer import ValueLogWriter
+
+        vs = self._versions
         number = vs.new_file_number()
-        new = ValueLogWriter.create_in(db._fs, db.path, number, compression=db.options.blob_compression)
-        db._fs.sync_dir(db.path)
-        edit = VersionEdit(new_vlogs=[number])
-        old.seal()
-        edit.sealed_vlogs.append((old.file_number, old.record_bytes))
-        db._stats["vlog_bytes_written"] += old.size
-        vs.log_and_apply(edit)
-        db._vlog = new
+        self._vlog = ValueLogWriter.create_in(self._fs, self.path, number, compression=self.options.blob_compression)
+        edit.new_vlogs.append(number)
 
+    def _remove_obsolete_at_open(self, fs, on_disk) -> None:
+        vs = self._versions
+        live_tables = {f.number for _, f in vs.current.all_files()}
+        removed = []
+        for (kind, number), name in sorted(on_disk.items()):
+            if kind == WAL and number < vs.log_number:
+                reason = "flushed WAL"
+            elif kind == MANIFEST and number != vs.manifest_number:
+                reason = "old MANIFEST"
+            elif kind == TABLE and number not in live_tables:
+                reason = "table not in the MANIFEST (left by an interrupted flush or compaction)"
+            elif kind == VLOG and number not in vs.vlogs:
+                reason = "value-log file not in the MANIFEST (unreferenced)"
+            else:
+                continue
+            fs.remove(os.path.join(self.path, name))
+            removed.append(f"{name}: {reason}")
+            if kind in (TABLE, VLOG):
+                log.warning("removed %s at open: %s", name, reason)
+        tmp = os.path.join(self.path, CURRENT_TMP)
+        if fs.exists(tmp):
+            fs.remove(tmp)
+            removed.append(f"{CURRENT_TMP}: unfinished CURRENT swap")
+        self._stats["files_removed_at_open"] = removed
+        if removed:
+            fs.sync_dir(self.path)
 
-def _remove_obsolete_at_open(db, fs, on_disk) -> None:
-    vs = db._versions
-    live_tables = {f.number for _, f in vs.current.all_files()}
-    removed = []
-    for (kind, number), name in sorted(on_disk.items()):
-        if kind == "log" and number < vs.log_number:
-            reason = "flushed WAL"
-        elif kind == "manifest" and number != vs.manifest_number:
-            reason = "old MANIFEST"
-        elif kind == "sst" and number not in live_tables:
-            reason = "table not in the MANIFEST (left by an interrupted flush or compaction)"
-        elif kind == "vlog" and number not in vs.vlogs:
-            reason = "value-log file not in the MANIFEST (unreferenced)"
-        else:
-            continue
-        fs.remove(os.path.join(db.path, name))
-        removed.append(f"{name}: {reason}")
-        if kind in ("sst", "vlog"):
-            log.warning("removed %s at open: %s", name, reason)
-    tmp = os.path.join(db.path, "CURRENT.tmp")
-    if fs.exists(tmp):
-        fs.remove(tmp)
-        removed.append("CURRENT.tmp: unfinished CURRENT swap")
-    db._stats["files_removed_at_open"] = removed
-    if removed:
-        fs.sync_dir(db.path)
+    def _release_resources(self) -> None:
+        for what, w in (("the WAL", self._wal), ("the value log", self._vlog)):
+            if w is not None:
+                try:
+                    w.close()
+                except Exception:  # noqa: BLE001 - best effort while failing an open
+                    log.debug("close of %s failed during a failed open", what)
+        self._versions.close()
+        self._vlog_reader.close()
+        if self._lock is not None:
+            self._fs.unlock(self._lock)
+            self._lock = None
 
-
-def _release_resources(db) -> None:
-    for attr in ("_wal", "_vlog"):
-        w = getattr(db, attr, None)
-        if w is not None:
-            try:
-                w.close()
-            except Exception:  # noqa: BLE001 - best effort while failing an open
-                log.debug("close of %s failed during a failed open", attr)
-    vs = getattr(db, "_versions", None)
-    if vs is not None:
-        vs.close()
-    r = getattr(db, "_vlog_reader", None)
-    if r is not None:
-        r.close()
-    lock = getattr(db, "_lock", None)
-    if lock is not None:
-        db._fs.unlock(lock)
-        db._lock = None
-
-
-def close_db(db) -> None:
-    """Flush nothing (the WAL holds the memtable), sync the WAL, release files and the lock."""
-    try:
-        if db._bg_error is None:
-            try:
-                if db._vlog is not None:
-                    db._vlog.sync()
-                db._wal.sync()
-            except Exception as e:  # noqa: BLE001 - reported below, resources still released
-                log.warning("sync at close failed: %s", e)
-        from .background import delete_obsolete_files
-
-        if db._bg_error is None:
-            delete_obsolete_files(db)
-        for reader in db._open_readers.values():
-            reader.close()
-        db._open_readers.clear()
-        if db._pool is not None:
-            db._pool.shutdown(wait=True)
-    finally:
-        if db._wbm is not None and db._wbm_token is not None:
-            db._wbm.unregister(db._wbm_token)
-            if db._wbm_reserved:
-                # what was reported for the mutable memtable is still counted as mutable:
-                # move it to "being freed" first, then free everything (RocksDB's FreeMem)
-                mutable_part = db._wbm_reserved - sum(m.memory for m in db._imms)
-                if mutable_part > 0:
-                    db._wbm.schedule_free_mem(mutable_part)
-                db._wbm.free_mem(db._wbm_reserved)
-                db._wbm_reserved = 0
-        _release_resources(db)
+    def _close_db(self) -> None:
+        """Flush nothing (the WAL holds the memtable), sync the WAL, release files and the lock."""
+        try:
+            if self._bg_error is None:
+                try:
+                    if self._vlog is not None:
+                        self._vlog.sync()
+                    self._wal.sync()
+                except Exception as e:  # noqa: BLE001 - reported below, resources still released
+                    log.warning("sync at close failed: %s", e)
+            if self._bg_error is None:
+                self._delete_obsolete_files()
+            self._table_cache.close()
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+        finally:
+            if self._wbm is not None and self._wbm_token is not None:
+                self._wbm.unregister(self._wbm_token)
+                if self._wbm_reserved:
+                    # what was reported for the mutable memtable is still counted as mutable:
+                    # move it to "being freed" first, then free everything (RocksDB's FreeMem)
+                    mutable_part = self._wbm_reserved - sum(m.memory for m in self._imms)
+                    if mutable_part > 0:
+                        self._wbm.schedule_free_mem(mutable_part)
+                    self._wbm.free_mem(self._wbm_reserved)
+                    self._wbm_reserved = 0
+            self._release_resources()

@@ -10,109 +10,30 @@ from __future__ import annotations
 
 import os
 
+from .base.filenames import CURRENT, parse_file_name, table_file_name, vlog_file_name
 from .errors import IOError as AntIOError
-from .version_set import parse_file_name, table_file_name, vlog_file_name
 
 
-def collect(db) -> dict:
-    s = dict(db._stats)
-    s["user_bytes_written"] = db._user_bytes
-    vs = db._versions
-    version = vs.current
-    s["wal_bytes_written"] = db._wal_bytes_total()
-    s["manifest_bytes_written"] = vs.manifest_bytes_written
-    vlog_written = s["vlog_bytes_written"] + (db._vlog.size if db._vlog is not None else 0)
-    s["vlog_bytes_written"] = vlog_written
-    disk_written = (
-        s["wal_bytes_written"] + s["flush_bytes_written"] + s["compaction_bytes_written"] + vlog_written + s["manifest_bytes_written"]
-    )
-    user = s["user_bytes_written"]
-    s["bytes_written_total"] = disk_written
-    s["write_amplification"] = disk_written / user if user else 0.0
-    levels = []
-    for level, files in enumerate(version.levels):
-        levels.append({"level": level, "files": len(files), "bytes": sum(f.size for f in files)})
-    s["levels"] = levels
-    vlogs = []
-    for n, st in sorted(vs.vlogs.items()):
-        total = st.total if st.sealed else (db._vlog.record_bytes if db._vlog is not None and db._vlog.file_number == n else st.total)
-        vlogs.append({"file": n, "total_bytes": total, "garbage_bytes": st.garbage, "sealed": st.sealed})
-    s["vlog_files"] = vlogs
-    s["vlog_total_bytes"] = sum(v["total_bytes"] for v in vlogs)
-    s["vlog_garbage_bytes"] = sum(v["garbage_bytes"] for v in vlogs)
-    disk = _bytes_on_disk(db)
-    s["bytes_on_disk"] = disk
-    live_estimate = sum(f.size for _, f in version.all_files()) + s["vlog_total_bytes"] - s["vlog_garbage_bytes"]
-    mem_bytes = db._mem.data_bytes + sum(m.data_bytes for m in db._imms)
-    s["space_amplification"] = disk / (live_estimate + mem_bytes) if (live_estimate + mem_bytes) else 0.0
-    cache = db._cache
-    cs = cache.stats()
-    s["block_cache"] = {k: cs[k] for k in ("capacity", "usage", "pinned_usage", "hits", "misses") if k in cs}
-    s["memtable_bytes"] = db._mem.memory
-    s["immutable_memtables"] = len(db._imms)
-    s["immutable_memtable_bytes"] = sum(m.memory for m in db._imms)
-    wbm = db._wbm
-    s["write_buffer_manager"] = (
-        None
-        if wbm is None
-        else {"buffer_size": wbm.buffer_size, "memory_usage": wbm.memory_usage, "mutable_memory_usage": wbm.mutable_memory_usage}
-    )
-    s["pending_compaction_bytes"] = _pending_compaction_bytes(db, version)
-    s["live_snapshots"] = len(db._snapshots)
-    s["last_sequence"] = db._last_seq
-    s["files_removed_at_open"] = list(s["files_removed_at_open"])
-    return s
-
-
-def _bytes_on_disk(db) -> int:
-    fs = db._fs
-    total = 0
-    for name in fs.listdir(db.path):
-        if parse_file_name(name) is not None or name == "CURRENT":
-            try:
-                total += fs.size(os.path.join(db.path, name))
-            except AntIOError:  # a file deleted by the background thread meanwhile
-                continue
-    return total
-
-
-def _pending_compaction_bytes(db, version) -> int:
-    """Bytes above the level targets (RocksDB's estimate, simplified)."""
-    from .compaction import level_target
-
-    opts = db.options
-    pending = 0
-    if len(version.levels[0]) >= opts.level0_file_num_compaction_trigger:
-        pending += version.level_bytes(0)
-    for level in range(1, len(version.levels) - 1):
-        excess = version.level_bytes(level) - level_target(opts, level)
-        if excess > 0:
-            pending += int(excess)
-    return pending
-
-
-def property(db, name: str) -> str | None:
-    version = db._versions.current
-    if name == "antkv.stats":
-        return format_stats(collect(db))
-    prefix = "antkv.num-files-at-level"
-    if name.startswith(prefix):
-        rest = name[len(prefix):]
-        if rest.isdigit() and int(rest) < len(version.levels):
-            return str(len(version.levels[int(rest)]))
-        return None
-    simple = {
-        "antkv.num-immutable-mem-table": lambda: str(len(db._imms)),
-        "antkv.cur-size-active-mem-table": lambda: str(db._mem.memory),
-        "antkv.estimate-num-keys": lambda: str(sum(f.num_entries for _, f in version.all_files()) + db._mem.num_entries),
-        "antkv.num-snapshots": lambda: str(len(db._snapshots)),
-        "antkv.total-sst-files-size": lambda: str(sum(f.size for _, f in version.all_files())),
-        "antkv.live-blob-file-size": lambda: str(sum(st.total - st.garbage for st in db._versions.vlogs.values())),
-        "antkv.num-blob-files": lambda: str(len(db._versions.vlogs)),
-        "antkv.last-sequence": lambda: str(db._last_seq),
+def new_stats() -> dict:
+    """Fresh counters for ``db.stats()`` (each is written by one thread at a time)."""
+    return {
+        "user_bytes_written": 0,
+        "wal_bytes_written": 0,
+        "flush_bytes_written": 0,
+        "compaction_bytes_written": 0,
+        "compaction_bytes_read": 0,
+        "vlog_bytes_written": 0,
+        "gc_bytes_relocated": 0,
+        "manifest_bytes_written": 0,
+        "flushes": 0,
+        "compactions": 0,
+        "trivial_moves": 0,
+        "tables_dropped_by_range_tombstones": 0,
+        "stalls": 0,
+        "slowdowns": 0,
+        "vlog_files_deleted": 0,
+        "files_removed_at_open": [],
     }
-    fn = simple.get(name)
-    return fn() if fn is not None else None
 
 
 def format_stats(s: dict) -> str:
@@ -137,28 +58,128 @@ def format_stats(s: dict) -> str:
     return "\n".join(lines)
 
 
-def verify(db) -> dict:
-    """Read every table and value-log file, checking every checksum."""
-    from .sst.reader import TableReader
-    from .vlog.reader import verify_file
+class Statistics:
+    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): statistics, properties, verification."""
 
-    fs = db._fs
-    sv = db._sv
-    tables = entries = 0
-    for _, f in sv.version.all_files():
-        r = TableReader.open(fs, table_file_name(db.path, f.number), f.number, cache=None, verify_checksums=True)
-        try:
-            entries += r.verify()
-        finally:
-            r.close()
-        tables += 1
-    vlogs = records = 0
-    for n in sorted(db._versions.vlogs):
-        length = None
-        if db._vlog is not None and n == db._vlog.file_number:
-            with db._write_lock:  # records in flight would look torn
-                length = db._vlog.size
-        nrec, _ = verify_file(fs, vlog_file_name(db.path, n), length=length)
-        records += nrec
-        vlogs += 1
-    return {"tables": tables, "table_entries": entries, "vlog_files": vlogs, "vlog_records": records}
+    def _collect_stats(self) -> dict:
+        s = dict(self._stats)
+        s["user_bytes_written"] = self._user_bytes
+        vs = self._versions
+        version = vs.current
+        s["wal_bytes_written"] = self._wal_bytes_total()
+        s["manifest_bytes_written"] = vs.manifest_bytes_written
+        vlog_written = s["vlog_bytes_written"] + (self._vlog.size if self._vlog is not None else 0)
+        s["vlog_bytes_written"] = vlog_written
+        disk_written = (
+            s["wal_bytes_written"] + s["flush_bytes_written"] + s["compaction_bytes_written"] + vlog_written + s["manifest_bytes_written"]
+        )
+        user = s["user_bytes_written"]
+        s["bytes_written_total"] = disk_written
+        s["write_amplification"] = disk_written / user if user else 0.0
+        levels = []
+        for level, files in enumerate(version.levels):
+            levels.append({"level": level, "files": len(files), "bytes": sum(f.size for f in files)})
+        s["levels"] = levels
+        vlogs = []
+        for n, st in sorted(vs.vlogs.items()):
+            total = st.total if st.sealed else (self._vlog.record_bytes if self._vlog is not None and self._vlog.file_number == n else st.total)
+            vlogs.append({"file": n, "total_bytes": total, "garbage_bytes": st.garbage, "sealed": st.sealed})
+        s["vlog_files"] = vlogs
+        s["vlog_total_bytes"] = sum(v["total_bytes"] for v in vlogs)
+        s["vlog_garbage_bytes"] = sum(v["garbage_bytes"] for v in vlogs)
+        disk = self._bytes_on_disk()
+        s["bytes_on_disk"] = disk
+        live_estimate = sum(f.size for _, f in version.all_files()) + s["vlog_total_bytes"] - s["vlog_garbage_bytes"]
+        mem_bytes = self._mem.data_bytes + sum(m.data_bytes for m in self._imms)
+        s["space_amplification"] = disk / (live_estimate + mem_bytes) if (live_estimate + mem_bytes) else 0.0
+        cache = self._cache
+        cs = cache.stats()
+        s["block_cache"] = {k: cs[k] for k in ("capacity", "usage", "pinned_usage", "hits", "misses") if k in cs}
+        s["memtable_bytes"] = self._mem.memory
+        s["immutable_memtables"] = len(self._imms)
+        s["immutable_memtable_bytes"] = sum(m.memory for m in self._imms)
+        wbm = self._wbm
+        s["write_buffer_manager"] = (
+            None
+            if wbm is None
+            else {"buffer_size": wbm.buffer_size, "memory_usage": wbm.memory_usage, "mutable_memory_usage": wbm.mutable_memory_usage}
+        )
+        s["pending_compaction_bytes"] = self._pending_compaction_bytes(version)
+        s["live_snapshots"] = len(self._snapshots)
+        s["last_sequence"] = self._last_seq
+        s["files_removed_at_open"] = list(s["files_removed_at_open"])
+        return s
+
+    def _bytes_on_disk(self) -> int:
+        fs = self._fs
+        total = 0
+        for name in fs.listdir(self.path):
+            if parse_file_name(name) is not None or name == CURRENT:
+                try:
+                    total += fs.size(os.path.join(self.path, name))
+                except AntIOError:  # a file deleted by the background thread meanwhile
+                    continue
+        return total
+
+    def _pending_compaction_bytes(self, version) -> int:
+        """Bytes above the level targets (RocksDB's estimate, simplified)."""
+        from .compaction.picker import level_target
+
+        opts = self.options
+        pending = 0
+        if len(version.levels[0]) >= opts.level0_file_num_compaction_trigger:
+            pending += version.level_bytes(0)
+        for level in range(1, len(version.levels) - 1):
+            excess = version.level_bytes(level) - level_target(opts, level)
+            if excess > 0:
+                pending += int(excess)
+        return pending
+
+    def _property_value(self, name: str) -> str | None:
+        version = self._versions.current
+        if name == "antkv.stats":
+            return format_stats(self._collect_stats())
+        prefix = "antkv.num-files-at-level"
+        if name.startswith(prefix):
+            rest = name[len(prefix):]
+            if rest.isdigit() and int(rest) < len(version.levels):
+                return str(len(version.levels[int(rest)]))
+            return None
+        simple = {
+            "antkv.num-immutable-mem-table": lambda: str(len(self._imms)),
+            "antkv.cur-size-active-mem-table": lambda: str(self._mem.memory),
+            "antkv.estimate-num-keys": lambda: str(sum(f.num_entries for _, f in version.all_files()) + self._mem.num_entries),
+            "antkv.num-snapshots": lambda: str(len(self._snapshots)),
+            "antkv.total-sst-files-size": lambda: str(sum(f.size for _, f in version.all_files())),
+            "antkv.live-blob-file-size": lambda: str(sum(st.total - st.garbage for st in self._versions.vlogs.values())),
+            "antkv.num-blob-files": lambda: str(len(self._versions.vlogs)),
+            "antkv.last-sequence": lambda: str(self._last_seq),
+        }
+        fn = simple.get(name)
+        return fn() if fn is not None else None
+
+    def _verify_files(self) -> dict:
+        """Read every table and value-log file, checking every checksum."""
+        from .sst.reader import TableReader
+        from .vlog.reader import verify_file
+
+        fs = self._fs
+        sv = self._sv
+        tables = entries = 0
+        for _, f in sv.version.all_files():
+            r = TableReader.open(fs, table_file_name(self.path, f.number), f.number, cache=None, verify_checksums=True)
+            try:
+                entries += r.verify()
+            finally:
+                r.close()
+            tables += 1
+        vlogs = records = 0
+        for n in sorted(self._versions.vlogs):
+            length = None
+            if self._vlog is not None and n == self._vlog.file_number:
+                with self._write_lock:  # records in flight would look torn
+                    length = self._vlog.size
+            nrec, _ = verify_file(fs, vlog_file_name(self.path, n), length=length)
+            records += nrec
+            vlogs += 1
+        return {"tables": tables, "table_entries": entries, "vlog_files": vlogs, "vlog_records": records}

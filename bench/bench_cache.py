@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from antkv.cache import Cache  # noqa: E402
+from antkv.memory.cache import Cache  # noqa: E402
 
 
 def _rate(n: int, fn) -> float:

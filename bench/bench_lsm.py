@@ -26,7 +26,6 @@ import tempfile
 import time
 
 import antkv
-from antkv import background
 
 GET_SLICE = 5_000
 SCANS = 3
@@ -44,7 +43,7 @@ def fill_antkv(keys, value, path) -> tuple[float, dict]:
     for k in keys:
         put(k, value)
     db.flush()
-    db._wait_for_background(lambda: not db._imms and db._bg_running == 0 and not background.has_work(db))
+    db._wait_for_background(lambda: not db._imms and db._bg_running == 0 and not db._has_work())
     rate = len(keys) / (time.perf_counter() - t)
     st = db.stats()
     db.close()

@@ -47,8 +47,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from antkv.cache import Cache  # noqa: E402
-from antkv.dbformat import MAX_SEQUENCE, VALUE  # noqa: E402
+from antkv.memory.cache import Cache  # noqa: E402
+from antkv.base.dbformat import MAX_SEQUENCE, VALUE  # noqa: E402
 from antkv.fs import default_file_system, join  # noqa: E402
 from antkv.fs.memory import MemoryFileSystem  # noqa: E402
 from antkv.sst import TableBuilder, TableReader  # noqa: E402

@@ -54,12 +54,12 @@ from collections import Counter
 from dataclasses import dataclass
 
 import antkv
-from antkv.batch import decode_batch
-from antkv.dbformat import VALUE_POINTER
+from antkv.record.batch import decode_batch
+from antkv.base.dbformat import VALUE_POINTER
 from antkv.fs.fault import FaultInjectionFileSystem
 from antkv.fs.memory import MemoryFileSystem
-from antkv.log_format import LogReader
-from antkv.version_set import parse_file_name
+from antkv.record.log_format import LogReader
+from antkv.base.filenames import parse_file_name
 from antkv.vlog.pointer import decode_pointer
 from antkv.vlog.reader import ValueLogScan
 

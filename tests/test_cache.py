@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import antkv
-from antkv.cache import Cache, Handle, default_shard_bits
+from antkv.memory.cache import Cache, Handle, default_shard_bits
 from antkv.errors import InvalidArgumentError, MemoryLimitError
 
 KiB = 1024

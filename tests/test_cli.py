@@ -2,7 +2,7 @@
 conventions (text, ``--hex``, ``--escape``), exit statuses (0 ok, 1 antkv error, 2 usage,
 3 key not found), no database created by a read, and no traceback for any bad file.
 
-Commands run in-process through ``antkv.cli.main(argv)`` (output captured as bytes), and once as
+Commands run in-process through ``antkv.tools.cli.main(argv)`` (output captured as bytes), and once as
 a real ``python -m antkv`` subprocess.
 """
 
@@ -17,7 +17,7 @@ import sys
 import pytest
 
 import antkv
-from antkv.cli import escape, main, unescape
+from antkv.tools.cli import escape, main, unescape
 
 OPTS = dict(max_background_jobs=0, min_blob_size=100, write_buffer_size=4096, level0_file_num_compaction_trigger=8)
 BIG = bytes(range(256)) * 2  # 512 bytes: goes to the value log

@@ -48,3 +48,30 @@ def test_in_place_bottom_compaction_never_leaves_a_table_inside_its_output():
         assert db.get(k) == v, k
     assert dict(db.items()) == model
     db.close()
+
+
+def test_asking_whether_there_is_work_does_not_move_the_round_robin_cursor():
+    # issue 20: the picker advanced the level's round-robin cursor each time it was asked, and
+    # the background thread asks (has_work) before it runs (compact_once): three questions
+    # moved the cursor across three tables, so the compaction skipped them
+    fs = MemoryFileSystem()
+    fill = dict(file_system=fs, max_background_jobs=0, num_levels=4, block_size=256,
+                target_file_size_base=2048, enable_blob_files=False)
+    db = antkv.open("db", **fill)
+    for i in range(400):
+        db.put(b"k%05d" % i, b"v" * 40)
+    db.compact_range()  # everything to the last level holding data: L1, many tables
+    db.close()
+    # one more level: L1 is no longer the bottom and, over its tiny target, it alone scores
+    db = antkv.open("db", **dict(fill, num_levels=5, max_bytes_for_level_base=1024, max_bytes_for_level_multiplier=1000.0))
+    version = db._versions.current
+    l1 = list(version.levels[1])
+    assert len(l1) >= 6 and not version.levels[0] and not any(version.levels[2:])
+    with db._mutex:
+        assert all(db._has_work() for _ in range(3))
+    assert db._compact_once()
+    moved = [f.number for f in db._versions.current.levels[2]]
+    assert moved == [l1[0].number]  # the first table by key, as if nobody had asked
+    assert db._compact_once()  # running it advances the cursor: the next table
+    assert [f.number for f in db._versions.current.levels[2]] == [l1[0].number, l1[1].number]
+    db.close()

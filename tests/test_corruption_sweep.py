@@ -19,9 +19,9 @@ import os
 import pytest
 
 import antkv
-from antkv.batch import decode_batch
-from antkv.dbformat import VALUE_POINTER
-from antkv.log_format import LogReader
+from antkv.record.batch import decode_batch
+from antkv.base.dbformat import VALUE_POINTER
+from antkv.record.log_format import LogReader
 from antkv.vlog.pointer import decode_pointer
 from fuzz.sweeps import (
     DB,

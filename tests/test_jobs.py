@@ -12,14 +12,14 @@ import random
 
 import pytest
 
-from antkv.dbformat import DELETION, VALUE, VALUE_POINTER
+from antkv.base.dbformat import DELETION, VALUE, VALUE_POINTER
 from antkv.fs.memory import MemoryFileSystem
-from antkv.jobs import CompactionJob, execute_compaction
+from antkv.compaction.jobs import CompactionJob, execute_compaction
 from antkv.sst.builder import TableBuilder
 from antkv.sst.reader import TableReader
-from antkv.table_outputs import OutputEnv, TableOptions
-from antkv.version_edit import FileMetaData
-from antkv.version_set import table_file_name
+from antkv.compaction.outputs import OutputEnv, TableOptions
+from antkv.manifest.version_edit import FileMetaData
+from antkv.base.filenames import table_file_name
 from antkv.vlog.pointer import decode_pointer, encode_pointer
 
 DIR = "db"
@@ -133,7 +133,7 @@ def test_subcompactions_together_write_what_one_compaction_writes(seed):
     """Cut at random user keys (and at the split points the runner would pick), the parts'
     outputs in key order hold exactly the whole job's entries, and the garbage computed over
     all parts is the whole job's."""
-    from antkv.jobs import columnar_garbage, split_points
+    from antkv.compaction.jobs import columnar_garbage, split_points
 
     rng = random.Random(100 + seed)
     fs = MemoryFileSystem()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import tracemalloc
 
-from antkv.memtable import MemTable
+from antkv.memtable.memtable import MemTable
 
 
 def _measure(build) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""Data-driven tests of the range-tombstone fragmenter (:mod:`antkv.rangedel`), Pebble style.
+"""Data-driven tests of the range-tombstone fragmenter (:mod:`antkv.memtable.rangedel`), Pebble style.
 
 ``tests/testdata/rangedel_fragmenter.txt`` holds cases; each is a command line, input lines,
 ``----`` and the expected output, ended by a blank line.  Keys are single lowercase letters
@@ -37,7 +37,8 @@ import re
 
 import pytest
 
-from antkv.rangedel import EMPTY, FragmentedRangeTombstones, fragment, truncate
+from antkv.memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment, truncate
+from datadriven import check_case, parse_cases
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata", "rangedel_fragmenter.txt")
 _LINE = re.compile(r"^\s*(\d+):(.*)$")
@@ -91,36 +92,6 @@ def render(frags: FragmentedRangeTombstones) -> list[str]:
             row[ce] = e.decode()
         rows.append(f"{s:>{width}}: " + "".join(row).rstrip())
     return rows
-
-
-def parse_cases(path: str) -> list[dict]:
-    """``[{line, cmd, args, input, expected}]`` from the data file."""
-    cases = []
-    with open(path, encoding="utf-8") as fh:
-        lines = fh.read().split("\n")
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        if not line.strip() or line.startswith("#"):
-            i += 1
-            continue
-        start = i + 1
-        words = line.split()
-        cmd, args = words[0], words[1:]
-        i += 1
-        inp = []
-        while lines[i] != "----":
-            assert lines[i].strip(), f"line {i + 1}: blank line before ----"
-            inp.append(lines[i])
-            i += 1
-        i += 1
-        exp = []
-        while i < len(lines) and lines[i].strip():
-            exp.append(lines[i].rstrip())
-            i += 1
-        assert exp, f"line {start}: no expected output"
-        cases.append({"line": start, "cmd": cmd, "args": args, "input": inp, "expected": exp})
-    return cases
 
 
 def run_case(case: dict, state: dict) -> list[str]:
@@ -182,10 +153,7 @@ def test_data_file_has_cases():
 def test_fragmenter_case(group):
     state: dict = {}
     for case in group:
-        got = run_case(case, state)
-        assert got == case["expected"], "\n".join(
-            [f"{DATA}:{case['line']}: {case['cmd']} {' '.join(case['args'])}", "got:"] + got + ["want:"] + case["expected"]
-        )
+        check_case(DATA, case, run_case(case, state))
 
 
 def test_picture_parser_rejects_misdrawn_spans():

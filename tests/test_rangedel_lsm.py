@@ -25,10 +25,10 @@ import sys
 import pytest
 
 import antkv
-from antkv import iterators
+from antkv.read import iterators
 from antkv.fs.fault import FaultInjectionFileSystem
 from antkv.fs.memory import MemoryFileSystem
-from antkv.rangedel import fragment
+from antkv.memtable.rangedel import fragment
 
 BASE = dict(max_background_jobs=0, enable_blob_files=False, level0_file_num_compaction_trigger=100,
             level0_slowdown_writes_trigger=200, level0_stop_writes_trigger=300)
@@ -461,15 +461,13 @@ def test_thousands_of_tombstones_do_not_make_reads_crawl(where):
         frags = db._mem.fragments()
         assert len(frags) == n
     else:
-        from antkv.read_view import table_fragments
-
-        frags = table_fragments(reader)
+        frags = reader.fragments()
     for i in range(0, 2000, 7):
         assert db.get(b"k%06d" % i) == (None if i % 2 == 0 else b"v")
     if where == "memtable":
         assert db._mem.fragments() is frags
     else:
-        assert table_fragments(reader) is frags
+        assert reader.fragments() is frags
 
     # iterators: one fragmented view per super version, shared -- also across a write that
     # does not touch the tombstones (its sequence number changes nothing a reader sees of them)

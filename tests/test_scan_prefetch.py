@@ -10,7 +10,7 @@ import random
 import pytest
 
 import antkv
-import antkv.read_view as read_view
+import antkv.read.read_view as read_view
 from antkv.fs.memory import MemoryFileSystem
 
 

@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import antkv
-from antkv.dbformat import DELETION, VALUE, VALUE_POINTER
+from antkv.base.dbformat import DELETION, VALUE, VALUE_POINTER
 from antkv.fs.memory import MemoryFileSystem
-from antkv.iterators import merge_backward, merge_forward, visible_backward, visible_forward
-from antkv.runs import (
+from antkv.read.iterators import merge_backward, merge_forward, visible_backward, visible_forward
+from antkv.read.runs import (
     RUN_TARGET,
     entry_runs,
     entry_runs_backward,
@@ -175,7 +175,7 @@ TINY = dict(
 def _general_items(db, lo, hi, snapshot):
     """The general per-entry path (heapq.merge + visible_forward), values resolved."""
     view = db._view(snapshot)
-    frags, newer = view.sv.fragments(db, view.read_seq)
+    frags, newer = view.sv.fragments(db._open_table, view.read_seq)
     merged = merge_forward(view._forward_sources(lo, newer))
     gen = visible_forward(merged, view.read_seq, frags, hi)
     return [(k, view.resolve(v) if kind == VALUE_POINTER else v) for k, kind, v in gen]

@@ -8,12 +8,12 @@ import random
 import pytest
 
 import antkv
-from antkv.dbformat import DELETION, MAX_SEQUENCE, VALUE, VALUE_POINTER
+from antkv.base.dbformat import DELETION, MAX_SEQUENCE, VALUE, VALUE_POINTER
 from antkv.fs.memory import MemoryFileSystem
 from antkv.sst import TableBuilder, TableReader, dump_table
 from antkv.sst.builder import separator
 
-from antkv.cache import Cache
+from antkv.memory.cache import Cache
 from antkv.fs.fault import FaultInjectionFileSystem
 
 CACHE_MODES = ["nocache", "cache"]
@@ -301,7 +301,7 @@ def test_long_scans_read_ahead_past_the_cached_blocks(cache_mode):
     build(fs, "t.sst", entries, block_size=128)
     cache = make_cache(cache_mode)
     r = TableReader.open(fs, "t.sst", 7, cache=cache)
-    nblocks = len(r._get_index()[0])
+    nblocks = len(r.index()[0])
     assert nblocks > 4 * reader_mod.SCAN_CACHED_BLOCKS
     usage_before = cache.usage if cache else 0
     flat = lambda blocks: [e for b in blocks for e in zip(*b)]  # noqa: E731
@@ -313,7 +313,7 @@ def test_long_scans_read_ahead_past_the_cached_blocks(cache_mode):
         assert flat(r.blocks_forward(start)) == model_forward(entries, start)
         got = [e for b in r.blocks_backward(start) for e in reversed(list(zip(*b)))]
         assert got == model_backward(entries, start)
-    off = r._get_index()[2][nblocks - 5]
+    off = r.index()[2][nblocks - 5]
     r.close()
     # flip one byte in a block far past the cached ones: the scan raises, naming the offset
     data = bytearray(fs.read_all("t.sst"))

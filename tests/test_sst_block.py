@@ -7,7 +7,7 @@ import random
 import pytest
 import xxhash
 
-from antkv.dbformat import VALUE
+from antkv.base.dbformat import VALUE
 from antkv.errors import CorruptionError
 from antkv.sst.block import (
     BLOCK_FOOTER,
@@ -52,7 +52,7 @@ def test_restart_points_and_prefix_compression():
 def model_search(entries, key, neg):
     for k, ng, kind, value in entries:
         if (k, ng) >= (key, neg):
-            return (ng, kind, value) if k == key else None
+            return (-ng, kind, value) if k == key else None
     return None
 
 
@@ -247,5 +247,5 @@ def test_a_layout_is_not_reused_for_the_same_ends_bytes_at_another_width():
         _layouts.clear()
         decode_block(first, len(first), "t", 0)
         assert decode_block(y, len(y), "t", 0) == expect
-        assert search_block(y, len(y), expect[0][0], -9, "t", 0) == (-9, VALUE, expect[3][0])
+        assert search_block(y, len(y), expect[0][0], -9, "t", 0) == (9, VALUE, expect[3][0])
         assert decode_block(x, len(x), "t", 0) == ([b"a", b"b"], [-1, -2], [VALUE, VALUE], [b"vv", b"ww"])

@@ -8,8 +8,8 @@ import random
 import pytest
 
 import antkv
-from antkv.cache import Cache
-from antkv.dbformat import DELETION, MAX_SEQUENCE, VALUE, VALUE_POINTER
+from antkv.memory.cache import Cache
+from antkv.base.dbformat import DELETION, MAX_SEQUENCE, VALUE, VALUE_POINTER
 from antkv.fs.memory import MemoryFileSystem
 from antkv.sst import TableBuilder, TableReader
 from antkv.sst.block import decode_block, encode_entries
@@ -164,7 +164,8 @@ def test_a_table_of_another_format_version_is_refused():
 
 def test_zstd_garbage_with_valid_checksum_is_corruption():
     """A block whose trailer is right but whose zstd frame is not (a writer bug, say)."""
-    from antkv.sst.format import ZSTD_COMPRESSION, _CHECKSUM, checksum
+    from antkv.base.compression import COMPRESSION_ZSTD as ZSTD_COMPRESSION
+    from antkv.sst.format import _CHECKSUM, checksum
 
     fs = MemoryFileSystem()
     for payload in (b"not a zstd frame", b"\x28\xb5\x2f\xfd\x00\x00garbage", b""):

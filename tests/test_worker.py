@@ -1,4 +1,4 @@
-"""Background jobs in worker processes (antkv.worker), on the real file system.
+"""Background jobs in worker processes (antkv.compaction.worker), on the real file system.
 
 The workers are real processes; failures are real too: a worker killed in the middle of a job
 (the job reruns in-process and its partial outputs are removed), a corrupt input table (the
@@ -17,7 +17,6 @@ import threading
 import time
 
 import antkv
-from antkv import background
 
 
 def _opts(**kw):
@@ -28,7 +27,7 @@ def _opts(**kw):
 
 def _settle(db) -> None:
     db.flush()
-    db._wait_for_background(lambda: not db._imms and db._bg_running == 0 and not background.has_work(db))
+    db._wait_for_background(lambda: not db._imms and db._bg_running == 0 and not db._has_work())
 
 
 def _fill(db, n: int, model: dict, tag: bytes = b"") -> None:

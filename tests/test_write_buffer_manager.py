@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from antkv.cache import Cache
+from antkv.memory.cache import Cache
 from antkv.errors import DBClosedError, InvalidArgumentError
-from antkv.write_buffer_manager import WriteBufferManager, shared_memory
+from antkv.memory.write_buffer_manager import WriteBufferManager, shared_memory
 
 KiB = 1024
 MiB = 1024 * KiB

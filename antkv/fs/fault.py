@@ -21,7 +21,7 @@ import random
 import threading
 
 from ..errors import IOError as AntIOError
-from . import FileLock, FileSystem, RandomAccessFile, WritableFile
+from .api import FileLock, FileSystem, RandomAccessFile, WritableFile
 
 
 class SimulatedCrash(BaseException):

@@ -22,7 +22,7 @@ import threading
 
 from ..errors import IOError as AntIOError
 from ..errors import LockError
-from . import FileLock, FileSystem, RandomAccessFile, WritableFile
+from .api import FileLock, FileSystem, RandomAccessFile, WritableFile
 
 
 def _err(code: int, op: str, path: str) -> AntIOError:

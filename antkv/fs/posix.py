@@ -9,7 +9,7 @@ import threading
 
 from ..errors import IOError as AntIOError
 from ..errors import LockError
-from . import FileLock, FileSystem, RandomAccessFile, WritableFile
+from .api import FileLock, FileSystem, RandomAccessFile, WritableFile
 
 
 def _io_error(op: str, path: str, e: OSError) -> AntIOError:

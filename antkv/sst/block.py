@@ -13,7 +13,7 @@ the order given (for data blocks: internal-key order).  The contents of a block 
     |                       suffix 0..n-1, value 0..n-1; a piece starts where  |
     |                       the one before it ends (the first at 0)            |
     | seqs       n x uQ     sequence number of entry i                         |
-    | kinds      n x u8     kind of entry i (antkv.dbformat.Kind)              |
+    | kinds      n x u8     kind of entry i (antkv.base.dbformat.Kind)              |
     | block footer, 8 bytes: n u32 | R u16 | E u8 | Q u8   E, Q in {1,2,4,8}   |
     +--------------------------------------------------------------------------+
       all integers little-endian; uE = unsigned integer of E bytes
@@ -43,13 +43,13 @@ import struct
 from itertools import accumulate, chain, repeat
 from operator import concat, getitem, neg, sub
 
+from ..base.dbformat import MAX_KIND
 from ..errors import CorruptionError
 
 BLOCK_FOOTER = struct.Struct("<IHBB")  # PART OF THE FILE FORMAT: n, R, E, Q
 BLOCK_FOOTER_SIZE = BLOCK_FOOTER.size  # 8
 DEFAULT_RESTART_INTERVAL = 16
 _WIDTH_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
-_MAX_KIND = 3
 
 _structs: dict[tuple[int, str], struct.Struct] = {}
 
@@ -223,7 +223,7 @@ def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, l
         pieces = splitter.unpack_from(buf)
         neg_seqs = list(map(neg, _array_struct(n, _WIDTH_CODES[qw]).unpack_from(buf, seqs_off)))
         kinds = list(buf[kinds_off : kinds_off + n])
-        if max(kinds) > _MAX_KIND:
+        if max(kinds) > MAX_KIND:
             raise ValueError("unknown entry kind")
         if layout[_HAS_PREFIX]:
             keys = list(map(concat, chain.from_iterable(map(repeat, pieces[:g], repeat(r))), pieces[g : g + n]))
@@ -235,7 +235,8 @@ def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, l
 
 
 def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, offset: int):
-    """``(neg_seq, kind, value)`` of the first entry >= ``(key, neg_seq)`` if its key is ``key``.
+    """``(seq, kind, value)`` of the first entry >= ``(key, neg_seq)`` if its key is ``key``
+    (a *found entry*: the sequence number positive, as memtables return it).
 
     Binary search straight on the block's bytes: builds only the keys it compares (one slice of
     the group prefix, one of the suffix), never the whole decoded block.  None when absent.
@@ -268,8 +269,8 @@ def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, off
             return None
         v = g + n + found
         kind = buf[kinds_off + found]
-        if kind > _MAX_KIND:
+        if kind > MAX_KIND:
             raise ValueError("unknown entry kind")
-        return -seq_at(buf, seqs_off + found * qw)[0], kind, buf[ends[v - 1] : ends[v]]
+        return seq_at(buf, seqs_off + found * qw)[0], kind, buf[ends[v - 1] : ends[v]]
     except _DECODE_ERRORS as e:
         raise CorruptionError(f"undecodable block ({e})", path, offset) from None

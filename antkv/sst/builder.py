@@ -20,14 +20,14 @@ from bisect import bisect_left
 from itertools import accumulate, islice, repeat
 from operator import add, lt
 
-from ..dbformat import DELETION, MAX_SEQUENCE, RANGE_DELETION, VALUE, VALUE_POINTER
+from ..base.compression import COMPRESSION_NONE
+from ..base.dbformat import DELETION, MAX_SEQUENCE, RANGE_DELETION, VALUE, VALUE_POINTER
 from ..errors import InvalidArgumentError
 from .block import encode_block, encode_entries, shared_prefix_len
 from .bloom import build_filter, key_digests
 from .format import (
     BLOCK_HANDLE,
     BLOCK_TRAILER_SIZE,
-    NO_COMPRESSION,
     compression_name,
     compression_type,
     encode_footer,
@@ -325,7 +325,7 @@ class TableBuilder:
             self._add_index_entry(None)
         self._set_done()
         file = self.file
-        filter_handle = write_block(file, build_filter(b"".join(self._digests), self._bloom_bits), NO_COMPRESSION)
+        filter_handle = write_block(file, build_filter(b"".join(self._digests), self._bloom_bits), COMPRESSION_NONE)
         filter_size = filter_handle[1] + BLOCK_TRAILER_SIZE
 
         tombstones = sorted(self._tombstones, key=lambda t: (t[0], -t[1], t[2]))
@@ -339,7 +339,7 @@ class TableBuilder:
         props = self._properties(tombstones, blob_refs or {})
         props.filter_size = filter_size
         props.index_size = index_handle[1] + BLOCK_TRAILER_SIZE
-        props_handle = write_block(file, encode_properties(props), NO_COMPRESSION)
+        props_handle = write_block(file, encode_properties(props), COMPRESSION_NONE)
         file.append(encode_footer([filter_handle, rangedel_handle, index_handle, props_handle]))
         props.file_size = file.size
         self._digests = []

@@ -55,14 +55,11 @@ import threading
 import xxhash
 import zstandard
 
+from ..base.compression import COMPRESSION_CODES, COMPRESSION_NAMES, COMPRESSION_NONE, COMPRESSION_ZSTD
 from ..errors import CorruptionError, InvalidArgumentError
 
 MAGIC = int.from_bytes(b"antkvSST", "little")  # PART OF THE FILE FORMAT
 FORMAT_VERSION = 2  # PART OF THE FILE FORMAT; 2: blocked bloom filter (1: per-key double hashing)
-
-NO_COMPRESSION = 0  # PART OF THE FILE FORMAT
-ZSTD_COMPRESSION = 1  # PART OF THE FILE FORMAT
-COMPRESSION_NAMES = {None: NO_COMPRESSION, "zstd": ZSTD_COMPRESSION}
 
 BLOCK_HANDLE = struct.Struct("<QI")  # PART OF THE FILE FORMAT
 BLOCK_TRAILER_SIZE = 9  # PART OF THE FILE FORMAT: compression u8 + checksum u64
@@ -93,13 +90,13 @@ _zstd = _ZstdContext()
 def compression_type(name: str | None) -> int:
     """The on-disk compression byte for an ``Options.compression`` value."""
     try:
-        return COMPRESSION_NAMES[name]
+        return COMPRESSION_CODES[name]
     except (KeyError, TypeError):
         raise InvalidArgumentError(f"unknown compression {name!r}; use 'zstd' or None") from None
 
 
 def compression_name(ctype: int) -> str | None:
-    return "zstd" if ctype == ZSTD_COMPRESSION else None
+    return COMPRESSION_NAMES.get(ctype)
 
 
 def write_block(file, contents: bytes, ctype: int) -> tuple[int, int]:
@@ -108,12 +105,12 @@ def write_block(file, contents: bytes, ctype: int) -> tuple[int, int]:
     REQUIRES: ``file.size`` is the offset the block lands at.
     """
     data = contents
-    if ctype == ZSTD_COMPRESSION:
+    if ctype == COMPRESSION_ZSTD:
         packed = _zstd.compressor.compress(contents)
         if len(packed) <= len(contents) - len(contents) // _MIN_RATIO_SAVING - 1:
             data = packed
         else:
-            ctype = NO_COMPRESSION
+            ctype = COMPRESSION_NONE
     size = len(data)
     if size > MAX_BLOCK_SIZE:
         raise InvalidArgumentError(f"a table block of {size} bytes exceeds the 4 GiB limit")
@@ -154,9 +151,9 @@ def read_block(file, offset: int, size: int, verify: bool, path: str) -> tuple[b
         if checksum(memoryview(buf)[: size + 1]) != stored:
             raise CorruptionError("block checksum mismatch", path, offset)
     ctype = buf[size]
-    if ctype == NO_COMPRESSION:
+    if ctype == COMPRESSION_NONE:
         return buf, size
-    if ctype == ZSTD_COMPRESSION:
+    if ctype == COMPRESSION_ZSTD:
         frame = buf[:size]
         try:
             n = zstandard.frame_content_size(frame)

@@ -30,8 +30,9 @@ from bisect import bisect_left, bisect_right
 from operator import le, lt
 from typing import Iterator
 
-from ..dbformat import RANGE_DELETION
+from ..base.dbformat import RANGE_DELETION
 from ..errors import CorruptionError, DBClosedError
+from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment
 from .block import decode_block, search_block
 from .bloom import decode_filter
 from .bloom import may_contain as bloom_may_contain
@@ -58,6 +59,7 @@ class TableReader:
         self._file = None
         self._cache = None
         self._handles: list = []
+        self._fragments: FragmentedRangeTombstones | None = None  # built on first use
 
     @classmethod
     def open(cls, fs, path: str, file_number: int, *, cache=None, verify_checksums: bool = True) -> "TableReader":
@@ -151,10 +153,18 @@ class TableReader:
     def _index_charge(index) -> int:
         return _block_charge(sum(map(len, index[0])), len(index[0]))
 
-    def _get_index(self):
+    def index(self):
+        """The decoded index ``(keys, neg_seqs, offsets, sizes)`` (one entry per data block)."""
         if self._file is None:
             raise DBClosedError(f"table {self.path} is closed")
         return self._index
+
+    def fragments(self) -> FragmentedRangeTombstones:
+        """The table's range tombstones, fragmented (once per open table)."""
+        frags = self._fragments
+        if frags is None:
+            frags = self._fragments = fragment(self.range_tombstones) if self.range_tombstones else EMPTY
+        return frags
 
     # --- data blocks ---
 
@@ -184,7 +194,7 @@ class TableReader:
         """The decoded blocks at index positions ``order`` (ascending or descending, step 1):
         the first :data:`SCAN_CACHED_BLOCKS` through the cache, the rest read ahead in runs of
         about :data:`READAHEAD` bytes and decoded without touching the cache."""
-        _, _, offsets, sizes = self._get_index()
+        _, _, offsets, sizes = self.index()
         data_block = self._data_block
         cached = order[:SCAN_CACHED_BLOCKS]
         for i in cached:
@@ -226,12 +236,11 @@ class TableReader:
             raise DBClosedError(f"table {self.path} is closed")
         if not bloom_may_contain(self.filter, user_key):
             return None
-        found = self.find(user_key, -read_seq)
-        return None if found is None else (-found[0], found[1], found[2])
+        return self.find(user_key, -read_seq)
 
     def find(self, user_key: bytes, neg_read: int) -> tuple[int, int, bytes] | None:
-        """``(neg_seq, kind, value)`` of the first entry >= ``(user_key, neg_read)`` if its user
-        key is ``user_key`` (the newest version with seq <= ``-neg_read``), else None.
+        """``(seq, kind, value)`` of the first entry >= ``(user_key, neg_read)`` if its user key
+        is ``user_key`` (the newest version with seq <= ``-neg_read``), else None.
 
         The point-read path: it does not consult the bloom filter (callers probe ``filter``
         first, with :func:`antkv.sst.bloom.may_contain`).
@@ -273,7 +282,7 @@ class TableReader:
             return None
         j = bisect_left(negs, neg_read, j, bisect_right(keys, user_key, j))
         if j < len(keys) and keys[j] == user_key:
-            return negs[j], kinds[j], values[j]
+            return -negs[j], kinds[j], values[j]
         return None
 
     def columns(self, lo: bytes | None = None, hi: bytes | None = None) -> tuple[list, list, list, list]:
@@ -281,7 +290,7 @@ class TableReader:
         ``(keys, neg_seqs, kinds, values)`` in internal order, for a compaction: the blocks that
         can hold them are read with one ``pread`` and checked, bypassing the block cache (a
         compaction's reads would only evict hot blocks)."""
-        ikeys, _, offsets, sizes = self._get_index()
+        ikeys, _, offsets, sizes = self.index()
         keys: list = []
         negs: list = []
         kinds: list = []
@@ -308,7 +317,7 @@ class TableReader:
     def blocks_forward(self, start: bytes | None = None) -> Iterator[tuple[list, list, list, list]]:
         """Decoded data blocks (shared: never mutate them) from the one holding the first entry
         whose user key >= ``start``, that first one cut to begin there; empty ones skipped."""
-        ikeys, _, offsets, sizes = self._get_index()
+        ikeys, _, offsets, sizes = self.index()
         b = 0 if start is None else bisect_left(ikeys, start)
         for i, block in zip(range(b, len(ikeys)), self._scan_blocks(range(b, len(ikeys)))):
             if i == b and start is not None:
@@ -323,7 +332,7 @@ class TableReader:
         """Decoded data blocks (shared: never mutate them), last first, from the one holding the
         last entry whose user key <= ``start`` (< with ``exclusive``), that one cut to end
         there; empty ones skipped.  Each block is in ascending order."""
-        ikeys, _, offsets, sizes = self._get_index()
+        ikeys, _, offsets, sizes = self.index()
         nblocks = len(ikeys)
         if start is None:
             b = nblocks - 1
@@ -340,7 +349,7 @@ class TableReader:
 
     def iter_forward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Entry tuples in internal order from the first whose user key >= ``start``."""
-        ikeys, _, offsets, sizes = self._get_index()
+        ikeys, _, offsets, sizes = self.index()
         b = 0 if start is None else bisect_left(ikeys, start)
         order = range(b, len(ikeys))
         for i, (keys, negs, kinds, values) in zip(order, self._scan_blocks(order)):
@@ -352,7 +361,7 @@ class TableReader:
 
     def iter_backward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Entry tuples in reverse internal order from the last whose user key <= ``start``."""
-        ikeys, _, offsets, sizes = self._get_index()
+        ikeys, _, offsets, sizes = self.index()
         nblocks = len(ikeys)
         b = nblocks - 1 if start is None else min(bisect_right(ikeys, start), nblocks - 1)
         order = range(b, -1, -1)
@@ -417,7 +426,7 @@ def dump_table(fs, path: str) -> Iterator[str]:
         yield f"table {path}: {reader.file_size} bytes, format version {p.format_version}"
         for name, value in sorted(vars(p).items()):
             yield f"  property {name} = {value!r}"
-        ikeys, inegs, offsets, sizes = reader._get_index()
+        ikeys, inegs, offsets, sizes = reader.index()
         bits, m, k = reader.filter
         yield f"filter: {m} bits, {k} probes"
         yield f"range tombstones: {len(reader.range_tombstones)}"

@@ -10,7 +10,7 @@ pointer), ``writer`` (the active file), ``reader`` (pointer resolution, scans, r
 verification, dump).
 """
 
-from .format import parse_vlog_file_name, vlog_file_name
+from ..base.filenames import parse_vlog_file_name, vlog_file_name
 from .pointer import POINTER_SIZE, decode_pointer, encode_pointer
 from .reader import ValueLogReader, ValueLogScan, dump_vlog, iter_records, recover_file, verify_file
 from .writer import ValueLogWriter

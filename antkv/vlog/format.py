@@ -52,18 +52,19 @@ boundary ``p``; ``n`` = bytes from ``p`` to the end of the file):
 6. the payload check fails -> torn tail if the record ends exactly at the end of the file,
    else corruption.
 
-PART OF THE FILE FORMAT: every constant and struct below, and the checksum definitions.
+PART OF THE FILE FORMAT: every constant and struct below, the checksum definitions and the
+compression codes (:mod:`antkv.base.compression`, shared with tables).
 """
 
 from __future__ import annotations
 
-import os
 import struct
 import threading
 
 import xxhash
 import zstandard
 
+from ..base.compression import COMPRESSION_CODES, COMPRESSION_NAMES, COMPRESSION_NONE, COMPRESSION_ZSTD
 from ..errors import CorruptionError, InvalidArgumentError
 
 # --- constants: PART OF THE FILE FORMAT -------------------------------------------------
@@ -71,11 +72,6 @@ from ..errors import CorruptionError, InvalidArgumentError
 FILE_MAGIC = b"ANTKVLOG"
 FORMAT_VERSION = 1
 FOOTER_MAGIC = b"VLG\xf7SEAL"  # bytes 0:4 as u32 = 0xF7474C56: high bit set, never a key length
-
-COMPRESSION_NONE = 0
-COMPRESSION_ZSTD = 1
-COMPRESSION_NAMES = {COMPRESSION_NONE: None, COMPRESSION_ZSTD: "zstd"}
-COMPRESSION_CODES = {None: COMPRESSION_NONE, "zstd": COMPRESSION_ZSTD}
 
 FILE_HEADER = struct.Struct("<8sHBBQI")
 FILE_HEADER_SIZE = FILE_HEADER.size  # 24
@@ -90,26 +86,10 @@ FOOTER_SIZE = FOOTER.size  # 36
 MAX_KEY_LENGTH = (1 << 31) - 1
 MAX_RECORD_SIZE = (1 << 32) - 1  # the pointer's size field is a u32
 
-FILE_SUFFIX = ".vlog"
-
 header_check = xxhash.xxh32_intdigest  # of the first 20 / 21 / 32 bytes of a header or footer
 payload_check = xxhash.xxh3_64_intdigest  # of key || value-on-disk
 
 ZSTD_LEVEL = 3
-
-
-def vlog_file_name(dirname: str, file_number: int) -> str:
-    """The path of value-log file ``file_number`` in database directory ``dirname``."""
-    return f"{dirname}/{file_number:06d}{FILE_SUFFIX}"
-
-
-def parse_vlog_file_name(name: str) -> int | None:
-    """The file number of a value-log file name (``000123.vlog``), else None."""
-    base = os.path.basename(name)
-    if not base.endswith(FILE_SUFFIX):
-        return None
-    stem = base[: -len(FILE_SUFFIX)]
-    return int(stem) if stem.isdigit() and stem.isascii() else None
 
 
 def compression_code(name: str | None) -> int:

@@ -20,11 +20,11 @@ import threading
 from collections import OrderedDict, deque
 from typing import Iterator
 
+from ..base.compression import COMPRESSION_NAMES, COMPRESSION_NONE
+from ..base.filenames import vlog_file_name
 from ..errors import CorruptionError, DBClosedError, InvalidArgumentError
 from ..errors import IOError as AntIOError
 from .format import (
-    COMPRESSION_NAMES,
-    COMPRESSION_NONE,
     FILE_HEADER_SIZE,
     FILE_MAGIC,
     FOOTER_MAGIC,
@@ -37,7 +37,6 @@ from .format import (
     header_fields_error,
     parse_record_header,
     payload_check,
-    vlog_file_name,
 )
 from .pointer import decode_pointer
 
@@ -48,7 +47,6 @@ __all__ = [
     "recover_file",
     "verify_file",
     "dump_vlog",
-    "vlog_file_name",
 ]
 
 _WINDOW = 1 << 20

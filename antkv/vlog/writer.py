@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 
+from ..base.filenames import vlog_file_name
 from ..errors import Error, InvalidArgumentError
 from ..errors import IOError as AntIOError
 from .format import (
@@ -27,7 +28,6 @@ from .format import (
     encode_file_header,
     encode_footer,
     encode_record,
-    vlog_file_name,
 )
 from .pointer import encode_pointer
 

@@ -10,7 +10,7 @@ merges them with C-level tuple comparisons.  On top of the merge, :func:`visible
   VALUE_POINTER shows it;
 * a range tombstone with ``entry seq < tombstone seq <= read_seq`` covering the key hides it.
 
-Range tombstones come as one fragmented view over every source (:mod:`antkv.rangedel`),
+Range tombstones come as one fragmented view over every source (:mod:`antkv.memtable.rangedel`),
 already restricted to ``read_seq``; an index walks it in step with the keys, moving by binary
 search, so a scan starting deep inside thousands of fragments does not step through them.
 Before merging, each table-backed source skips the spans that a tombstone of a *newer* source
@@ -22,7 +22,7 @@ direction and rebuilds it on a seek or a change of direction.
 
 This is the general, per-entry path: the cursor and every scan with a range tombstone in
 view take it.  ``items()``/``keys()``/``values()`` (either direction) with no range tombstone
-in view take the batched path of :mod:`antkv.runs`, which must agree with it
+in view take the batched path of :mod:`antkv.read.runs`, which must agree with it
 (``tests/test_scan_runs.py``).  :class:`LevelSource` serves both paths.
 """
 
@@ -33,9 +33,9 @@ from itertools import chain
 from bisect import bisect_right
 from typing import Callable, Iterator
 
-from .dbformat import DELETION, VALUE_POINTER
-from .errors import DBClosedError, InvalidArgumentError
-from .rangedel import FragmentedRangeTombstones
+from ..base.dbformat import DELETION, VALUE_POINTER
+from ..errors import DBClosedError, InvalidArgumentError
+from ..memtable.rangedel import FragmentedRangeTombstones
 
 Entry = tuple  # (user_key, neg_seq, kind, value)
 
@@ -178,10 +178,10 @@ def skip_covered_backward(
 class LevelSource:
     """A sorted level (L1+) as one source: its tables concatenated in key order."""
 
-    __slots__ = ("db", "files")
+    __slots__ = ("open_table", "files")
 
-    def __init__(self, db, files: list):
-        self.db = db
+    def __init__(self, open_table, files: list):
+        self.open_table = open_table  # the table cache's get: a table's reader
         self.files = files
 
     def forward(self, start: bytes | None) -> Iterator:
@@ -196,7 +196,7 @@ class LevelSource:
         i = 0
         if start is not None:
             i = self._first_at_or_after(start)
-        open_table = self.db._open_table
+        open_table = self.open_table
         for f in files[i:]:
             yield from (f.reader or open_table(f)).blocks_forward(start)
             start = None
@@ -215,7 +215,7 @@ class LevelSource:
         return lo
 
     def _tables_forward(self, files: list, start: bytes | None) -> Iterator[Iterator]:
-        open_table = self.db._open_table
+        open_table = self.open_table
         for f in files:
             yield (f.reader or open_table(f)).iter_forward(start)
             start = None
@@ -236,13 +236,13 @@ class LevelSource:
         if start is not None:
             while i >= 0 and files[i].smallest > start:
                 i -= 1
-        open_table = self.db._open_table
+        open_table = self.open_table
         for f in files[i::-1] if i >= 0 else ():
             yield from (f.reader or open_table(f)).blocks_backward(start, exclusive)
             start = None
 
     def _tables_backward(self, files: list, start: bytes | None) -> Iterator[Iterator]:
-        open_table = self.db._open_table
+        open_table = self.open_table
         for f in files:
             yield (f.reader or open_table(f)).iter_backward(start)
             start = None
@@ -386,7 +386,7 @@ class _ClosedView:
 
 
 def _key_arg(key) -> bytes:
-    from .batch import as_bytes
+    from ..record.batch import as_bytes
 
     return as_bytes(key, "key")
 

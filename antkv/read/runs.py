@@ -1,6 +1,6 @@
 """Batched scans: sources merged a *run* of entries at a time, with C loops only.
 
-The general scan (:mod:`antkv.iterators`) moves one entry at a time through ``heapq.merge`` and
+The general scan (:mod:`antkv.read.iterators`) moves one entry at a time through ``heapq.merge`` and
 a visibility generator: several Python frames per entry.  When no range tombstone is in view
 (the common case) ``items()``/``keys()``/``values()`` instead work on *runs*: parallel sequences
 ``(keys, neg_seqs, kinds, values)`` of consecutive entries of one source, in internal order
@@ -14,7 +14,7 @@ is > the entries taken, so the entries <= ``bound`` form the next merged run: ea
 part is cut with ``bisect`` and the parts are merged by one sort (timsort finds the sorted
 parts and merges them in C) -- of the keys alone when the parts are VALUEs of distinct keys.  The source that owned ``bound`` moves to its next run.
 
-Visibility (:func:`visible_runs`), the rules of :func:`antkv.iterators.visible_forward` without
+Visibility (:func:`visible_runs`), the rules of :func:`antkv.read.iterators.visible_forward` without
 range tombstones: entries newer than ``read_seq`` are dropped from each source's runs before
 the merge (only where a run holds any); then the first entry of each user key in the merged
 order is its newest visible version, which shows the key unless it is a DELETION.  That is a
@@ -27,7 +27,7 @@ Reverse scans (:func:`merge_runs_backward`) use the same ascending runs, taken f
 see the comment above it.
 
 Invariant (relied on by the merge): two entries of different sources never compare equal on
-``(key, neg_seq)``, except duplicates of one version (see :mod:`antkv.memtable`), which the
+``(key, neg_seq)``, except duplicates of one version (see :mod:`antkv.memtable.memtable`), which the
 first-of-key mask removes.
 """
 
@@ -38,7 +38,7 @@ from itertools import chain, compress, islice, repeat
 from operator import and_, ge, ne
 from typing import Iterator
 
-from .dbformat import DELETION, VALUE, VALUE_POINTER
+from ..base.dbformat import DELETION, VALUE, VALUE_POINTER
 
 RUN_TARGET = 1024
 """Entries a source gathers into one run once a scan is long (whole blocks, so a table's runs

@@ -20,13 +20,12 @@ from __future__ import annotations
 import struct
 from typing import Iterator
 
-from .dbformat import DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
-from .errors import CorruptionError, InvalidArgumentError
+from ..base.dbformat import DELETION, RANGE_DELETION, VALID_KINDS, VALUE, VALUE_POINTER
+from ..errors import CorruptionError, InvalidArgumentError
 
 BATCH_HEADER = struct.Struct("<QI")
 RECORD_HEADER = struct.Struct("<BII")
 SINGLE_RECORD = struct.Struct("<QIBII")  # header + record header of a one-record batch
-_VALID_KINDS = (DELETION, VALUE, RANGE_DELETION, VALUE_POINTER)
 
 
 def as_bytes(x: object, what: str) -> bytes:
@@ -135,7 +134,7 @@ def decode_batch(data: bytes, path: str, offset: int = 0) -> tuple[int, list[tup
             p += klen
             value = data[p : p + vlen]
             p += vlen
-            if kind not in _VALID_KINDS or p > len(data):
+            if kind not in VALID_KINDS or p > len(data):
                 raise ValueError("bad record")
             ops.append((kind, key, value))
         if p != len(data):

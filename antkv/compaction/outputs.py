@@ -7,7 +7,7 @@ syncs the directory and logs the tables to the MANIFEST.
 
 It writes through an :class:`OutputEnv` -- the file system, the database directory, the table
 options, a source of new file numbers and the statistics counters -- so the same code runs in
-the database's process and in a worker process (:mod:`antkv.worker`), where the file numbers
+the database's process and in a worker process (:mod:`antkv.compaction.worker`), where the file numbers
 come from the database over a pipe.
 """
 
@@ -19,11 +19,11 @@ from itertools import accumulate, repeat
 from operator import add, itemgetter
 from typing import Callable
 
-from .dbformat import VALUE_POINTER
-from .rangedel import FragmentedRangeTombstones, truncate
-from .version_edit import FileMetaData
-from .version_set import table_file_name
-from .vlog.pointer import decode_pointer
+from ..base.dbformat import VALUE_POINTER
+from ..base.filenames import table_file_name
+from ..manifest.version_edit import FileMetaData
+from ..memtable.rangedel import FragmentedRangeTombstones, truncate
+from ..vlog.pointer import decode_pointer
 
 # estimated bytes per entry beyond key and value when splitting columns by target size
 _ENTRY_OVERHEAD = 8
@@ -72,7 +72,7 @@ class TableOutputs:
         self._refs: dict[int, int] = {}
 
     def _open(self) -> None:
-        from .sst.builder import TableBuilder
+        from ..sst.builder import TableBuilder
 
         env = self.env
         self._number = env.new_file_number()

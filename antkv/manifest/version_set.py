@@ -21,33 +21,17 @@ import os
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from .errors import CorruptionError
-from .vlog.format import vlog_file_name  # noqa: F401 - re-exported: every file name in one place here
-from .log_format import LogReader, LogWriter
+from ..base.filenames import (
+    CURRENT_TMP,
+    MANIFEST,
+    current_file_name,
+    manifest_file_name,
+    manifest_name,
+    parse_file_name,
+)
+from ..errors import CorruptionError
+from ..record.log_format import LogReader, LogWriter
 from .version_edit import FileMetaData, VersionEdit
-
-
-def table_file_name(dbname: str, number: int) -> str:
-    return os.path.join(dbname, f"{number:06d}.sst")
-
-
-def wal_file_name(dbname: str, number: int) -> str:
-    return os.path.join(dbname, f"{number:06d}.log")
-
-
-def manifest_file_name(dbname: str, number: int) -> str:
-    return os.path.join(dbname, f"MANIFEST-{number:06d}")
-
-
-def parse_file_name(name: str) -> tuple[str, int] | None:
-    """``(kind, number)`` for antkv's numbered files; kind in sst, log, vlog, manifest."""
-    if name.startswith("MANIFEST-"):
-        num = name[9:]
-        return ("manifest", int(num)) if num.isdigit() else None
-    stem, dot, ext = name.partition(".")
-    if dot and stem.isdigit() and ext in ("sst", "log", "vlog"):
-        return ext, int(stem)
-    return None
 
 
 @dataclass
@@ -105,7 +89,7 @@ class Version:
     def file_for_key(self, level: int, key: bytes) -> FileMetaData | None:
         """The table of sorted level >= 1 that may hold ``key``."""
         files = self.levels[level]
-        return _file_for_key(files, [f.largest for f in files], key)
+        return find_file(files, [f.largest for f in files], key)
 
     def file_index_at_or_after(self, level: int, key: bytes) -> int:
         files = self.levels[level]
@@ -125,7 +109,7 @@ class Version:
                 )
 
 
-def _file_for_key(files: list[FileMetaData], largest: list[bytes], key: bytes) -> FileMetaData | None:
+def find_file(files: list[FileMetaData], largest: list[bytes], key: bytes) -> FileMetaData | None:
     """The first file whose range may hold ``key`` (largest >= key; > key when exclusive)."""
     i = bisect_left(largest, key)
     n = len(files)
@@ -169,7 +153,9 @@ class VersionSet:
 
     # --- applying edits ---
 
-    def _apply(self, edit: VersionEdit, version: Version) -> Version:
+    def apply(self, edit: VersionEdit, version: Version) -> Version:
+        """The version ``edit`` makes of ``version``; the counters and value-log states take
+        the edit in.  Nothing is written: :meth:`log_and_apply` logs, then applies."""
         if edit.log_number is not None:
             self.log_number = max(self.log_number, edit.log_number)
         if edit.next_file_number is not None:
@@ -213,7 +199,7 @@ class VersionSet:
         saved = (self.log_number, self.next_file_number, self.last_sequence,
                  {n: VlogFileState(s.number, s.total, s.garbage, s.sealed) for n, s in self.vlogs.items()})
         try:
-            new_version = self._apply(edit, self.current)
+            new_version = self.apply(edit, self.current)
             if self._manifest is None or self._manifest.size >= self.max_manifest_file_size:
                 self._roll_manifest(new_version)
             else:
@@ -274,27 +260,23 @@ class VersionSet:
     def recover(self) -> None:
         """Rebuild the state from CURRENT and its MANIFEST."""
         fs = self.fs
-        current_path = os.path.join(self.dbname, "CURRENT")
-        raw = fs.read_all(current_path)
-        name = raw.decode("ascii", "replace").strip()
-        parsed = parse_file_name(name)
-        if not raw.endswith(b"\n") or parsed is None or parsed[0] != "manifest":
-            raise CorruptionError(f"CURRENT does not name a MANIFEST: {raw[:64]!r}", current_path, 0)
-        manifest_path = os.path.join(self.dbname, name)
+        number, manifest_path = read_current_file(fs, self.dbname)
         if not fs.exists(manifest_path):
-            raise CorruptionError(f"CURRENT names {name}, which does not exist", current_path, 0)
+            raise CorruptionError(
+                f"CURRENT names {os.path.basename(manifest_path)}, which does not exist", current_file_name(self.dbname), 0
+            )
         data = fs.read_all(manifest_path)
         reader = LogReader(data, manifest_path)
         version = self.current
         n = 0
         for offset, payload in reader:
-            version = self._apply(VersionEdit.decode(payload, manifest_path, offset), version)
+            version = self.apply(VersionEdit.decode(payload, manifest_path, offset), version)
             n += 1
         if n == 0:
             raise CorruptionError("MANIFEST holds no complete record", manifest_path, 0)
         self.current = version
-        self.manifest_number = parsed[1]
-        self.mark_file_number_used(parsed[1])
+        self.manifest_number = number
+        self.mark_file_number_used(number)
 
     def open_manifest_for_append(self) -> None:
         """After recovery: continue in a fresh MANIFEST (never append to a recovered one)."""
@@ -307,7 +289,21 @@ class VersionSet:
 
 
 def set_current_file(fs, dbname: str, manifest_number: int) -> None:
-    tmp = os.path.join(dbname, "CURRENT.tmp")
-    fs.write_all(tmp, f"MANIFEST-{manifest_number:06d}\n".encode(), sync=True)
-    fs.rename(tmp, os.path.join(dbname, "CURRENT"))
+    """Point ``CURRENT`` at MANIFEST ``manifest_number``, atomically (write ``CURRENT.tmp``,
+    sync, rename, sync the directory)."""
+    tmp = os.path.join(dbname, CURRENT_TMP)
+    fs.write_all(tmp, f"{manifest_name(manifest_number)}\n".encode(), sync=True)
+    fs.rename(tmp, current_file_name(dbname))
     fs.sync_dir(dbname)
+
+
+def read_current_file(fs, dbname: str) -> tuple[int, str]:
+    """``(number, path)`` of the MANIFEST that ``CURRENT`` names; CorruptionError when it
+    names none (its content is one MANIFEST name and a newline)."""
+    current = current_file_name(dbname)
+    raw = fs.read_all(current)
+    name = raw.decode("ascii", "replace").strip()
+    parsed = parse_file_name(name)
+    if not raw.endswith(b"\n") or parsed is None or parsed[0] != MANIFEST:
+        raise CorruptionError(f"CURRENT does not name a MANIFEST: {raw[:64]!r}", current, 0)
+    return parsed[1], os.path.join(dbname, name)

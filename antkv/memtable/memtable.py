@@ -11,7 +11,7 @@ A memtable holds two structures, as RocksDB does:
   key.  A put only appends to ``pending``: sorting happens in bulk, in C, the first time an
   iterator needs order (:meth:`_settle`), which keeps the put path free of per-key sorting;
 * the *range-tombstone memtable*: the list of ``(begin, end, seq)`` from ``delete_range``, with a
-  fragmented view (:mod:`antkv.rangedel`) built lazily and cached until the next tombstone.
+  fragmented view (:mod:`antkv.memtable.rangedel`) built lazily and cached until the next tombstone.
 
 Invariants: every key of ``versions`` is in exactly one of ``keys`` and ``pending``, once;
 ``older[k]`` is strictly ascending in seq and older than ``versions[k]``.
@@ -59,7 +59,6 @@ class MemTable:
         "range_dels",
         "_fragments",
         "memory",
-        "num_deletes",
         "num_range_deletes",
         "lock",
         "log_number",
@@ -78,7 +77,6 @@ class MemTable:
         self.range_dels: list[tuple[bytes, bytes, int]] = []
         self._fragments: FragmentedRangeTombstones | None = EMPTY
         self.memory = 0
-        self.num_deletes = 0
         self.num_range_deletes = 0
         self.lock = threading.Lock()
         self.log_number = log_number  # the WAL that holds this memtable's writes
@@ -86,6 +84,17 @@ class MemTable:
         self.first_vlog = first_vlog  # value-log files this memtable may point into are >= it
 
     # --- writes (REQUIRES: the DB's write lock) ---
+
+
+    @classmethod
+    def from_contents(cls, versions: dict, older: dict, range_dels: list) -> "MemTable":
+        """An immutable memtable holding what ``(versions, older, range_dels)`` of another one
+        held (a flush job's input, rebuilt in a worker process)."""
+        mem = cls()
+        mem.versions, mem.older, mem.range_dels = versions, older, range_dels
+        mem.pending = list(versions)  # sorted into ``keys`` by the first iterator
+        mem._fragments = None
+        return mem
 
     def add(self, seq: int, kind: int, key: bytes, value: bytes) -> int:
         """Add a point entry; returns the memory it added.  (The DB's put path inlines this.)"""

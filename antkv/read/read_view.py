@@ -1,7 +1,7 @@
 """Consistent read views: the *super version* and a reader's view of it.
 
 A :class:`SuperVersion` pins what a reader needs: the mutable memtable, the immutable
-memtables (newest first) and the table :class:`~antkv.version_set.Version`.  It is never
+memtables (newest first) and the table :class:`~antkv.manifest.version_set.Version`.  It is never
 mutated; the DB publishes a new one when any of the three changes.  While a super version is
 alive (a running get, an open iterator, a checkpoint in progress) none of its files are deleted
 (the DB tracks live super versions in a ``WeakSet``).
@@ -9,7 +9,7 @@ alive (a running get, an open iterator, a checkpoint in progress) none of its fi
 A :class:`ReadView` is a super version plus a read sequence number; iterators and scans run
 on one.  Sources are ordered newest first: memtable, immutable memtables, L0 tables (newest
 first), then one source per sorted level.  A key in an older source is always older than any
-range tombstone of a newer source, which is what lets :func:`antkv.iterators.skip_covered_forward`
+range tombstone of a newer source, which is what lets :func:`antkv.read.iterators.skip_covered_forward`
 jump over covered spans and :meth:`SuperVersion.table_get` stop at the first covering tombstone.
 """
 
@@ -20,8 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
 from typing import Iterator
 
-from .dbformat import MAX_SEQUENCE, VALUE_POINTER
-from .errors import DBClosedError
+from ..base.dbformat import MAX_SEQUENCE, VALUE_POINTER
+from ..errors import DBClosedError
+from ..manifest.version_set import find_file
+from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment
+from ..sst.bloom import key_probe, may_contain_probe
 from .iterators import (
     LevelSource,
     merge_backward,
@@ -31,7 +34,6 @@ from .iterators import (
     visible_backward,
     visible_forward,
 )
-from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
 from .runs import (
     entry_runs,
     entry_runs_backward,
@@ -44,17 +46,6 @@ from .runs import (
     visible_runs,
     visible_runs_backward,
 )
-from .sst.bloom import key_probe, may_contain_probe
-from .version_set import _file_for_key
-
-
-def table_fragments(reader) -> FragmentedRangeTombstones:
-    """The fragmented range tombstones of a table reader (computed once per open table)."""
-    frags = getattr(reader, "_antkv_fragments", None)
-    if frags is None:
-        frags = fragment(reader.range_tombstones) if reader.range_tombstones else EMPTY
-        reader._antkv_fragments = frags
-    return frags
 
 
 class SuperVersion:
@@ -67,8 +58,8 @@ class SuperVersion:
         self.memtables = (mem,) + imms
         self._frag_cache = None  # (num_range_deletes, lo, hi, all fragments, per-source newer)
 
-    def table_get(self, key: bytes, read_seq: int, db):
-        """Newest visible ``(neg_seq, kind, value)`` of ``key`` in the tables, or None (absent
+    def table_get(self, key: bytes, read_seq: int, open_table):
+        """Newest visible ``(seq, kind, value)`` of ``key`` in the tables, or None (absent
         or covered by a range tombstone).  Tables are probed newest first: the L0 tables whose
         range holds the key, then at most one table per sorted level.
 
@@ -77,13 +68,12 @@ class SuperVersion:
         lookup over to :meth:`_table_get_covered`.
         """
         neg = -read_seq
-        open_table = db._open_table
         probe = key_probe(key)  # the key's hash, once for every filter probed
         for f in self.version.levels[0]:
             if f.smallest <= key <= f.largest:
                 r = f.reader or open_table(f)
                 if r.range_tombstones:
-                    return self._table_get_covered(key, read_seq, db)
+                    return self._table_get_covered(key, read_seq, open_table)
                 if may_contain_probe(r.filter, probe):
                     found = r.find(key, neg)
                     if found is not None:
@@ -101,57 +91,56 @@ class SuperVersion:
             if f.smallest <= key:
                 r = f.reader or open_table(f)
                 if r.range_tombstones:
-                    return self._table_get_covered(key, read_seq, db)
+                    return self._table_get_covered(key, read_seq, open_table)
                 if may_contain_probe(r.filter, probe):
                     found = r.find(key, neg)
                     if found is not None:
                         return found
         return None
 
-    def _table_get_covered(self, key: bytes, read_seq: int, db):
+    def _table_get_covered(self, key: bytes, read_seq: int, open_table):
         """:meth:`table_get` when range tombstones may cover ``key``: a key in an older table is
         older than any tombstone of a newer one, so the first covering tombstone ends the
         search."""
         candidates = [f for f in self.version.levels[0] if f.smallest <= key <= f.largest]
         for _level, files, largest in self.version.sorted_levels:
-            f = _file_for_key(files, largest, key)
+            f = find_file(files, largest, key)
             if f is not None:
                 candidates.append(f)
         tomb = 0
         neg = -read_seq
-        open_table = db._open_table
         probe = key_probe(key)
         for f in candidates:
             r = f.reader or open_table(f)
             if r.range_tombstones:
-                t = table_fragments(r).max_covering_seq(key, read_seq)
+                t = r.fragments().max_covering_seq(key, read_seq)
                 if t > tomb:
                     tomb = t
             e = r.find(key, neg) if may_contain_probe(r.filter, probe) else None
             if e is not None:
-                return None if tomb > -e[0] else e
+                return None if tomb > e[0] else e
             if tomb:  # older tables hold only versions older than this tombstone
                 return None
         return None
 
     # --- range tombstones for iterators ---
 
-    def _source_tombstones(self, db) -> list[list[tuple[bytes, bytes, int]]]:
+    def _source_tombstones(self, open_table) -> list[list[tuple[bytes, bytes, int]]]:
         out = [list(m.range_dels) for m in self.memtables]
         levels = self.version.levels
         for f in levels[0]:
-            r = f.reader or db._open_table(f)
+            r = f.reader or open_table(f)
             out.append(list(r.range_tombstones))
         for level in range(1, len(levels)):
             if levels[level]:
                 ts = []
                 for f in levels[level]:
-                    r = f.reader or db._open_table(f)
+                    r = f.reader or open_table(f)
                     ts.extend(r.range_tombstones)
                 out.append(ts)
         return out
 
-    def fragments(self, db, read_seq: int):
+    def fragments(self, open_table, read_seq: int):
         """``(all, newer)``: fragments of every tombstone visible at ``read_seq``, and per source
         the fragments of the tombstones of strictly newer sources (None where there are none)."""
         # The view is the same for every read_seq in [lo, hi) (lo: newest tombstone seq at or
@@ -161,7 +150,7 @@ class SuperVersion:
         cached = self._frag_cache
         if cached is not None and cached[0] == n and cached[1] <= read_seq < cached[2]:
             return cached[3], cached[4]
-        per_source = self._source_tombstones(db)
+        per_source = self._source_tombstones(open_table)
         lo, hi = 0, MAX_SEQUENCE + 1
         if not any(per_source):
             result = (EMPTY, None)
@@ -217,7 +206,7 @@ class ReadView:
             makers.append((f.reader or open_table(f)).iter_forward if (start is None or f.largest >= start) else None)
         for level in range(1, len(levels)):
             if levels[level]:
-                makers.append(LevelSource(db, levels[level]).forward)
+                makers.append(LevelSource(open_table, levels[level]).forward)
         for j, make in enumerate(makers):
             if make is None:
                 continue
@@ -238,7 +227,7 @@ class ReadView:
             makers.append((f.reader or open_table(f)).iter_backward if (start is None or f.smallest <= start) else None)
         for level in range(1, len(levels)):
             if levels[level]:
-                makers.append(LevelSource(db, levels[level]).backward)
+                makers.append(LevelSource(open_table, levels[level]).backward)
         srcs = []
         for j, make in enumerate(makers):
             if make is None:
@@ -250,7 +239,7 @@ class ReadView:
         return srcs
 
     def _forward_runs(self, start: bytes | None) -> list[Iterator]:
-        """The sources of :meth:`_forward_sources` as runs (:mod:`antkv.runs`), for views with
+        """The sources of :meth:`_forward_sources` as runs (:mod:`antkv.read.runs`), for views with
         no range tombstone; entries newer than the read are already dropped."""
         db, sv = self.db, self.sv
         neg_read = -self.read_seq
@@ -262,12 +251,12 @@ class ReadView:
                 srcs.append(gather_runs((f.reader or open_table(f)).blocks_forward(start), neg_read))
         for level in range(1, len(levels)):
             if levels[level]:
-                srcs.append(gather_runs(LevelSource(db, levels[level]).blocks_forward(start), neg_read))
+                srcs.append(gather_runs(LevelSource(open_table, levels[level]).blocks_forward(start), neg_read))
         return srcs
 
     def _backward_runs(self, start: bytes | None, exclusive: bool) -> list[Iterator]:
         """:meth:`_forward_runs` for a reverse scan from ``start`` down (keys < ``start`` when
-        ``exclusive``); runs of ever lower keys (:func:`antkv.runs.merge_runs_backward`)."""
+        ``exclusive``); runs of ever lower keys (:func:`antkv.read.runs.merge_runs_backward`)."""
         db, sv = self.db, self.sv
         neg_read = -self.read_seq
         open_table = db._open_table
@@ -285,12 +274,12 @@ class ReadView:
                 srcs.append(gather_runs_backward(blocks, neg_read))
         for level in range(1, len(levels)):
             if levels[level]:
-                blocks = LevelSource(db, levels[level]).blocks_backward(start, exclusive)
+                blocks = LevelSource(open_table, levels[level]).blocks_backward(start, exclusive)
                 srcs.append(gather_runs_backward(blocks, neg_read))
         return srcs
 
     def _visible_runs(self, start: bytes | None, upper: bytes | None) -> Iterator:
-        """:func:`antkv.runs.visible_runs` of this view (REQUIRES: no range tombstone in view).
+        """:func:`antkv.read.runs.visible_runs` of this view (REQUIRES: no range tombstone in view).
         It does not pin the super version: the caller keeps the view alive."""
         return visible_runs(merge_runs(self._forward_runs(start)), upper)
 
@@ -299,14 +288,14 @@ class ReadView:
     def scan_forward(self, start: bytes | None, upper: bytes | None, exclusive: bool) -> Iterator:
         """The per-entry forward scan (the cursor's: a seek followed by a few ``next`` costs less
         here than setting up the batched merge of :meth:`items`)."""
-        frags, newer = self.sv.fragments(self.db, self.read_seq)
+        frags, newer = self.sv.fragments(self.db._open_table, self.read_seq)
         gen = visible_forward(merge_forward(self._forward_sources(start, newer)), self.read_seq, frags, upper)
         if exclusive and start is not None:
             return _drop_key(gen, start)
         return gen
 
     def scan_backward(self, start: bytes | None, lower: bytes | None, exclusive: bool) -> Iterator:
-        frags, newer = self.sv.fragments(self.db, self.read_seq)
+        frags, newer = self.sv.fragments(self.db._open_table, self.read_seq)
         merged = merge_backward(self._backward_sources(start, newer))
         gen = visible_backward(merged, self.read_seq, frags, lower)
         if exclusive and start is not None:
@@ -315,12 +304,12 @@ class ReadView:
 
     def items(self, lo: bytes | None, hi: bytes | None, reverse: bool, mode: str) -> Iterator:
         """``db.items()``/``keys()``/``values()`` over ``[lo, hi)`` in ``mode``.  Scans with no
-        range tombstone in view take the batched paths (:mod:`antkv.runs`); the
+        range tombstone in view take the batched paths (:mod:`antkv.read.runs`); the
         ``on_pointer`` closure holds ``self``, which pins the super version while the returned
         iterator lives."""
         if lo is not None and hi is not None and lo >= hi:
             return iter(())
-        frags, _ = self.sv.fragments(self.db, self.read_seq)
+        frags, _ = self.sv.fragments(self.db._open_table, self.read_seq)
         if reverse:
             if not frags:
                 merged = merge_runs_backward(self._backward_runs(hi, True))
@@ -365,6 +354,11 @@ def _before(make):
     return reopen
 
 
+def prefetch_threads(options) -> int:
+    """How many threads resolve a scan's value pointers in parallel (the prefetch pool's size)."""
+    return max(1, min(options.blob_readahead, 16))
+
+
 def _emit(view: ReadView, gen: Iterator, mode: str) -> Iterator:
     """Turn ``(key, kind, value)`` into the caller's shape, resolving value pointers (with
     ``blob_readahead`` pointers prefetched in parallel)."""
@@ -404,6 +398,7 @@ def _emit(view: ReadView, gen: Iterator, mode: str) -> Iterator:
     else:
         return
     pool = db._prefetch_pool()
+    threads = prefetch_threads(db.options)
     chunk: list = []
     npointers = 0
     for e in gen:
@@ -411,23 +406,23 @@ def _emit(view: ReadView, gen: Iterator, mode: str) -> Iterator:
         if e[1] == VALUE_POINTER:
             npointers += 1
         if len(chunk) >= ahead:
-            yield from _resolve_chunk(chunk, npointers, resolve, pool, mode)
+            yield from _resolve_chunk(chunk, npointers, resolve, pool, threads, mode)
             chunk = []
             npointers = 0
     if chunk:
-        yield from _resolve_chunk(chunk, npointers, resolve, pool, mode)
+        yield from _resolve_chunk(chunk, npointers, resolve, pool, threads, mode)
 
 
 SLOW_READ_SECONDS = 100e-6  # a value-log read slower than this came from the device, not the page cache
 SLOW_READS_IN_A_ROW = 3
 
 
-def _resolve_chunk(chunk: list, npointers: int, resolve, pool: ThreadPoolExecutor, mode: str):
+def _resolve_chunk(chunk: list, npointers: int, resolve, pool: ThreadPoolExecutor, threads: int, mode: str):
     if npointers > 1:
         # one task per worker, each resolving a slice of the chunk's pointers: a task per value
         # spent more on the pool's hand-offs than a cached read costs
         idx = [i for i, e in enumerate(chunk) if e[1] == VALUE_POINTER]
-        workers = max(1, min(pool._max_workers, len(idx) // 2))
+        workers = max(1, min(threads, len(idx) // 2))
         parts = [idx[w::workers] for w in range(workers)]
         futures = [pool.submit(_resolve_many, resolve, [chunk[i][2] for i in part]) for part in parts]
         values: dict[int, bytes] = {}

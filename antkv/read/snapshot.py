@@ -6,7 +6,7 @@ import threading
 
 from sortedcontainers import SortedList
 
-from .errors import DBClosedError
+from ..errors import DBClosedError
 
 
 class SnapshotList:
@@ -46,10 +46,11 @@ class Snapshot:
     before it was taken.  Release it (or use it as a context manager) so compaction can drop
     the old versions it kept alive."""
 
-    __slots__ = ("_db", "sequence", "_released", "__weakref__")
+    __slots__ = ("_db", "_list", "sequence", "_released", "__weakref__")
 
-    def __init__(self, db, sequence: int):
+    def __init__(self, db, sequence: int, snapshots: SnapshotList):
         self._db = db
+        self._list = snapshots  # the database's live snapshots, which hold this one's sequence
         self.sequence = sequence
         self._released = False
 
@@ -81,7 +82,7 @@ class Snapshot:
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self._db._release_snapshot(self)
+            self._list.remove(self.sequence)
 
     @property
     def released(self) -> bool:

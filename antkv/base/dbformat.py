@@ -18,7 +18,10 @@ separately.  Iterators of every layer (memtable, table, level, merge) yield *ent
 whose natural tuple order IS the internal-key order (user key ascending, sequence descending),
 so ``heapq.merge`` and ``bisect`` compare them in C.  A user key appears at most once per
 sequence number in the whole database, so two entry tuples never compare equal on their first
-two fields.  Reverse iterators yield the same tuples in exactly the opposite order.  
+two fields.  Reverse iterators yield the same tuples in exactly the opposite order.
+
+A point lookup (``MemTable.get``, ``TableReader.find`` and ``get``, ``SuperVersion.table_get``)
+answers with a *found entry* ``(seq, kind, value)``: the sequence number positive.
 
 The ``Kind`` values are PART OF THE FILE FORMAT: they are written into the WAL, the SST data
 blocks and range-tombstone blocks.  DO NOT CHANGE THEM.
@@ -26,10 +29,8 @@ blocks and range-tombstone blocks.  DO NOT CHANGE THEM.
 
 from __future__ import annotations
 
-import struct
-from enum import IntEnum
-
 import os as _os
+from enum import IntEnum
 
 CHECK_INVARIANTS = _os.environ.get("ANTKV_INVARIANTS") == "1"
 """With ``ANTKV_INVARIANTS=1`` (the tests set it) the engine checks structural invariants as it
@@ -55,18 +56,6 @@ VALUE = 1
 RANGE_DELETION = 2
 VALUE_POINTER = 3
 
-TRAILER = struct.Struct("<Q")
-
-
-def pack_trailer(seq: int, kind: int) -> int:
-    """The u64 trailer of an internal key.  REQUIRES: 0 <= seq <= MAX_SEQUENCE."""
-    return (seq << 8) | kind
-
-
-def unpack_trailer(trailer: int) -> tuple[int, int]:
-    """``(seq, kind)`` of a trailer."""
-    return trailer >> 8, trailer & 0xFF
-
-
-def is_valid_kind(kind: int) -> bool:
-    return 0 <= kind <= 3
+MAX_KIND = VALUE_POINTER
+VALID_KINDS = frozenset(range(MAX_KIND + 1))
+"""Every kind a WAL record or a table may hold; any other byte there is corruption."""

@@ -72,8 +72,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
+from ..errors import DBClosedError, InvalidArgumentError, MemoryLimitError
 from .cache import Cache
-from .errors import DBClosedError, InvalidArgumentError, MemoryLimitError
 
 MiB = 1024 * 1024
 SMALL_DUMMY_ENTRY = 256 * 1024

@@ -2,11 +2,13 @@
 
 CPython runs one thread at a time, so a background *thread* that flushes or compacts takes its
 time from the writers.  A database on the operating system's file system therefore runs the
-jobs of its background threads (:mod:`antkv.jobs`) in worker processes, one per background
-thread, each started on first use with ``python -m antkv.worker`` (never ``multiprocessing``:
+jobs of its background threads (:mod:`antkv.compaction.jobs`) in worker processes, one per background
+thread, each started on first use with ``python -m antkv.compaction.worker_main`` (never ``multiprocessing``:
 that would re-run the user's main module).  Jobs started from a user's thread (``compact_range``,
 value-log GC) and every job under a simulated file system run in the calling thread, as does
 everything when ``Options.background_process`` is off.
+
+This module is the database's side; the worker process runs :mod:`antkv.compaction.worker_main`.
 
 Protocol, over the worker's stdin/stdout (the worker's own ``sys.stdout`` goes to stderr)::
 
@@ -37,7 +39,6 @@ worker.)  It exits when its stdin closes.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import pickle
@@ -47,8 +48,9 @@ import sys
 import threading
 from dataclasses import replace
 
-from .errors import CorruptionError, Error
-from .errors import IOError as AntIOError
+from ..base.filenames import table_file_name
+from ..errors import CorruptionError, Error
+from ..errors import IOError as AntIOError
 from .jobs import (
     CompactionJob,
     JobResult,
@@ -56,26 +58,24 @@ from .jobs import (
     columnar_garbage,
     execute_compaction,
     execute_flush,
-    memtable_from_payload,
     memtable_payload,
     split_points,
 )
-from .table_outputs import OutputEnv, TableOptions
-from .version_set import table_file_name
+from .outputs import OutputEnv, TableOptions
 
 log = logging.getLogger("antkv")
 _LEN = struct.Struct("<Q")
-_HAS_PDEATHSIG = sys.platform.startswith("linux")
+HAS_PDEATHSIG = sys.platform.startswith("linux")
 
 
-def _send(f, msg) -> None:
+def send_frame(f, msg) -> None:
     data = pickle.dumps(msg, protocol=5)
     f.write(_LEN.pack(len(data)))
     f.write(data)
     f.flush()
 
 
-def _recv(f):
+def recv_frame(f):
     head = f.read(_LEN.size)
     if len(head) != _LEN.size:
         raise EOFError("worker pipe closed")
@@ -86,7 +86,7 @@ def _recv(f):
     return pickle.loads(data)
 
 
-def _error_message(e: BaseException):
+def error_message(e: BaseException):
     if isinstance(e, CorruptionError):
         return ("error", "corruption", (str(e), e.path, e.offset))
     if isinstance(e, OSError):
@@ -94,7 +94,7 @@ def _error_message(e: BaseException):
     return ("error", "other", (f"{type(e).__name__}: {e}",))
 
 
-def _rebuild_error(kind: str, args) -> Error:
+def rebuild_error(kind: str, args) -> Error:
     if kind == "corruption":
         message, path, offset = args
         err = CorruptionError.__new__(CorruptionError)
@@ -115,16 +115,15 @@ class Worker:
     """One worker process, used by one thread at a time."""
 
     def __init__(self, lock_fd: int | None):
-        import antkv
-
-        root = os.path.dirname(os.path.dirname(os.path.abspath(antkv.__file__)))
+        # the directory holding the antkv package (antkv/compaction/worker.py, three levels up)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "antkv.worker", str(os.getpid())],
+            [sys.executable, "-m", "antkv.compaction.worker_main", str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            pass_fds=(lock_fd,) if lock_fd is not None and not _HAS_PDEATHSIG else (),
+            pass_fds=(lock_fd,) if lock_fd is not None and not HAS_PDEATHSIG else (),
             env=env,
         )
 
@@ -134,17 +133,17 @@ class Worker:
     def run(self, msg, new_file_number, handed_out: list[int]) -> JobResult:
         """Send job ``msg``; answer number requests; the result (or the job's error)."""
         try:
-            _send(self.proc.stdin, msg)
+            send_frame(self.proc.stdin, msg)
             while True:
-                reply = _recv(self.proc.stdout)
+                reply = recv_frame(self.proc.stdout)
                 if reply[0] == "number":
                     n = new_file_number()
                     handed_out.append(n)
-                    _send(self.proc.stdin, ("number", n))
+                    send_frame(self.proc.stdin, ("number", n))
                 elif reply[0] == "done":
                     return reply[1]
                 elif reply[0] == "error":
-                    raise _rebuild_error(reply[1], reply[2])
+                    raise rebuild_error(reply[1], reply[2])
                 else:
                     raise WorkerDied(f"unexpected message {reply[0]!r}")
         except (EOFError, OSError, pickle.UnpicklingError, ValueError) as e:
@@ -173,26 +172,31 @@ class Worker:
 class JobRunner:
     """Where one database's jobs run: a worker per background thread, or the calling thread."""
 
-    def __init__(self, db):
-        self.db = db
+    def __init__(self, fs, path: str, options, new_file_number, open_table, lock_fd, in_background_thread):
+        """``new_file_number()``: a fresh file number of the database; ``open_table(f)``: the
+        reader of input table ``f``; ``lock_fd()``: the LOCK file's descriptor (None off the
+        OS file system); ``in_background_thread()``: whether the caller is one of the
+        database's background threads (only their jobs go to worker processes)."""
+        self._fs = fs
+        self._path = path
+        self._options = options
+        self._new_file_number = new_file_number
+        self._open_table = open_table
+        self._lock_fd = lock_fd
+        self._in_background_thread = in_background_thread
         self._workers: dict[int, Worker] = {}  # thread ident -> its worker
         self._lock = threading.Lock()
         self.stats = {"worker_jobs": 0, "worker_restarts": 0, "worker_fallbacks": 0}
 
     def _env(self) -> OutputEnv:
-        db = self.db
-        return OutputEnv(db._fs, db.path, TableOptions.of(db.options), self._new_file_number, {})
-
-    def _new_file_number(self) -> int:
-        with self.db._mutex:
-            return self.db._versions.new_file_number()
+        return OutputEnv(self._fs, self._path, TableOptions.of(self._options), self._new_file_number, {})
 
     def would_use_workers(self) -> bool:
         """Whether background jobs of this database would run in worker processes."""
-        from .fs.posix import OSFileSystem
+        from ..fs.posix import OSFileSystem
 
-        o = self.db.options
-        return o.background_process and o.max_background_jobs > 0 and type(self.db._fs) is OSFileSystem
+        o = self._options
+        return o.background_process and o.max_background_jobs > 0 and type(self._fs) is OSFileSystem
 
     def start_worker(self) -> None:
         """Start the calling background thread's worker ahead of its first job (the flushing
@@ -203,14 +207,9 @@ class JobRunner:
 
     def _uses_workers(self) -> bool:
         """Whether this thread's jobs go to worker processes."""
-        from .fs.posix import OSFileSystem
+        from ..fs.posix import OSFileSystem
 
-        db = self.db
-        return (
-            db.options.background_process
-            and type(db._fs) is OSFileSystem
-            and threading.current_thread() in db._bg_threads
-        )
+        return self._options.background_process and type(self._fs) is OSFileSystem and self._in_background_thread()
 
     def _worker(self, slot: int = 0) -> Worker | None:
         """This thread's worker number ``slot`` (started on first use), if jobs of this thread
@@ -226,7 +225,7 @@ class JobRunner:
                 w = None
             if w is None:
                 try:
-                    w = Worker(self.db._lock_fd())
+                    w = Worker(self._lock_fd())
                 except (OSError, ValueError, subprocess.SubprocessError) as e:
                     # no process to hand the job to: the job runs in this thread instead
                     log.warning("antkv could not start a worker process (%s); running jobs in-process", e)
@@ -238,8 +237,7 @@ class JobRunner:
     def flush(self, mem, snapshots: list[int]) -> JobResult:
         w = self._worker()
         if w is not None:
-            db = self.db
-            msg = ("flush", db.path, TableOptions.of(db.options), memtable_payload(mem), list(snapshots))
+            msg = ("flush", self._path, TableOptions.of(self._options), memtable_payload(mem), list(snapshots))
             result = self._in_worker(w, msg)
             if result is not None:
                 return result
@@ -256,7 +254,7 @@ class JobRunner:
         return self._compact_one(job, relocate, self._worker() if relocate is None else None)
 
     def _subcompactions(self, job: CompactionJob, relocate, readers) -> int:
-        o = self.db.options
+        o = self._options
         if o.max_subcompactions < 2 or readers is None or not self._uses_workers():
             return 1
         if not columnar_eligible(job, readers, relocate):
@@ -267,14 +265,13 @@ class JobRunner:
 
     def _compact_one(self, job: CompactionJob, relocate, w: Worker | None) -> JobResult:
         if w is not None:
-            db = self.db
             # table metadata travels without its open reader
             inputs = [(lvl, replace(f, reader=None)) for lvl, f in job.inputs]
-            msg = ("compact", db.path, TableOptions.of(db.options), replace(job, inputs=inputs))
+            msg = ("compact", self._path, TableOptions.of(self._options), replace(job, inputs=inputs))
             result = self._in_worker(w, msg)
             if result is not None:
                 return result
-        return execute_compaction(job, self._env(), self.db._open_table, relocate)
+        return execute_compaction(job, self._env(), self._open_table, relocate)
 
     def _compact_split(self, job: CompactionJob, bounds: list) -> JobResult:
         """RocksDB's subcompactions: one columnar job per key range ``[bounds[i], bounds[i+1])``,
@@ -298,7 +295,7 @@ class JobRunner:
             t.join()
         failed = next((e for e in errors if e is not None), None)
         if failed is not None:
-            fs, path = self.db._fs, self.db.path
+            fs, path = self._fs, self._path
             for r in results:
                 for t in r.tables if r is not None else ():
                     p = table_file_name(path, t.number)
@@ -320,7 +317,7 @@ class JobRunner:
         except WorkerDied as e:
             log.warning("antkv worker process failed (%s); running the job in-process", e)
             self.stats["worker_fallbacks"] += 1
-            fs, path = self.db._fs, self.db.path
+            fs, path = self._fs, self._path
             for n in handed_out:
                 p = table_file_name(path, n)
                 if fs.exists(p):
@@ -339,85 +336,3 @@ class JobRunner:
             workers, self._workers = list(self._workers.values()), {}
         for w in workers:
             w.close()
-
-
-# ------------------------------------------------------------------------- the worker side
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to SIGKILL this process when the thread that started it ends."""
-    if _HAS_PDEATHSIG:
-        try:
-            import ctypes
-            import signal
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-
-def worker_main(parent_pid: int) -> None:
-    from .fs.posix import OSFileSystem
-    from .sst.reader import TableReader
-
-    _die_with_parent(parent_pid)
-    # A job allocates a few hundred thousand tuples and lists that die together at its end;
-    # the collector's passes over them find nothing (jobs make no reference cycles worth
-    # waiting for) and cost up to ~10% of a flush.  Collect once after each job instead.
-    gc.disable()
-    proto_in = sys.stdin.buffer
-    proto_out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # stray prints must not corrupt the protocol
-    sys.stdout = sys.stderr
-    fs = OSFileSystem.instance()
-
-    def new_file_number() -> int:
-        try:
-            _send(proto_out, ("number",))
-            reply = _recv(proto_in)
-        except (EOFError, OSError):
-            os._exit(1)  # the database is gone: write nothing more
-        return reply[1]
-
-    while True:
-        try:
-            msg = _recv(proto_in)
-        except (EOFError, OSError):
-            return
-        env = OutputEnv(fs, msg[1], msg[2], new_file_number, {})
-        readers = []
-        try:
-            if msg[0] == "flush":
-                result = execute_flush(memtable_from_payload(msg[3]), msg[4], env)
-            else:
-
-                def open_reader(f):
-                    r = TableReader.open(
-                        fs,
-                        table_file_name(env.path, f.number),
-                        f.number,
-                        verify_checksums=env.table_options.verify_checksums,
-                    )
-                    readers.append(r)
-                    return r
-
-                result = execute_compaction(msg[3], env, open_reader)
-            reply = ("done", result)
-        except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
-            reply = _error_message(e)
-        finally:
-            for r in readers:
-                r.close()
-        try:
-            _send(proto_out, reply)
-        except OSError:
-            return
-        msg = result = reply = None
-        gc.collect()  # after replying: the database need not wait for it
-
-
-if __name__ == "__main__":
-    worker_main(int(sys.argv[1]))

@@ -1,6 +1,6 @@
 """Flush: an immutable memtable becomes one L0 table.
 
-The job itself (:func:`antkv.jobs.execute_flush`) runs in the calling thread or in a worker
+The job itself (:func:`antkv.compaction.jobs.execute_flush`) runs in the calling thread or in a worker
 process: the memtable's entries go through the same stream as a compaction (shadowed versions
 no snapshot can see are dropped, dropped value pointers counted as value-log garbage), never as
 bottommost -- deletions must survive to hide older versions in lower levels -- and its range
@@ -14,18 +14,21 @@ value-log bytes a power loss could take away.
 
 from __future__ import annotations
 
-from .dbformat import CHECK_INVARIANTS
-from .memtable import MemTable
-from .version_edit import FileMetaData
+from ..base.dbformat import CHECK_INVARIANTS
+from ..manifest.version_edit import FileMetaData
+from ..memtable.memtable import MemTable
 
 
-def write_level0_table(db, mem: MemTable, snapshots: list[int]) -> tuple[FileMetaData | None, dict[int, int]]:
-    """Write ``mem`` as one table; ``(metadata or None if nothing survived, vlog garbage)``."""
+def write_level0_table(
+    jobs, vlog, mem: MemTable, snapshots: list[int], counters: dict
+) -> tuple[FileMetaData | None, dict[int, int]]:
+    """Write ``mem`` as one table through the job runner ``jobs``, after syncing ``vlog`` (the
+    active value-log writer, or None); ``(metadata or None if nothing survived, vlog garbage)``.
+    The job's statistics are added to ``counters``."""
     if CHECK_INVARIANTS:
         mem._check()
-    if db._vlog is not None:
-        db._vlog.sync()
-    result = db._jobs.flush(mem, snapshots)
-    result.add_stats_to(db._stats)
+    if vlog is not None:
+        vlog.sync()
+    result = jobs.flush(mem, snapshots)
+    result.add_stats_to(counters)
     return (result.tables[0] if result.tables else None), result.garbage
-

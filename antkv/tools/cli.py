@@ -46,11 +46,12 @@ import os
 import sys
 from typing import Callable, Iterable, Sequence
 
-from . import errors
-from .batch import decode_batch
-from .dbformat import DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
-from .log_format import LogReader
-from .version_edit import VersionEdit
+from .. import errors
+from ..base.dbformat import DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from ..base.filenames import current_file_name
+from ..manifest.version_edit import VersionEdit
+from ..record.batch import decode_batch
+from ..record.log_format import LogReader
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -181,7 +182,7 @@ def _parse_option_value(text: str):
 
 
 def _options(args, create_if_missing: bool):
-    from .options import Options
+    from ..options import Options
 
     fields = {"max_background_jobs": 0}
     for item in args.option or []:
@@ -199,12 +200,12 @@ def _options(args, create_if_missing: bool):
 
 
 def _open(args, create_if_missing: bool = False):
-    from .db import open as open_db
+    from ..db import open as open_db
 
     path = args.db
     opts = _options(args, create_if_missing)
     fs = _fs()
-    if not create_if_missing and not fs.exists(os.path.join(path, "CURRENT")):
+    if not create_if_missing and not fs.exists(current_file_name(path)):
         # checked before opening: the engine would leave a LOCK file behind in the directory
         what = "does not exist" if not fs.exists(path) else "has no CURRENT file"
         raise errors.InvalidArgumentError(f"no antkv database at {path}: it {what}")
@@ -212,7 +213,7 @@ def _open(args, create_if_missing: bool = False):
 
 
 def _fs():
-    from .fs import default_file_system
+    from ..fs import default_file_system
 
     return default_file_system()
 
@@ -296,14 +297,14 @@ def cmd_compact(args, out: Output) -> int:
 
 
 def cmd_dump_sst(args, out: Output) -> int:
-    from .sst.reader import dump_table
+    from ..sst.reader import dump_table
 
     _emit_lines(out, dump_table(_fs(), args.file))
     return EXIT_OK
 
 
 def cmd_dump_vlog(args, out: Output) -> int:
-    from .vlog.reader import dump_vlog
+    from ..vlog.reader import dump_vlog
 
     _emit_lines(out, dump_vlog(_fs(), args.file))
     return EXIT_OK
@@ -336,11 +337,11 @@ def _show(data: bytes, limit: int = 64) -> str:
 def dump_wal(fs, path: str) -> Iterable[str]:
     """Human-readable lines for every record of a WAL file (``antkv dump-wal``).
 
-    The file is read with :class:`antkv.log_format.LogReader` (framing) and each payload
-    decoded with :func:`antkv.batch.decode_batch`: a torn tail is reported, damage in the
+    The file is read with :class:`antkv.record.log_format.LogReader` (framing) and each payload
+    decoded with :func:`antkv.record.batch.decode_batch`: a torn tail is reported, damage in the
     middle raises ``CorruptionError`` naming the file and offset.
     """
-    from .vlog.pointer import decode_pointer
+    from ..vlog.pointer import decode_pointer
 
     data = fs.read_all(path)
     yield f"WAL {path}: {len(data)} bytes"
@@ -374,34 +375,31 @@ def dump_wal(fs, path: str) -> Iterable[str]:
 
 def _manifest_path(fs, path: str) -> tuple[str, str]:
     """``(manifest file, how it was found)`` for a database directory or a MANIFEST file."""
+    from ..manifest.version_set import read_current_file
+
     if not fs.is_dir(path):
         return path, "given"
-    current = os.path.join(path, "CURRENT")
-    if not fs.exists(current):
+    if not fs.exists(current_file_name(path)):
         raise errors.InvalidArgumentError(f"no antkv database at {path}: it has no CURRENT file")
-    raw = fs.read_all(current)
-    name = raw.decode("ascii", "replace").strip()
-    if not raw.endswith(b"\n") or not name.startswith("MANIFEST-") or "/" in name:
-        raise errors.CorruptionError(f"CURRENT does not name a MANIFEST: {raw[:64]!r}", current, 0)
-    return os.path.join(path, name), "named by CURRENT"
+    return read_current_file(fs, path)[1], "named by CURRENT"
 
 
 def dump_manifest(fs, path: str) -> Iterable[str]:
     """Human-readable lines for every version edit of a MANIFEST (``antkv dump-manifest``),
     then the state they add up to.  ``path`` is a database directory (its CURRENT names the
     MANIFEST) or a MANIFEST file."""
-    from .version_set import Version, VersionSet
+    from ..manifest.version_set import Version, VersionSet
 
     manifest, how = _manifest_path(fs, path)
     data = fs.read_all(manifest)
     yield f"MANIFEST {manifest} ({how}): {len(data)} bytes"
     reader = LogReader(data, manifest)
-    state = VersionSet(fs, os.path.dirname(manifest) or ".", 64, 1 << 62)  # never writes: only _apply
+    state = VersionSet(fs, os.path.dirname(manifest) or ".", 64, 1 << 62)  # never writes: only apply
     version = Version([[] for _ in range(64)])
     n = 0
     for offset, payload in reader:
         edit = VersionEdit.decode(payload, manifest, offset)
-        version = state._apply(edit, version)
+        version = state.apply(edit, version)
         n += 1
         yield f"@{offset} edit {n} ({len(payload)} B)"
         yield from (f"  {line}" for line in _edit_lines(edit))

@@ -1,6 +1,6 @@
 """``VersionEdit``: one change to the set of live files, as recorded in the MANIFEST.
 
-The MANIFEST is a log file (:mod:`antkv.log_format` framing) whose records are encoded edits.
+The MANIFEST is a log file (:mod:`antkv.record.log_format` framing) whose records are encoded edits.
 The first record of every MANIFEST is a full snapshot (all live tables and value-log files and
 the counters), so a MANIFEST never depends on an older one.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from .errors import CorruptionError
+from ..errors import CorruptionError
 
 TAG_LOG_NUMBER = 1
 TAG_NEXT_FILE_NUMBER = 2
@@ -62,7 +62,6 @@ class FileMetaData:
     num_entries: int = 0
     blob_refs: dict[int, int] = field(default_factory=dict)
     # runtime state, not persisted
-    being_compacted: bool = field(default=False, compare=False, repr=False)
     reader: object = field(default=None, compare=False, repr=False)
 
     @classmethod

@@ -2,16 +2,16 @@
 
 A job names what it reads (a memtable's contents, or input tables), the snapshots alive when it
 was picked, and how its outputs are cut; executing it writes and syncs the output tables (through
-an :class:`~antkv.table_outputs.OutputEnv`) and returns a :class:`JobResult`: their metadata,
+an :class:`~antkv.compaction.outputs.OutputEnv`) and returns a :class:`JobResult`: their metadata,
 the value-log garbage found (bytes of value records no output points to any more, per value-log
 file) and statistics counters.  Nothing here touches the database object: the DB runs a job in
-its own process or hands it to a worker process (:mod:`antkv.worker`), so that flush and
+its own process or hands it to a worker process (:mod:`antkv.compaction.worker`), so that flush and
 compaction run on another core than the writers (CPython runs one thread at a time).
 
 Two ways through a job:
 
 * the *general* path merges the inputs entry by entry through
-  :func:`~antkv.compaction_stream.compaction_stream` (snapshot stripes, range tombstones,
+  :func:`~antkv.compaction.stream.compaction_stream` (snapshot stripes, range tombstones,
   value-log relocation);
 * the *columnar* path, taken when no snapshot is alive, no input holds a range tombstone and no
   value moves: then only each key's newest version can be seen by anyone, so the inputs are
@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import eq, itemgetter, ne, neg
 
-from .compaction_stream import compaction_stream, output_tombstones
-from .dbformat import DELETION, VALUE_POINTER
-from .iterators import merge_forward
-from .memtable import MemTable
-from .rangedel import fragment
-from .table_outputs import OutputEnv, TableOutputs
-from .version_edit import FileMetaData
-from .vlog.pointer import decode_pointer
+from ..base.dbformat import DELETION, VALUE_POINTER
+from ..manifest.version_edit import FileMetaData
+from ..memtable.memtable import MemTable
+from ..memtable.rangedel import fragment
+from ..read.iterators import merge_forward
+from ..vlog.pointer import decode_pointer
+from .outputs import OutputEnv, TableOutputs
+from .stream import compaction_stream, output_tombstones
 
 _SECOND = itemgetter(1)  # the kind of a (seq, kind, value) row
 
@@ -60,12 +60,7 @@ def memtable_payload(mem: MemTable) -> bytes:
 
 
 def memtable_from_payload(payload: bytes) -> MemTable:
-    versions, older, range_dels = marshal.loads(payload)
-    mem = MemTable()
-    mem.versions, mem.older, mem.range_dels = versions, older, range_dels
-    mem.pending = list(versions)  # sorted into ``keys`` by the first iterator
-    mem._fragments = None
-    return mem
+    return MemTable.from_contents(*marshal.loads(payload))
 
 
 def execute_flush(mem: MemTable, snapshots: list[int], env: OutputEnv) -> JobResult:
@@ -136,7 +131,7 @@ def columnar_eligible(job: CompactionJob, readers, relocate=None) -> bool:
 def split_points(readers, parts: int) -> list[bytes]:
     """Up to ``parts - 1`` user keys cutting the inputs' data blocks into parts of about the
     same number of blocks (from the index blocks: nothing is read)."""
-    keys = sorted(k for r in readers for k in r._get_index()[0])
+    keys = sorted(k for r in readers for k in r.index()[0])
     n = len(keys)
     cuts = []
     for i in range(1, parts):

@@ -1,5 +1,5 @@
 """What survives a flush or a compaction: the compaction stream (the output writer is
-:mod:`antkv.table_outputs`).
+:mod:`antkv.compaction.outputs`).
 
 :func:`compaction_stream` walks merged input entries (internal order) and keeps exactly what
 some reader can still see.  Sequence numbers are grouped into *snapshot stripes*: stripe ``i``
@@ -23,9 +23,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Callable, Iterator
 
-from .dbformat import DELETION, VALUE_POINTER
-from .rangedel import EMPTY, FragmentedRangeTombstones, fragment, truncate
-from .vlog.pointer import decode_pointer
+from ..base.dbformat import DELETION, VALUE_POINTER
+from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment, truncate
+from ..vlog.pointer import decode_pointer
 
 
 def compaction_stream(

@@ -53,7 +53,8 @@ pool capacity; ``lru_usage`` = charges of both lists; ``pinned_usage = usage - l
 Speed
 -----
 :meth:`Cache.get` and :meth:`Cache.put` are the paths every block read takes: one ``hash``,
-one lock, one ``dict`` probe and one C-level ``OrderedDict.move_to_end`` for a hit.
+one lock, one ``dict`` probe and a few pointer moves in the shard's circular LRU list for a
+hit.
 ``bench/bench_cache.py`` measures them.  Differences from RocksDB: no metadata charge (the
 caller's charge is all that counts) and no deleter callbacks (Python frees the value).
 """
@@ -63,7 +64,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Hashable
 
-from .errors import InvalidArgumentError, MemoryLimitError
+from ..errors import InvalidArgumentError, MemoryLimitError
 
 MIN_SHARD_SIZE = 512 * 1024
 """``num_shard_bits=-1`` gives one shard per 512 KiB of capacity (RocksDB's rule)."""

@@ -32,24 +32,25 @@ from typing import Iterator
 
 import xxhash
 
-from .errors import CorruptionError
+from ..errors import CorruptionError
 
 HEADER = struct.Struct("<IIQ")
 HEADER_SIZE = HEADER.size  # 16
-_LEN_MUL = 2654435761  # an odd multiplier: multiplication by it is a bijection mod 2^32
-_LEN_XOR = 0x616E746B  # "antk"
+LEN_MUL = 2654435761  # an odd multiplier: multiplication by it is a bijection mod 2^32
+LEN_XOR = 0x616E746B  # "antk"
 
 checksum = xxhash.xxh3_64_intdigest
 
 
 def length_check(length: int) -> int:
-    return ((length ^ _LEN_XOR) * _LEN_MUL) & 0xFFFFFFFF
+    """The header's check of ``length``.  ``DB.put`` inlines this formula (its hot path)."""
+    return ((length ^ LEN_XOR) * LEN_MUL) & 0xFFFFFFFF
 
 
 def frame(payload: bytes) -> bytes:
     """The framed bytes of one record."""
     n = len(payload)
-    return HEADER.pack(n, ((n ^ _LEN_XOR) * _LEN_MUL) & 0xFFFFFFFF, checksum(payload)) + payload
+    return HEADER.pack(n, length_check(n), checksum(payload)) + payload
 
 
 class LogWriter:
@@ -62,8 +63,7 @@ class LogWriter:
         self._append = file.append
 
     def add_record(self, payload: bytes) -> None:
-        n = len(payload)
-        self._append(HEADER.pack(n, ((n ^ _LEN_XOR) * _LEN_MUL) & 0xFFFFFFFF, checksum(payload)) + payload)
+        self._append(frame(payload))
 
     def sync(self) -> None:
         self.file.sync()

@@ -1,0 +1,1 @@
+"""Bottom layer: internal keys and entry kinds, shared by every other layer."""

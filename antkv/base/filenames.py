@@ -1,0 +1,80 @@
+"""The names of the files in a database directory, each defined here once.
+
+::
+
+    NNNNNN.log          a WAL (write-ahead log)
+    NNNNNN.sst          a table
+    NNNNNN.vlog         a value-log file
+    MANIFEST-NNNNNN     a MANIFEST (log of version edits)
+    CURRENT             one line, "MANIFEST-NNNNNN\\n": the live MANIFEST
+    CURRENT.tmp         CURRENT while it is being replaced (write, sync, rename)
+    LOCK                held (flock) by the process that has the database open
+
+``NNNNNN`` is a file number, at least six digits; one counter (the version set's next file
+number) numbers WALs, tables, value-log files and MANIFESTs alike.  A name this module does not
+parse is not the database's, and the database never deletes it.
+"""
+
+from __future__ import annotations
+
+import os
+
+CURRENT = "CURRENT"
+CURRENT_TMP = "CURRENT.tmp"
+LOCK = "LOCK"
+MANIFEST_PREFIX = "MANIFEST-"
+
+# the kinds parse_file_name returns
+WAL = "log"
+TABLE = "sst"
+VLOG = "vlog"
+MANIFEST = "manifest"
+_SUFFIXES = (WAL, TABLE, VLOG)
+
+
+def table_file_name(dbname: str, number: int) -> str:
+    return os.path.join(dbname, f"{number:06d}.{TABLE}")
+
+
+def wal_file_name(dbname: str, number: int) -> str:
+    return os.path.join(dbname, f"{number:06d}.{WAL}")
+
+
+def vlog_file_name(dbname: str, number: int) -> str:
+    """The path of value-log file ``number`` in database directory ``dbname``."""
+    return os.path.join(dbname, f"{number:06d}.{VLOG}")
+
+
+def manifest_name(number: int) -> str:
+    """The name (no directory) of MANIFEST ``number``, as ``CURRENT`` holds it."""
+    return f"{MANIFEST_PREFIX}{number:06d}"
+
+
+def manifest_file_name(dbname: str, number: int) -> str:
+    return os.path.join(dbname, manifest_name(number))
+
+
+def current_file_name(dbname: str) -> str:
+    return os.path.join(dbname, CURRENT)
+
+
+def lock_file_name(dbname: str) -> str:
+    return os.path.join(dbname, LOCK)
+
+
+def parse_file_name(name: str) -> tuple[str, int] | None:
+    """``(kind, number)`` of a numbered file's name (no directory): kind is :data:`WAL`,
+    :data:`TABLE`, :data:`VLOG` or :data:`MANIFEST`; None for any other name."""
+    if name.startswith(MANIFEST_PREFIX):
+        num = name[len(MANIFEST_PREFIX) :]
+        return (MANIFEST, int(num)) if num.isdigit() and num.isascii() else None
+    stem, dot, ext = name.partition(".")
+    if dot and stem.isdigit() and stem.isascii() and ext in _SUFFIXES:
+        return ext, int(stem)
+    return None
+
+
+def parse_vlog_file_name(path: str) -> int | None:
+    """The file number of a value-log file's name or path (``.../000123.vlog``), else None."""
+    parsed = parse_file_name(os.path.basename(path))
+    return parsed[1] if parsed is not None and parsed[0] == VLOG else None

@@ -1,0 +1,1 @@
+"""The MANIFEST: version edits, versions and the version set."""

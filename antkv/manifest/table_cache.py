@@ -1,0 +1,56 @@
+"""The table cache: the open reader of every live table (LevelDB's ``table_cache``).
+
+A table is opened once, on first use, and its reader is kept on the table's metadata
+(``FileMetaData.reader``): readers test that field first and call :meth:`TableCache.get` only
+when it is still None, so an open table costs no lookup.  The reader is closed when the table
+is deleted (:meth:`evict`) or the database closes (:meth:`close`).  The readers share the
+database's block cache.
+
+Thread-safety: ``get``, ``evict`` and ``close`` take the cache's own lock (a leaf lock: nothing
+is acquired under it but the file system's).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ..base.filenames import table_file_name
+from ..sst.reader import TableReader
+
+
+class TableCache:
+    def __init__(self, fs, dbname: str, block_cache, verify_checksums: bool):
+        self._fs = fs
+        self._dbname = dbname
+        self._block_cache = block_cache
+        self._verify = verify_checksums
+        self._lock = threading.Lock()
+        self._readers: dict[int, TableReader] = {}  # table number -> its open reader
+
+    def get(self, f) -> TableReader:
+        """The reader of table ``f`` (a ``FileMetaData``), opened now if it is not yet."""
+        with self._lock:
+            if f.reader is None:
+                f.reader = TableReader.open(
+                    self._fs,
+                    table_file_name(self._dbname, f.number),
+                    f.number,
+                    cache=self._block_cache,
+                    verify_checksums=self._verify,
+                )
+                self._readers[f.number] = f.reader
+            return f.reader
+
+    def evict(self, number: int) -> None:
+        """Close the reader of deleted table ``number``, if it was open."""
+        with self._lock:
+            reader = self._readers.pop(number, None)
+        if reader is not None:
+            reader.close()
+
+    def close(self) -> None:
+        """Close every reader (the database is closing)."""
+        with self._lock:
+            readers, self._readers = list(self._readers.values()), {}
+        for reader in readers:
+            reader.close()

@@ -1,0 +1,1 @@
+"""Memory accounting: the sharded LRU block cache and the write buffer manager."""

@@ -1,0 +1,1 @@
+"""The memtable and range tombstones (and their fragmenter)."""

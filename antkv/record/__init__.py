@@ -1,0 +1,1 @@
+"""Log framing (WAL and MANIFEST records) and the write batch a WAL record holds."""

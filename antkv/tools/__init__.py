@@ -1,0 +1,1 @@
+"""Command-line tools: ``antkv`` (``python -m antkv``) and the file dumps."""

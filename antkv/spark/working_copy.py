@@ -89,10 +89,10 @@ class WorkingCopy:
                 batch.delete_range(key, value)
             n += 1
             if n == _APPLY_CHUNK:
-                self.db.write(batch, disable_wal=True)
+                self.db.write(batch)
                 batch, n = antkv.WriteBatch(), 0
         if n:
-            self.db.write(batch, disable_wal=True)
+            self.db.write(batch)
 
     def write_snapshot(self, location: Location, operator: str, partition: int, version: int,
                        attempt: str) -> tuple[Snapshot, int, int]:

@@ -10,8 +10,13 @@ location holds exactly the objects the retained versions reference.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
+import uuid
+
+import pyarrow.fs as pafs
+import pytest
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -182,12 +187,33 @@ def make_machine(make_location):
 
 
 def _local_location(tmp_root):
-    counter = [0]
-
     def make():
-        counter[0] += 1
         d = tempfile.mkdtemp(prefix="loc-", dir=tmp_root)
         return Location(d), lambda: shutil.rmtree(d, ignore_errors=True)
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """A real S3 API (moto's server mode) on 127.0.0.1, and a pyarrow S3 file system reaching it."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", access_key="testing",
+                           secret_key="testing", region="us-east-1", allow_bucket_creation=True)
+    fs.create_dir("antkv-state")
+    yield fs
+    server.stop()
+
+
+def s3_location(fs):
+    def make():
+        root = f"antkv-state/{uuid.uuid4().hex}"
+        return Location(root, filesystem=fs), lambda: fs.delete_dir_contents(root, missing_dir_ok=True)
 
     return make
 
@@ -195,3 +221,8 @@ def _local_location(tmp_root):
 def test_store_model_local(tmp_path):
     machine = make_machine(_local_location(str(tmp_path)))
     run_state_machine_as_test(machine, settings=settings(max_examples=40, stateful_step_count=40))
+
+
+def test_store_model_s3(s3_server):
+    machine = make_machine(s3_location(s3_server))
+    run_state_machine_as_test(machine, settings=settings(max_examples=8, stateful_step_count=25))

@@ -310,3 +310,36 @@ def test_objects_in_the_location_stay_bounded(tmp_path, options):
     # docs/spark.md: markers R + per partition (R manifests + R + C - 1 changelogs + snapshot files)
     bound = retain + P * (retain + retain + chain - 1 + (retain // chain + 2) * files)
     assert max(counts[10:]) <= bound, (counts, bound)
+
+
+def test_key_count_reads_the_base_per_key_or_by_one_scan(tmp_path, options):
+    loc = Location(str(tmp_path / "loc"))
+    coord = CommitCoordinator(loc, "op", 1, query_id="q")
+    s = open_store(loc, "op", 0, 0, options=options)
+    for i in range(100):
+        s.put(b"k%03d" % i, b"v")
+    coord.publish(1, [s.commit()])
+    # few blind writes: a point read of the base per key
+    s = open_store(loc, "op", 0, 1, manifest=coord.base_manifests(1)[0], options=options)
+    s.put(b"k001", b"w")  # existed
+    s.put(b"new", b"w")  # did not
+    s.delete(b"k002")  # existed
+    s.delete(b"missing")  # did not
+    assert s.get(b"k003") == b"v"  # read before written: learned, not read again
+    s.delete(b"k003")
+    s.delete_range(b"k010", b"k020")  # ten keys of the base
+    s.put(b"k015", b"back")
+    msg = s.commit()
+    assert msg.num_keys == 100 + 1 - 1 - 1 - 10 + 1
+    coord.publish(2, [msg])
+    # most of the base blind-written: one scan of it
+    s = open_store(loc, "op", 0, 2, manifest=msg.manifest, options=options)
+    for i in range(0, 100, 2):
+        s.put(b"k%03d" % i, b"x")
+    for i in range(1, 100, 4):
+        s.delete(b"k%03d" % i)
+    expected = {k: v for k, v in state(loc, 2, 0, options).items()}
+    expected.update({b"k%03d" % i: b"x" for i in range(0, 100, 2)})
+    for i in range(1, 100, 4):
+        expected.pop(b"k%03d" % i, None)
+    assert s.num_keys() == len(expected) == s.commit().num_keys

@@ -19,7 +19,8 @@ of range deletions.
 of ``v`` plus, over every key the batch touched, ``live now - live in v``.  "Live now" is known
 from the change set; "live in v" is learned for free when the batch read the key before first
 writing it (the read-modify-write of every state update), and otherwise read at commit, in one
-pass, from a snapshot taken when the batch began.  A range deletion adds the keys of ``v`` in
+pass, from a snapshot taken when the batch began (a point read per key, or one scan of the
+base's keys when the batch blind-wrote more than 1/8 of them).  A range deletion adds the keys of ``v`` in
 the range (one scan of the range at commit).  Cost: at most one point read per *distinct
 blind-written* key per batch, none per write.
 
@@ -70,6 +71,7 @@ from .working_copy import WorkingCopy
 
 MiB = 1 << 20
 _UNSET = object()
+_SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base instead of reading each
 _LIVE = object()  # a changed key whose new value is not kept (the batch outgrew the changelog)
 
 
@@ -280,8 +282,18 @@ class StateStore:
 
     def _key_delta(self) -> int:
         db, snap, known = self._db, self._base_snapshot, self._base_live
+        if self._copy.manifest is None or self._copy.manifest.num_keys == 0:
+            return sum(v is not None for v in self._changes.values())  # an empty base: nothing to read
+        changes = self._changes
+        unknown = [k for k in changes if k not in known]
+        if len(unknown) * _SCAN_FACTOR > self._copy.manifest.num_keys:
+            # most of the base is touched: one scan of it costs less than a read per key
+            live = {k for k in db.keys(snapshot=snap) if k in changes}
+            known = dict(known)
+            for k in unknown:
+                known[k] = k in live
         delta = 0
-        for k, v in self._changes.items():
+        for k, v in changes.items():
             was = known.get(k)
             if was is None:
                 was = db.get(k, snapshot=snap) is not None

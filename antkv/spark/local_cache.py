@@ -12,7 +12,8 @@ Invariants:
 
 * a file in ``objects/`` has the size and xxh3_128 its manifest records (checked when it was
   downloaded, or hashed when it was uploaded from here); it is never written again;
-* it enters ``objects/`` by a rename of a fully written temporary file, under ``LOCK``;
+* it enters ``objects/`` by a rename of a fully written, checked temporary file, under ``LOCK``,
+  and is linked into a working copy under ``LOCK`` too;
 * eviction (under ``LOCK``) removes the least recently used files in ``objects/`` until their
   total is within ``disk_budget``, but never one with another link: such a file is in use by a
   working copy (the engine's files are hard links), and removing it would free nothing;
@@ -25,6 +26,7 @@ temporary files, and only the rename into ``objects/`` and eviction take the loc
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -33,6 +35,7 @@ import uuid
 
 import xxhash
 
+import antkv
 from antkv import CorruptionError
 from antkv import IOError as AntIOError
 
@@ -67,51 +70,70 @@ class LocalCache:
 
     # ------------------------------------------------------------------ objects
 
-    def fetch(self, location: Location, ref: FileRef) -> str:
-        """The local path of snapshot file ``ref``, downloading and checking it if absent."""
+    def link_into(self, location: Location, ref: FileRef, dst: str) -> None:
+        """Hard-link snapshot file ``ref`` to ``dst``, downloading and checking it if absent.
+
+        The link is made under ``LOCK``, so eviction (which skips linked files) can never
+        remove the cached file between the check and the link."""
         path = self.object_path(location, ref.object)
-        try:
-            st = os.stat(path)
-            if st.st_size == ref.size:
-                os.utime(path)  # recency for eviction
-                self.hits += 1
-                return path
-        except FileNotFoundError:
-            pass
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
-            location.download(ref.object, tmp)
-            size, digest = file_digest(tmp)
-            if size != ref.size or digest != ref.xxh3:
-                raise CorruptionError(
-                    f"object does not match its manifest (size {size}, expected {ref.size}; "
-                    f"xxh3 {digest}, expected {ref.xxh3})", location.path(ref.object))
+        with os_errors(path):
             with self._locked():
-                os.replace(tmp, path)
-            self.downloads += 1
-            self.download_bytes += size
-        finally:
-            _unlink_quietly(tmp)
+                if self._link_cached(path, ref, dst):
+                    self.hits += 1
+                    return
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            try:
+                location.download(ref.object, tmp)  # unlocked: other processes go on meanwhile
+                size, digest = file_digest(tmp)
+                if size != ref.size or digest != ref.xxh3:
+                    raise CorruptionError(
+                        f"object does not match its manifest (size {size}, expected {ref.size}; "
+                        f"xxh3 {digest}, expected {ref.xxh3})", location.path(ref.object))
+                with self._locked():
+                    if not os.path.exists(path):
+                        os.rename(tmp, path)
+                    self._link_cached(path, ref, dst)
+                self.downloads += 1
+                self.download_bytes += size
+            finally:
+                _unlink_quietly(tmp)
         self.evict()
-        return path
+
+    @staticmethod
+    def _link_cached(path: str, ref: FileRef, dst: str) -> bool:
+        """REQUIRES: LOCK held.  Link the cached ``path`` to ``dst`` if it is there."""
+        try:
+            if os.stat(path).st_size != ref.size:
+                return False
+        except FileNotFoundError:
+            return False
+        os.utime(path)  # recency for eviction
+        try:
+            os.link(path, dst)
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                raise
+            shutil.copyfile(path, dst)
+        return True
 
     def adopt(self, location: Location, name: str, local_path: str) -> None:
         """Link the local file ``local_path`` (just uploaded as ``name``) into the cache."""
         path = self.object_path(location, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with self._locked():
-            try:
-                os.link(local_path, path)
-            except FileExistsError:
-                pass
-            except OSError:
-                shutil.copyfile(local_path, path)
+        with os_errors(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with self._locked():
+                try:
+                    os.link(local_path, path)
+                except FileExistsError:
+                    pass
+                except OSError:
+                    shutil.copyfile(local_path, path)
         self.evict()
 
     def evict(self) -> int:
         """Remove least recently used unlinked files beyond the disk budget; returns bytes freed."""
-        with self._locked():
+        with os_errors(self._objects), self._locked():
             files = []
             total = 0
             for d, _, names in os.walk(self._objects):
@@ -148,12 +170,13 @@ class LocalCache:
 
     def new_work_dir(self) -> "WorkDir":
         self.sweep()
-        with self._locked():  # a sweep never sees a directory before its lock is held
-            return WorkDir(os.path.join(self._work, uuid.uuid4().hex))
+        path = os.path.join(self._work, uuid.uuid4().hex)
+        with os_errors(path), self._locked():  # a sweep never sees a directory before its lock is held
+            return WorkDir(path)
 
     def sweep(self) -> int:
         """Remove working copies whose owner process has ended; returns how many."""
-        with self._locked():
+        with os_errors(self._work), self._locked():
             return self._sweep()
 
     def _sweep(self) -> int:
@@ -199,15 +222,9 @@ class WorkDir:
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         os.makedirs(self.db_path)
 
-    def link_in(self, cached_path: str, local_name: str) -> None:
-        dst = os.path.join(self.db_path, local_name)
-        try:
-            os.link(cached_path, dst)
-        except OSError:
-            shutil.copyfile(cached_path, dst)
-
     def write_file(self, local_name: str, data: bytes) -> None:
-        with open(os.path.join(self.db_path, local_name), "wb") as f:
+        p = os.path.join(self.db_path, local_name)
+        with os_errors(p), open(p, "wb") as f:
             f.write(data)
 
     def remove(self) -> None:
@@ -234,6 +251,17 @@ class _FileLock:
     def __exit__(self, *exc):
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
+
+
+@contextlib.contextmanager
+def os_errors(path: str):
+    """Operating-system failures of the local cache leave as antkv.IOError."""
+    try:
+        yield
+    except OSError as e:
+        if isinstance(e, antkv.Error):
+            raise
+        raise AntIOError(f"local state cache: {e}", e, path) from e
 
 
 def _unlink_quietly(path: str) -> None:

@@ -386,10 +386,6 @@ class StateStore:
             pass
         self._copy.destroy()
 
-    @property
-    def committed(self) -> bool:
-        return self._done and self._copy.db is not None
-
     def __repr__(self) -> str:
         return f"StateStore({self.location.uri!r}, {self.operator!r}, partition={self.partition}, version={self.version})"
 

@@ -19,8 +19,9 @@ import os
 import shutil
 
 import antkv
+import xxhash
 
-from .local_cache import LocalCache, WorkDir
+from .local_cache import LocalCache, os_errors
 from .location import Location, snapshot_file_name
 from .objects import (
     CHANGE_DELETE,
@@ -59,7 +60,7 @@ class WorkingCopy:
         snap = manifest.snapshot
         if snap is not None:
             for ref in snap.files:
-                self.work.link_in(self.cache.fetch(location, ref), ref.local)
+                self.cache.link_into(location, ref, os.path.join(self.work.db_path, ref.local))
                 self.file_map[ref.local] = ref
             for meta_name, data in snap.meta.items():
                 self.work.write_file(meta_name, data)
@@ -73,8 +74,6 @@ class WorkingCopy:
         path = location.path(ref.object)
         if len(data) != ref.size:
             raise antkv.CorruptionError(f"changelog is {len(data)} bytes, its manifest says {ref.size}", path)
-        import xxhash
-
         if xxhash.xxh3_128_hexdigest(data) != ref.xxh3:
             raise antkv.CorruptionError("changelog does not match the hash in its manifest", path)
         batch = antkv.WriteBatch()
@@ -101,29 +100,34 @@ class WorkingCopy:
         Returns ``(snapshot, bytes uploaded, objects uploaded)``."""
         tmp = os.path.join(self.work.path, f"checkpoint-{attempt}")
         self.db.checkpoint(tmp)
-        try:
-            files, meta = [], {}
-            uploaded = nbytes = 0
-            for name in sorted(os.listdir(tmp)):
-                p = os.path.join(tmp, name)
-                if not name.endswith(_SNAPSHOT_SUFFIXES):
-                    with open(p, "rb") as f:
-                        meta[name] = f.read()
-                    continue
-                ref = self.file_map.get(name)
-                if ref is None:
-                    obj = snapshot_file_name(operator, partition, version, attempt, name)
-                    size, digest = file_digest(p)
-                    location.upload(obj, p)
-                    self.cache.adopt(location, obj, p)
-                    ref = FileRef(obj, size, digest, local=name)
-                    uploaded += 1
-                    nbytes += size
-                files.append(ref)
-            self.file_map = {f.local: f for f in files}
-            return Snapshot(version, tuple(files), meta), nbytes, uploaded
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with os_errors(tmp):
+            try:
+                return self._upload_checkpoint(location, tmp, operator, partition, version, attempt)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def _upload_checkpoint(self, location: Location, tmp: str, operator: str, partition: int,
+                           version: int, attempt: str) -> tuple[Snapshot, int, int]:
+        files, meta = [], {}
+        uploaded = nbytes = 0
+        for name in sorted(os.listdir(tmp)):
+            p = os.path.join(tmp, name)
+            if not name.endswith(_SNAPSHOT_SUFFIXES):
+                with open(p, "rb") as f:
+                    meta[name] = f.read()
+                continue
+            ref = self.file_map.get(name)
+            if ref is None:
+                obj = snapshot_file_name(operator, partition, version, attempt, name)
+                size, digest = file_digest(p)
+                location.upload(obj, p)
+                self.cache.adopt(location, obj, p)
+                ref = FileRef(obj, size, digest, local=name)
+                uploaded += 1
+                nbytes += size
+            files.append(ref)
+        self.file_map = {f.local: f for f in files}
+        return Snapshot(version, tuple(files), meta), nbytes, uploaded
 
     def advance(self, name: str, manifest: Manifest) -> None:
         """This copy now holds the version ``manifest`` describes (after a commit)."""
@@ -140,5 +144,3 @@ class WorkingCopy:
             self.db = None
             self.work.remove()
 
-
-__all__ = ["WorkingCopy", "WorkDir"]

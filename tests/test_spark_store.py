@@ -343,3 +343,15 @@ def test_key_count_reads_the_base_per_key_or_by_one_scan(tmp_path, options):
     for i in range(1, 100, 4):
         expected.pop(b"k%03d" % i, None)
     assert s.num_keys() == len(expected) == s.commit().num_keys
+
+
+def test_a_committed_or_aborted_store_refuses_reads_and_writes(tmp_path, options):
+    loc = Location(str(tmp_path / "loc"))
+    for finish in ("commit", "abort"):
+        s = open_store(loc, "op", 0, 0, options=options)
+        s.put(b"k", b"v")
+        getattr(s, finish)()
+        for call in (lambda: s.get(b"k"), lambda: list(s.items()), lambda: s.keys(), lambda: s.put(b"a", b"b"),
+                     lambda: s.delete(b"k"), lambda: s.commit(), lambda: s.num_keys()):
+            with pytest.raises(antkv.DBClosedError):
+                call()

@@ -42,9 +42,9 @@ def map_with_state(df, coordinator: CommitCoordinator, version: int, process, sc
     if n != coordinator.num_partitions:
         raise antkv.InvalidArgumentError(
             f"the DataFrame has {n} partitions, the state has {coordinator.num_partitions}")
-    from pyspark.sql.types import _parse_datatype_string
+    from pyspark.sql.types import StructType
 
-    names = [f.name for f in _parse_datatype_string(schema).fields]
+    names = [f.name for f in StructType.fromDDL(schema).fields]
     bases = coordinator.base_manifests(version - 1)
     location, operator = coordinator.location, coordinator.operator
     out_schema = f"{schema}, {COMMIT_COLUMN} string"

@@ -213,6 +213,8 @@ class StateStore:
     # ------------------------------------------------------------------ reads
 
     def get(self, key, default=None):
+        if self._done:
+            self._check_active()
         value = self._db.get(key, default)
         if type(key) is not bytes:
             key = bytes(key)
@@ -221,12 +223,15 @@ class StateStore:
         return value
 
     def items(self, start=None, stop=None, *, prefix=None, reverse=False):
+        self._check_active()
         return self._db.items(start, stop, prefix=prefix, reverse=reverse)
 
     def keys(self, start=None, stop=None, *, prefix=None, reverse=False):
+        self._check_active()
         return self._db.keys(start, stop, prefix=prefix, reverse=reverse)
 
     def values(self, start=None, stop=None, *, prefix=None, reverse=False):
+        self._check_active()
         return self._db.values(start, stop, prefix=prefix, reverse=reverse)
 
     def __contains__(self, key) -> bool:

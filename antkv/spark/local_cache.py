@@ -74,7 +74,8 @@ class LocalCache:
         """Hard-link snapshot file ``ref`` to ``dst``, downloading and checking it if absent.
 
         The link is made under ``LOCK``, so eviction (which skips linked files) can never
-        remove the cached file between the check and the link."""
+        remove the cached file between the check and the link.  The caller runs
+        :meth:`evict` once it has linked all it needs."""
         path = self.object_path(location, ref.object)
         with os_errors(path):
             with self._locked():
@@ -98,7 +99,6 @@ class LocalCache:
                 self.download_bytes += size
             finally:
                 _unlink_quietly(tmp)
-        self.evict()
 
     @staticmethod
     def _link_cached(path: str, ref: FileRef, dst: str) -> bool:
@@ -118,7 +118,8 @@ class LocalCache:
         return True
 
     def adopt(self, location: Location, name: str, local_path: str) -> None:
-        """Link the local file ``local_path`` (just uploaded as ``name``) into the cache."""
+        """Link the local file ``local_path`` (just uploaded as ``name``) into the cache
+        (the caller runs :meth:`evict` when done)."""
         path = self.object_path(location, name)
         with os_errors(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -129,7 +130,6 @@ class LocalCache:
                     pass
                 except OSError:
                     shutil.copyfile(local_path, path)
-        self.evict()
 
     def evict(self) -> int:
         """Remove least recently used unlinked files beyond the disk budget; returns bytes freed."""

@@ -64,6 +64,7 @@ class WorkingCopy:
                 self.file_map[ref.local] = ref
             for meta_name, data in snap.meta.items():
                 self.work.write_file(meta_name, data)
+            self.cache.evict()
         self.db = antkv.open(self.work.db_path, self.engine_options)
         for ref in manifest.changelogs:
             self.apply_changelog(location, ref)
@@ -105,6 +106,7 @@ class WorkingCopy:
                 return self._upload_checkpoint(location, tmp, operator, partition, version, attempt)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
+                self.cache.evict()
 
     def _upload_checkpoint(self, location: Location, tmp: str, operator: str, partition: int,
                            version: int, attempt: str) -> tuple[Snapshot, int, int]:

@@ -355,3 +355,14 @@ def test_a_committed_or_aborted_store_refuses_reads_and_writes(tmp_path, options
                      lambda: s.delete(b"k"), lambda: s.commit(), lambda: s.num_keys()):
             with pytest.raises(antkv.DBClosedError):
                 call()
+
+
+def test_a_late_cleanup_of_an_older_version_keeps_what_newer_versions_need(tmp_path, options):
+    loc = Location(str(tmp_path / "loc"))
+    coord = CommitCoordinator(loc, "op", P, query_id="q")
+    for v in range(6):
+        batch(loc, coord, v, options)
+    coord.cleanup(3)  # late: versions 4..6 are published
+    release_idle_stores()
+    for v in (5, 6):
+        assert state(loc, v, 1, options) == {b"k%03d" % i: b"v%d-1-" % (v - 1) * (1 + i * 7) for i in range(20)}

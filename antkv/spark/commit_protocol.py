@@ -171,8 +171,16 @@ class CommitCoordinator:
     # ------------------------------------------------------------------ cleanup
 
     def cleanup(self, version: int) -> CleanupResult:
-        """Delete what no retained version needs, once ``version`` is published (step 4)."""
+        """Delete what no retained version needs, once ``version`` is published (step 4).
+
+        REQUIRES: ``version`` is the newest published version (the driver calls it right after
+        ``publish``).  A late call with an older one acts for the newest marker the listing
+        shows, so it never takes what a newer version references."""
         version = check_version(version)
+        marker_dir = f"{self.operator}/{MARKER_DIR}"
+        listed = {v: base for base in self.location.list_dir(marker_dir)
+                  if (v := parse_marker_name(base)) is not None}
+        version = max(version, max(listed, default=0))
         first = max(1, version - self.min_versions_to_retain + 1)
         referenced: set[str] = set()
         for v in range(first, version + 1):
@@ -180,10 +188,8 @@ class CommitCoordinator:
                 referenced.add(name)
                 referenced |= self._objects_of(name)
         deleted = 0
-        marker_dir = f"{self.operator}/{MARKER_DIR}"
-        for base in self.location.list_dir(marker_dir):
-            v = parse_marker_name(base)
-            if v is not None and v < first:
+        for v, base in sorted(listed.items()):
+            if v < first:
                 self.location.delete(f"{marker_dir}/{base}")
                 self._markers.pop(v, None)
                 deleted += 1

@@ -29,7 +29,7 @@ from antkv.spark.memory import worker_memory
 from antkv.spark.objects import file_digest
 from antkv.spark.store import read_manifest
 
-from test_spark_store_model import location_objects, s3_server  # noqa: F401 (a fixture)
+from test_spark_store_model import location_objects, referenced_objects, s3_server  # noqa: F401 (a fixture)
 
 P = 2
 
@@ -366,3 +366,19 @@ def test_a_late_cleanup_of_an_older_version_keeps_what_newer_versions_need(tmp_p
     release_idle_stores()
     for v in (5, 6):
         assert state(loc, v, 1, options) == {b"k%03d" % i: b"v%d-1-" % (v - 1) * (1 + i * 7) for i in range(20)}
+
+
+def test_leftovers_of_interrupted_local_writes_block_nothing_and_are_collected(tmp_path, options):
+    root = tmp_path / "loc"
+    loc = Location(str(root))
+    coord = CommitCoordinator(loc, "op", P, query_id="q")
+    batch(loc, coord, 0, options)
+    # what a crash in the middle of writing marker 2 and a manifest of version 2 leaves
+    leftovers = [root / "op" / "_batches" / ("%020d.marker.tmp-0badf00d" % 2),
+                 root / "op" / "p00000" / ("%020d-%s.manifest.tmp-12345678" % (2, "0" * 16))]
+    for f in leftovers:
+        f.write_bytes(b"torn")
+    batch(loc, coord, 1, options)
+    assert all(not f.exists() for f in leftovers)
+    assert location_objects(loc, "op") == referenced_objects(loc, coord, 1, 2)
+    assert state(loc, 2, 0, options)[b"k000"] == b"v1-0-"

@@ -45,6 +45,7 @@ from .location import (
     marker_name,
     parse_marker_name,
     parse_object_name,
+    parse_temporary_name,
 )
 from .objects import Marker
 from .store import as_location, read_manifest, read_marker
@@ -178,8 +179,8 @@ class CommitCoordinator:
         shows, so it never takes what a newer version references."""
         version = check_version(version)
         marker_dir = f"{self.operator}/{MARKER_DIR}"
-        listed = {v: base for base in self.location.list_dir(marker_dir)
-                  if (v := parse_marker_name(base)) is not None}
+        bases = self.location.list_dir(marker_dir)
+        listed = {v: base for base in bases if (v := parse_marker_name(base)) is not None}
         version = max(version, max(listed, default=0))
         first = max(1, version - self.min_versions_to_retain + 1)
         referenced: set[str] = set()
@@ -193,11 +194,16 @@ class CommitCoordinator:
                 self.location.delete(f"{marker_dir}/{base}")
                 self._markers.pop(v, None)
                 deleted += 1
+        for base in bases:  # leftovers of interrupted local writes of published versions
+            v = parse_marker_name(parse_temporary_name(base) or "")
+            if v is not None and v <= version:
+                self.location.delete(f"{marker_dir}/{base}")
+                deleted += 1
         for sub in self.location.list_subdirs(self.operator):
             if not (len(sub) == 6 and sub[0] == "p" and sub[1:].isdigit()):
                 continue
             for base in self.location.list_dir(f"{self.operator}/{sub}"):
-                parsed = parse_object_name(base)
+                parsed = parse_object_name(parse_temporary_name(base) or base)
                 if parsed is None or parsed.version > version:
                     continue  # not ours, or an attempt of a later batch
                 name = f"{self.operator}/{sub}/{base}"

@@ -45,6 +45,7 @@ _OBJECT_RE = re.compile(
 )
 _MARKER_RE = re.compile(r"^(?P<version>\d{20})\.marker$")
 MARKER_DIR = "_batches"
+_TMP_INFIX = ".tmp-"  # <object name>.tmp-<8 hex>: a local write in progress (Location._local_write)
 
 
 def new_attempt_id() -> str:
@@ -115,6 +116,12 @@ def parse_object_name(base: str) -> ObjectName | None:
         return None
     kind = m.group("kind") or "file"
     return ObjectName(int(m.group("version")), m.group("attempt"), kind, m.group("local"))
+
+
+def parse_temporary_name(base: str) -> str | None:
+    """The object a leftover temporary file of a local write was for, or None."""
+    name, sep, rand = base.rpartition(_TMP_INFIX)
+    return name if sep and len(rand) == 8 and all(c in "0123456789abcdef" for c in rand) else None
 
 
 def parse_marker_name(base: str) -> int | None:
@@ -219,7 +226,7 @@ class Location:
         p = self.path(name)
         try:
             if self._local:
-                self._local_write(p, data, exclusive=True)
+                self._local_write(p, data)
                 return
             with self.fs.open_output_stream(p) as f:
                 f.write(data)
@@ -234,7 +241,7 @@ class Location:
         try:
             if self._local:
                 with open(local_path, "rb") as src:
-                    self._local_write(p, src, exclusive=True)
+                    self._local_write(p, src)
                 return
             with open(local_path, "rb") as src, self.fs.open_output_stream(p) as dst:
                 _copy_stream(src, dst)
@@ -244,7 +251,8 @@ class Location:
     def create_exclusive(self, name: str, data: bytes) -> bool:
         """Create ``name`` only if it does not exist; True when this call created it.
 
-        A conditional create on a local file system (``O_EXCL``).  ``pyarrow.fs`` offers none
+        A conditional create on a local file system (a hard link, which fails if the name
+        exists).  ``pyarrow.fs`` offers none
         for other file systems: there the object is written only if a check finds it absent,
         then read back; a writer that lost a race it could not see reads back the other
         writer's bytes and gets False.  Two writers racing within that window on a store
@@ -255,7 +263,7 @@ class Location:
         try:
             if self._local:
                 try:
-                    self._local_write(p, data, exclusive=True)
+                    self._local_write(p, data)
                     return True
                 except FileExistsError:
                     return False
@@ -277,28 +285,34 @@ class Location:
         except OSError as e:
             raise AntIOError(f"cannot delete {p}: {e}", e, p) from e
 
-    def _local_write(self, p: str, data, exclusive: bool) -> None:
-        """A local object: created with O_EXCL, fsynced with its directory (durable on return)."""
+    def _local_write(self, p: str, data) -> None:
+        """A local object appears whole or not at all, and only if absent, durable on return.
+
+        The bytes go to a temporary file (``<name>.tmp-<random>``), fsynced, which is then
+        hard-linked to the final name -- ``link`` fails if the name exists, so this is also the
+        conditional create -- and unlinked; the directory is fsynced.  A crash leaves at most
+        the temporary file, which cleanup removes (:func:`parse_temporary_name`)."""
         d = os.path.dirname(p)
         os.makedirs(d, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
-        fd = os.open(p, flags, 0o644)
+        tmp = f"{p}{_TMP_INFIX}{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            with os.fdopen(fd, "wb", closefd=False) as f:
-                if isinstance(data, (bytes, bytearray, memoryview)):
-                    f.write(data)
-                else:
-                    _copy_stream(data, f)
-                f.flush()
-                os.fsync(fd)
-        except BaseException:
-            os.close(fd)
             try:
-                os.unlink(p)
+                with os.fdopen(fd, "wb", closefd=False) as f:
+                    if isinstance(data, (bytes, bytearray, memoryview)):
+                        f.write(data)
+                    else:
+                        _copy_stream(data, f)
+                    f.flush()
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.link(tmp, p)
+        finally:
+            try:
+                os.unlink(tmp)
             except OSError:
                 pass
-            raise
-        os.close(fd)
         dfd = os.open(d, os.O_RDONLY)
         try:
             os.fsync(dfd)

@@ -222,7 +222,7 @@ def test_local_cache_is_shared_by_processes_and_kept_within_its_disk_budget(tmp_
     release_idle_stores()
     expected = sorted(state(loc, 3, 0, options).items())
     shared = str(tmp_path / "shared-cache")
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that may run a JVM bridge
     with ctx.Pool(3) as pool:
         results = pool.map(_load_in_child, [(uri, shared, 3)] * 6)
     assert all(r == expected for r in results)

@@ -19,6 +19,7 @@ Layout (``<v>`` is a version, 20 digits, zero-padded so names sort; ``<a>`` an a
     <root>/<operator>/p<p>/<v>-<a>.manifest               one per committed task attempt
     <root>/<operator>/p<p>/<v>-<a>.changelog              the batch's changes, if a changelog commit
     <root>/<operator>/p<p>/<v>-<a>-<NNNNNN>.sst | .vlog   snapshot files (engine tables, value logs)
+    <any of the above>.tmp-<8 hex>                         a local write in progress (or cut short)
 
 This module owns every name (make and parse) and every call into ``pyarrow.fs``.  Errors leave
 as ``antkv`` errors: a missing object that should exist is a :class:`CorruptionError` naming

@@ -134,6 +134,7 @@ def test_publish_refuses_incomplete_duplicate_or_mismatched_batches(loc, options
         "published base": [msgs[0], dataclasses.replace(msgs[1], base=msgs[0].base)],
         "message is for": [msgs[0], dataclasses.replace(msgs[1], version=5)],
         "no such partition": msgs + [dataclasses.replace(msgs[1], partition=7)],
+        "not a manifest of this partition": [msgs[0], dataclasses.replace(msgs[1], manifest=msgs[0].manifest)],
     }
     for expected, bad in cases.items():
         with pytest.raises(CommitError, match=expected):

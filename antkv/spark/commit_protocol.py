@@ -46,6 +46,7 @@ from .location import (
     parse_marker_name,
     parse_object_name,
     parse_temporary_name,
+    partition_dir,
 )
 from .objects import Marker
 from .store import as_location, read_manifest, read_marker
@@ -146,6 +147,10 @@ class CommitCoordinator:
                 raise CommitError(f"{where}: no such partition (of {self.num_partitions})")
             if chosen[msg.partition] is not None:
                 raise CommitError(f"{where}: two commit messages")
+            pdir = f"{partition_dir(self.operator, msg.partition)}/"
+            parsed = parse_object_name(msg.manifest[len(pdir):]) if msg.manifest.startswith(pdir) else None
+            if parsed is None or parsed.kind != "manifest" or parsed.version != version:
+                raise CommitError(f"{where}: {msg.manifest!r} is not a manifest of this partition and version")
             if msg.base != bases[msg.partition]:
                 raise CommitError(f"{where}: built on {msg.base!r}, the published base is {bases[msg.partition]!r}")
             chosen[msg.partition] = msg.manifest

@@ -5,7 +5,8 @@ a real local file system, with object-store behaviour (an object appears whole w
 writer is closed, or not at all), and at the Nth call either raises an ``OSError`` once
 ("fail") or raises it at that call and at every later one ("crash": the process is gone).
 
-For each N, a batch runs against the faulty location and is interrupted at call N; then a new
+The inner file system is a local one, or a real S3 API (moto on 127.0.0.1).  For each N, a
+batch runs against the faulty location and is interrupted at call N; then a new
 process (fresh coordinator, no open working copies) must see exactly the last published
 version, finish the interrupted work by rerunning the batch, and leave the location holding
 exactly what the retained versions reference.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import io
 import os
+import uuid
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -23,7 +25,7 @@ import pytest
 import antkv
 from antkv.spark import CommitCoordinator, Location, StoreOptions, open_store, release_idle_stores
 
-from test_spark_store_model import location_objects, model_items, referenced_objects
+from test_spark_store_model import location_objects, model_items, referenced_objects, s3_server  # noqa: F401
 
 NUM_PARTITIONS = 2
 RETAIN = 2
@@ -130,8 +132,8 @@ class _ObjectWriter(io.BytesIO):
             f.write(data)
 
 
-def make_faulty(root: str) -> tuple[Location, FaultHandler]:
-    handler = FaultHandler(pafs.LocalFileSystem())
+def make_faulty(root: str, inner: pafs.FileSystem | None = None) -> tuple[Location, FaultHandler]:
+    handler = FaultHandler(inner or pafs.LocalFileSystem())
     return Location(root, filesystem=pafs.PyFileSystem(handler)), handler
 
 
@@ -184,28 +186,38 @@ def batch_writes(i: int) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("crash", [False, True], ids=["fail", "crash"])
+@pytest.fixture
+def file_system(request, tmp_path):
+    """``(inner file system, root, a second root for the dry run)``: local, or a real S3 API."""
+    if request.param == "local":
+        return pafs.LocalFileSystem(), str(tmp_path / "loc"), str(tmp_path / "probe")
+    fs = request.getfixturevalue("s3_server")
+    run = uuid.uuid4().hex
+    return fs, f"antkv-state/{run}/loc", f"antkv-state/{run}/probe"
+
+
+# on S3 only the crash variants (a crash fails its call and every later one): each S3 run
+# costs ~20 s of HTTP round trips to the local server
+@pytest.mark.parametrize("file_system,crash", [("local", False), ("local", True), ("s3", True)],
+                         ids=["local-fail", "local-crash", "s3-crash"], indirect=["file_system"])
 @pytest.mark.parametrize("snapshot", [False, True], ids=["changelog", "snapshot"])
-def test_fault_at_every_call(tmp_path, crash, snapshot):
-    root = str(tmp_path / "loc")
+def test_fault_at_every_call(tmp_path, file_system, crash, snapshot):
+    inner, root, probe_root = file_system
     options = StoreOptions(cache_dir=str(tmp_path / "cache"), max_changelog_chain=1 if snapshot else 100,
                            snapshot_ratio=1000.0, engine=dict(write_buffer_size=64 << 10, min_blob_size=1000))
-    healthy = Location(root)
-    loc, handler = make_faulty(root)
+    healthy = Location(root, filesystem=inner)
+    loc, handler = make_faulty(root, inner)
     states = {0: [{} for _ in range(NUM_PARTITIONS)]}
     coord = CommitCoordinator(healthy, "op", NUM_PARTITIONS, query_id="q", min_versions_to_retain=RETAIN)
     for i in (1, 2):  # two published versions to build on
         run_batch(healthy, coord, i - 1, batch_writes(i), options)
         states[i] = [apply(states[i - 1][p], batch_writes(i)[p]) for p in range(NUM_PARTITIONS)]
 
-    # dry run to count the calls one batch makes through the location
-    probe_root = str(tmp_path / "probe")
-    os.makedirs(probe_root)
+    # dry run on a copy of the location, to count the calls one batch makes through it
+    probe_copy = Location(probe_root, filesystem=inner)
     for name in location_objects(healthy, "op"):
-        os.makedirs(os.path.dirname(os.path.join(probe_root, name)), exist_ok=True)
-        with open(os.path.join(probe_root, name), "wb") as f:
-            f.write(healthy.read(name))
-    probe_loc, probe = make_faulty(probe_root)
+        probe_copy.write(name, healthy.read(name))
+    probe_loc, probe = make_faulty(probe_root, inner)
     release_idle_stores()
     probe.arm(None, False)
     probe_coord = CommitCoordinator(probe_loc, "op", NUM_PARTITIONS, query_id="q", min_versions_to_retain=RETAIN)

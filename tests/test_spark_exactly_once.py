@@ -9,13 +9,15 @@ same sums computed directly from the input:
   speculative loser would be): only the published attempt counts;
 * the driver fails between publishing a batch's marker and Spark's commit log (a streaming
   query with ``foreachBatch``, restarted from its checkpoint): Spark replays the batch, which
-  rebuilds from the previous marker, finds the marker published and keeps it.
+  rebuilds from the previous marker, finds the marker published and keeps it;
+* the executors reach a location on a real S3 API (moto on 127.0.0.1).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import uuid
 
 import pandas as pd
 import pytest
@@ -25,7 +27,7 @@ from pyspark import cloudpickle
 from antkv.spark import CommitCoordinator, CommitError, CommitMessage, Location, StoreOptions, open_store, release_idle_stores
 from antkv.spark.runner import map_with_state, publish_batch, run_batch
 
-from test_spark_store_model import location_objects, referenced_objects
+from test_spark_store_model import location_objects, referenced_objects, s3_server  # noqa: F401
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import tests/
 
@@ -159,3 +161,16 @@ def test_driver_failure_between_marker_and_commit_log_replays_to_the_same_state(
     assert replays == [1]
     assert sink[1] == first_output  # the replay rebuilt from version 1 and computed the same
     assert state(loc, 3, options) == expected_totals([0, 1, 2])
+
+
+def test_state_in_a_real_s3_api_is_reached_from_the_executors(spark, tmp_path, s3_server):
+    release_idle_stores()
+    loc = Location(f"antkv-state/{uuid.uuid4().hex}", filesystem=s3_server)  # pickled into the tasks
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"), max_changelog_chain=1)
+    coord = CommitCoordinator(loc, "sums", N, query_id="s3")
+    for b in (1, 2, 3):
+        output, result = run_batch(frame(spark, b), coord, b, running_sum, SCHEMA, options)
+        assert not result.replayed and len(output) == len(rows(b))
+    release_idle_stores()
+    assert state(loc, 3, options) == expected_totals([1, 2, 3])
+    assert location_objects(loc, "sums") == referenced_objects(loc, coord, 2, 3)

@@ -20,9 +20,10 @@ of ``v`` plus, over every key the batch touched, ``live now - live in v``.  "Liv
 from the change set; "live in v" is learned for free when the batch read the key before first
 writing it (the read-modify-write of every state update), and otherwise read at commit, in one
 pass, from a snapshot taken when the batch began (a point read per key, or one scan of the
-base's keys when the batch blind-wrote more than 1/8 of them).  A range deletion adds the keys of ``v`` in
-the range (one scan of the range at commit).  Cost: at most one point read per *distinct
-blind-written* key per batch, none per write.
+base's keys when the batch blind-wrote more than 1/8 of them; none when the base is empty).
+A range deletion adds the keys of ``v`` in the range (one scan of the range at commit).
+Cost: at most one point read per *distinct blind-written* key per batch, none per write.
+The snapshot keeps the base's versions through compactions that run during the batch.
 
 **Commit** writes, under names carrying the new version and a random attempt id:
 

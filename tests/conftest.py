@@ -2,6 +2,7 @@
 
 import logging
 import os
+import sys
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -34,11 +35,16 @@ def spark():
     """One local SparkSession for the whole test run (starting a JVM costs seconds).
 
     Two cores, few shuffle partitions and no UI keep the Spark tests short; every Spark test
-    shares this session and must not stop it."""
+    shares this session and must not stop it.  ``local[2,2]``: a failed task is retried once,
+    as on a cluster (plain ``local[2]`` fails the job at the first task failure), which the
+    exactly-once tests of ``antkv.spark`` rely on."""
     from pyspark.sql import SparkSession
 
+    # Python workers run this interpreter (the venv's, with antkv and its dependencies), not
+    # whatever ``python3`` is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,2]")
         .appName("antkv-tests")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "2")

@@ -1,0 +1,35 @@
+"""antkv as the state engine of PySpark pipelines.
+
+A state store is one versioned key-value store per ``(checkpoint location, operator,
+partition)``: tasks open it at the version the driver names, read and write it, and commit the
+next version to the checkpoint location (any ``pyarrow.fs`` URI) as uniquely named objects;
+the driver publishes each batch with one write-once marker.  ``docs/spark.md`` describes the
+model, the layout of a location, the protocol and its guarantees.
+
+    from antkv.spark import open_store, CommitCoordinator
+
+    coord = CommitCoordinator("s3://bucket/state", "agg", num_partitions=4, query_id="q1")
+    bases = coord.base_manifests(0)                      # driver: version 0 is empty
+    store = open_store("s3://bucket/state", "agg", 2, 0, manifest=bases[2])   # in a task
+    store.put(b"k", b"v"); msg = store.commit()          # the task returns msg
+    coord.publish(1, messages); coord.cleanup(1)         # driver, with every partition's msg
+"""
+
+from .commit_message import CommitMessage
+from .commit_protocol import CleanupResult, CommitCoordinator, CommitError, ConcurrentWriterError, PublishResult
+from .location import Location
+from .store import StateStore, StoreOptions, open_store, release_idle_stores
+
+__all__ = [
+    "open_store",
+    "StateStore",
+    "StoreOptions",
+    "Location",
+    "CommitMessage",
+    "CommitCoordinator",
+    "CommitError",
+    "ConcurrentWriterError",
+    "PublishResult",
+    "CleanupResult",
+    "release_idle_stores",
+]

@@ -1,0 +1,301 @@
+"""The byte formats of the objects the state store writes to a checkpoint location.
+
+Every manifest, changelog and batch marker is one *envelope*::
+
+    +--------+------+-------+-------------+----------------+------------------------+
+    | magic  | kind | codec | payload     | payload length | checksum               |
+    | 6 B    | 1 B  | 1 B   | n bytes     | u64 LE         | xxh3_64 of all before  |
+    +--------+------+-------+-------------+----------------+------------------------+
+    magic = b"AKVSPK"; kind (part of the format): b"M" manifest, b"C" changelog, b"B" marker;
+    codec: 0 = payload stored as is, 1 = zstd frame
+
+The trailer comes last so a truncated object never verifies.  Payloads:
+
+* **manifest** (JSON, UTF-8) -- one committed version of one partition, written by the task
+  attempt that made it::
+
+      {"format": 1, "operator": str, "partition": int, "version": int, "attempt": str,
+       "base": <manifest name this version was built on> | null, "num_keys": int,
+       "snapshot": null | {"version": int,                 # the version the snapshot holds
+                           "files": [{"local": "000012.sst", "object": <name>,
+                                      "size": int, "xxh3": <xxh3_128 hex of the bytes>}, ...],
+                           "meta": {"MANIFEST-000015": <base64>, "CURRENT": <base64>, ...}},
+       "changelogs": [{"object": <name>, "version": int, "size": int, "xxh3": <hex>}, ...]}
+
+  The state of the version is the snapshot (or the empty state) with the changelogs applied
+  in order.  Snapshot files (engine tables and sealed value-log files) are uploaded as they
+  are, checked by the size and xxh3_128 recorded here; ``meta`` holds the engine's small
+  per-checkpoint files inline.
+
+* **changelog** (zstd) -- a batch's net changes: every range deletion, then every point
+  change, each one record::
+
+      kind u8 | key length u32 LE | key | [value length u32 LE | value]
+      kind: 0 = delete key, 1 = put key value, 2 = delete range [key, value)
+
+* **marker** (JSON) -- one published batch of one operator::
+
+      {"format": 1, "operator": str, "version": int, "query_id": str, "run_id": str,
+       "num_partitions": int, "manifests": [<manifest name of partition 0>, ...],
+       "num_keys": int}
+
+Decoding checks magic, kind, length and checksum, and raises :class:`CorruptionError` naming
+the object on any mismatch.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import struct
+from dataclasses import dataclass, field
+
+import xxhash
+import zstandard
+
+from antkv import CorruptionError
+
+MAGIC = b"AKVSPK"
+KIND_MANIFEST = b"M"  # part of the format
+KIND_CHANGELOG = b"C"  # part of the format
+KIND_MARKER = b"B"  # part of the format
+CODEC_NONE = 0
+CODEC_ZSTD = 1
+FORMAT = 1
+_TRAILER = struct.Struct("<QQ")
+_HEADER_LEN = len(MAGIC) + 2
+
+CHANGE_DELETE = 0  # part of the format
+CHANGE_PUT = 1
+CHANGE_DELETE_RANGE = 2
+_REC = struct.Struct("<BI")
+_LEN = struct.Struct("<I")
+
+
+def seal(kind: bytes, payload: bytes, compress: bool = False) -> bytes:
+    """Wrap ``payload`` in an envelope of ``kind``."""
+    codec = CODEC_NONE
+    if compress:
+        payload = zstandard.ZstdCompressor(level=1).compress(payload)
+        codec = CODEC_ZSTD
+    body = MAGIC + kind + bytes((codec,)) + payload
+    return body + _TRAILER.pack(len(payload), xxhash.xxh3_64_intdigest(body + struct.pack("<Q", len(payload))))
+
+
+def unseal(kind: bytes, data: bytes, name: str) -> bytes:
+    """The payload of an envelope of ``kind``; CorruptionError naming ``name`` if it is not one."""
+    if len(data) < _HEADER_LEN + _TRAILER.size:
+        raise CorruptionError(f"object too short ({len(data)} bytes)", name)
+    n, check = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
+    body = data[: len(data) - 8]
+    if xxhash.xxh3_64_intdigest(body) != check:
+        raise CorruptionError("object checksum mismatch", name)
+    if data[: len(MAGIC)] != MAGIC or data[len(MAGIC): len(MAGIC) + 1] != kind:
+        raise CorruptionError(f"not a {kind.decode()} object (bad magic or kind)", name)
+    if n != len(data) - _HEADER_LEN - _TRAILER.size:
+        raise CorruptionError("object length mismatch", name)
+    payload = data[_HEADER_LEN: _HEADER_LEN + n]
+    codec = data[len(MAGIC) + 1]
+    if codec == CODEC_ZSTD:
+        try:
+            return zstandard.ZstdDecompressor().decompress(payload, max_output_size=1 << 40)
+        except zstandard.ZstdError as e:
+            raise CorruptionError(f"bad zstd payload: {e}", name) from e
+    if codec != CODEC_NONE:
+        raise CorruptionError(f"unknown codec {codec}", name)
+    return payload
+
+
+def file_digest(path: str) -> tuple[int, str]:
+    """``(size, xxh3_128 hex)`` of a local file: the check recorded for a snapshot file."""
+    h = xxhash.xxh3_128()
+    size = 0
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(4 << 20)
+            if not b:
+                break
+            h.update(b)
+            size += len(b)
+    return size, h.hexdigest()
+
+
+# ---------------------------------------------------------------------- manifest
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """An object the manifest depends on, with the size and hash it must have."""
+
+    object: str
+    size: int
+    xxh3: str
+    local: str | None = None  # engine file name (snapshot files)
+    version: int | None = None  # the version a changelog brings the state to
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: int
+    files: tuple[FileRef, ...]
+    meta: dict  # engine metadata file name -> bytes
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    operator: str
+    partition: int
+    version: int
+    attempt: str
+    base: str | None
+    num_keys: int
+    snapshot: Snapshot | None
+    changelogs: tuple[FileRef, ...] = field(default=())
+
+    def objects(self) -> set[str]:
+        """Every object this version needs (besides the manifest itself)."""
+        out = {c.object for c in self.changelogs}
+        if self.snapshot is not None:
+            out.update(f.object for f in self.snapshot.files)
+        return out
+
+    def encode(self) -> bytes:
+        snap = None
+        if self.snapshot is not None:
+            snap = {
+                "version": self.snapshot.version,
+                "files": [{"local": f.local, "object": f.object, "size": f.size, "xxh3": f.xxh3}
+                          for f in self.snapshot.files],
+                "meta": {k: base64.b64encode(v).decode("ascii") for k, v in sorted(self.snapshot.meta.items())},
+            }
+        doc = {
+            "format": FORMAT, "operator": self.operator, "partition": self.partition,
+            "version": self.version, "attempt": self.attempt, "base": self.base,
+            "num_keys": self.num_keys, "snapshot": snap,
+            "changelogs": [{"object": c.object, "version": c.version, "size": c.size, "xxh3": c.xxh3}
+                           for c in self.changelogs],
+        }
+        return seal(KIND_MANIFEST, json.dumps(doc, separators=(",", ":")).encode())
+
+    @staticmethod
+    def decode(data: bytes, name: str) -> "Manifest":
+        doc = _document(KIND_MANIFEST, data, name)
+        with _malformed("manifest", name):
+            snap = doc["snapshot"]
+            snapshot = None
+            if snap is not None:
+                snapshot = Snapshot(
+                    int(snap["version"]),
+                    tuple(FileRef(f["object"], int(f["size"]), f["xxh3"], local=f["local"]) for f in snap["files"]),
+                    {k: base64.b64decode(v) for k, v in snap["meta"].items()},
+                )
+            return Manifest(
+                doc["operator"], int(doc["partition"]), int(doc["version"]), doc["attempt"], doc["base"],
+                int(doc["num_keys"]), snapshot,
+                tuple(FileRef(c["object"], int(c["size"]), c["xxh3"], version=int(c["version"]))
+                      for c in doc["changelogs"]),
+            )
+
+
+# ---------------------------------------------------------------------- marker
+
+
+@dataclass(frozen=True)
+class Marker:
+    operator: str
+    version: int
+    query_id: str
+    run_id: str
+    manifests: tuple[str, ...]  # by partition
+    num_keys: int
+
+    def encode(self) -> bytes:
+        doc = {
+            "format": FORMAT, "operator": self.operator, "version": self.version,
+            "query_id": self.query_id, "run_id": self.run_id,
+            "num_partitions": len(self.manifests), "manifests": list(self.manifests),
+            "num_keys": self.num_keys,
+        }
+        return seal(KIND_MARKER, json.dumps(doc, separators=(",", ":")).encode())
+
+    @staticmethod
+    def decode(data: bytes, name: str) -> "Marker":
+        doc = _document(KIND_MARKER, data, name)
+        with _malformed("marker", name):
+            manifests = tuple(doc["manifests"])
+            if len(manifests) != doc["num_partitions"] or not all(isinstance(m, str) for m in manifests):
+                raise CorruptionError("marker partition list is inconsistent", name)
+            return Marker(doc["operator"], int(doc["version"]), doc["query_id"], doc["run_id"],
+                          manifests, int(doc["num_keys"]))
+
+
+def _document(kind: bytes, data: bytes, name: str) -> dict:
+    """The JSON object in an envelope of ``kind``, of this format version."""
+    try:
+        doc = json.loads(unseal(kind, data, name))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CorruptionError(f"object is not valid JSON: {e}", name) from e
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise CorruptionError(f"not a format-{FORMAT} JSON object", name)
+    return doc
+
+
+@contextlib.contextmanager
+def _malformed(what: str, name: str):
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise CorruptionError(f"malformed {what}: {e!r}", name) from e
+
+
+# ---------------------------------------------------------------------- changelog
+
+
+def encode_changelog(ranges, changes) -> bytes:
+    """``ranges``: ``[(begin, end)]``; ``changes``: ``{key: value or None}`` (None = deleted).
+
+    Ranges are replayed first, so a point change must be newer than every range it falls in
+    (the store keeps it that way: a range deletion turns earlier changes in it into deletes).
+    """
+    rec, ln = _REC.pack, _LEN.pack
+    parts = []
+    for b, e in ranges:
+        parts += (rec(CHANGE_DELETE_RANGE, len(b)), b, ln(len(e)), e)
+    for k, v in changes.items():
+        if v is None:
+            parts += (rec(CHANGE_DELETE, len(k)), k)
+        else:
+            parts += (rec(CHANGE_PUT, len(k)), k, ln(len(v)), v)
+    return seal(KIND_CHANGELOG, b"".join(parts), compress=True)
+
+
+def decode_changelog(data: bytes, name: str):
+    """Yield ``(kind, key, value_or_end)`` records of a changelog object."""
+    payload = unseal(KIND_CHANGELOG, data, name)
+    pos, n = 0, len(payload)
+    rec, ln = _REC.unpack_from, _LEN.unpack_from
+    try:
+        while pos < n:
+            kind, kl = rec(payload, pos)
+            pos += 5
+            key = payload[pos: pos + kl]
+            pos += kl
+            if kind == CHANGE_DELETE:
+                value = None
+            elif kind in (CHANGE_PUT, CHANGE_DELETE_RANGE):
+                (vl,) = ln(payload, pos)
+                pos += 4
+                value = payload[pos: pos + vl]
+                pos += vl
+            else:
+                raise CorruptionError(f"unknown changelog record kind {kind}", name, pos)
+            if pos > n:
+                raise CorruptionError("changelog record runs past the end", name, pos)
+            yield kind, key, value
+    except struct.error as e:
+        raise CorruptionError("truncated changelog record", name, pos) from e

@@ -1,0 +1,470 @@
+"""The state store: one versioned key-value store per (checkpoint location, operator, partition).
+
+Spark's StateStore semantics::
+
+    store = open_store(location, "agg", partition=3, version=7)   # the state of version 7
+    store.get(k); store.put(k, v); store.delete(k); store.delete_range(a, b)
+    store.items(prefix=...); store.keys(start, stop)
+    msg = store.commit()      # version 8 is durable in the location; msg goes to the driver
+    # or store.abort()        # nothing of this batch remains anywhere that matters
+
+Version 8 becomes *the* version 8 only when the driver publishes the batch marker naming
+``msg.manifest`` (``commit_protocol.py``); until then it is one candidate among the attempts.
+
+**Writes** go straight into the working copy's database (so reads, scans and prefix scans are
+the engine's own) and into the batch's net change set ``{key: value or None}`` plus its list
+of range deletions.
+
+**The exact key count** costs no read per write.  The count of version ``v + 1`` is the count
+of ``v`` plus, over every key the batch touched, ``live now - live in v``.  "Live now" is known
+from the change set; "live in v" is learned for free when the batch read the key before first
+writing it (the read-modify-write of every state update), and otherwise read at commit, in one
+pass, from a snapshot taken when the batch began (a point read per key, or one scan of the
+base's keys when the batch blind-wrote more than 1/8 of them; none when the base is empty).
+A range deletion adds the keys of ``v`` in the range (one scan of the range at commit).
+Cost: at most one point read per *distinct blind-written* key per batch, none per write.
+The snapshot keeps the base's versions through compactions that run during the batch.
+
+**Commit** writes, under names carrying the new version and a random attempt id:
+
+* a *changelog* (the change set, zstd) and a manifest ``base snapshot + changelogs``, or
+* a *snapshot* -- ``db.checkpoint()``, then every engine file the location lacks (the
+  working copy knows which it already holds) -- and a manifest naming its files,
+
+choosing a snapshot when the chain since the last snapshot would exceed
+``max_changelog_chain`` changelogs, or their bytes ``snapshot_ratio`` times the snapshot's
+(at least 1 MiB), or when the batch changed more than ``max_changelog_bytes``.  A batch that
+changed nothing writes only the manifest.
+
+**Working copies are reused**: after a commit the copy stays open in this process (up to
+``max_idle_stores``); opening the next version on the base it committed picks it up without
+reading anything.  Any other open rebuilds from the location and the local cache.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field, fields
+
+import xxhash
+
+import antkv
+
+from .commit_message import CommitMessage
+from .local_cache import LocalCache
+from .location import (
+    Location,
+    changelog_name,
+    check_operator,
+    check_partition,
+    check_version,
+    manifest_name,
+    marker_name,
+    new_attempt_id,
+)
+from .memory import worker_memory
+from .objects import FileRef, Manifest, Marker, encode_changelog
+from .working_copy import WorkingCopy
+
+MiB = 1 << 20
+_UNSET = object()
+_SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base instead of reading each
+_LIVE = object()  # a changed key whose new value is not kept (the batch outgrew the changelog)
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """How state stores use memory, local disk and the location (every field has a default)."""
+
+    memory_bytes: int = 256 * MiB  # the process's one antkv.shared_memory() budget (memory.py)
+    cache_dir: str | None = None  # None: $ANTKV_SPARK_CACHE_DIR or <tmp>/antkv-spark-cache
+    cache_disk_bytes: int = 8 << 30  # disk budget of the local cache's downloaded files
+    max_changelog_chain: int = 8  # changelogs on top of a snapshot before the next snapshot
+    snapshot_ratio: float = 0.5  # ... or changelog bytes beyond this fraction of the snapshot's
+    max_changelog_bytes: int = 64 * MiB  # a batch changing more commits a snapshot instead
+    max_idle_stores: int = 16  # committed working copies kept open per process for reuse
+    engine: dict = field(default_factory=dict)  # antkv.Options overrides for the stores' databases
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "cache_dir":
+                if v is not None and not isinstance(v, (str, os.PathLike)):
+                    raise TypeError("cache_dir must be a str path or None")
+            elif f.name == "engine":
+                if not isinstance(v, dict):
+                    raise TypeError("engine must be a dict of antkv.Options fields")
+            elif f.name == "snapshot_ratio":
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise TypeError("snapshot_ratio must be a number")
+                if not v > 0:
+                    raise antkv.InvalidArgumentError(f"snapshot_ratio must be > 0, got {v}")
+            else:
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise TypeError(f"{f.name} must be an int, not {type(v).__name__}")
+                if v < 1:
+                    raise antkv.InvalidArgumentError(f"{f.name} must be >= 1, got {v}")
+
+    def resolved_cache_dir(self) -> str:
+        if self.cache_dir is not None:
+            return os.fspath(self.cache_dir)
+        return os.environ.get("ANTKV_SPARK_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "antkv-spark-cache")
+
+    def engine_options(self) -> antkv.Options:
+        cache, wbm = worker_memory(self.memory_bytes)
+        base = dict(block_cache=cache, write_buffer_manager=wbm, background_process=False)
+        base.update(self.engine)
+        return antkv.Options(**base)
+
+
+def as_location(location) -> Location:
+    return location if isinstance(location, Location) else Location(location)
+
+
+def read_marker(location: Location, operator: str, version: int) -> Marker:
+    name = marker_name(operator, version)
+    marker = Marker.decode(location.read(name), location.path(name))
+    if marker.operator != operator or marker.version != version:
+        raise antkv.CorruptionError(
+            f"marker is for operator {marker.operator!r} version {marker.version}", location.path(name))
+    return marker
+
+
+def read_manifest(location: Location, name: str) -> Manifest:
+    return Manifest.decode(location.read(name), location.path(name))
+
+
+def open_store(location, operator: str, partition: int, version: int, *, manifest=_UNSET,
+               options: StoreOptions | None = None) -> "StateStore":
+    """Open the state of ``version`` of ``(location, operator, partition)``.
+
+    ``manifest`` is the object name the published marker of ``version`` gives for this
+    partition (the driver hands it to tasks: ``CommitCoordinator.base_manifests``); without
+    it, the marker is read.  Version 0 is the empty state (``manifest=None``).
+    """
+    loc = as_location(location)
+    operator = check_operator(operator)
+    partition = check_partition(partition)
+    version = check_version(version)
+    if options is None:
+        options = StoreOptions()
+    elif not isinstance(options, StoreOptions):
+        raise TypeError(f"options must be a StoreOptions, not {type(options).__name__}")
+    if manifest is _UNSET:
+        if version == 0:
+            manifest = None
+        else:
+            marker = read_marker(loc, operator, version)
+            if partition >= len(marker.manifests):
+                raise antkv.InvalidArgumentError(
+                    f"partition {partition} is not in version {version} ({len(marker.manifests)} partitions)")
+            manifest = marker.manifests[partition]
+    if (manifest is None) != (version == 0):
+        raise antkv.InvalidArgumentError(f"version {version} needs {'no' if version == 0 else 'a'} manifest")
+    if manifest is not None and not isinstance(manifest, str):
+        raise TypeError(f"manifest must be an object name (str), not {type(manifest).__name__}")
+    copy = _registry.take(loc, operator, partition, manifest)
+    if copy is None:
+        copy = _build(loc, operator, partition, version, manifest, options)
+    return StateStore(loc, operator, partition, copy, options)
+
+
+def _build(loc, operator, partition, version, name, options) -> WorkingCopy:
+    copy = WorkingCopy(_cache_for(options), options.engine_options())
+    try:
+        if name is None:
+            copy.open_empty()
+        else:
+            m = read_manifest(loc, name)
+            if (m.operator, m.partition, m.version) != (operator, partition, version):
+                raise antkv.CorruptionError(
+                    f"manifest holds operator {m.operator!r} partition {m.partition} version {m.version}, "
+                    f"not {operator!r} {partition} {version}", loc.path(name))
+            copy.load(loc, name, m)
+        return copy
+    except BaseException:
+        copy.destroy()
+        raise
+
+
+class StateStore:
+    """One open version of one partition's state; see the module docstring."""
+
+    def __init__(self, location: Location, operator: str, partition: int, copy: WorkingCopy,
+                 options: StoreOptions):
+        self.location = location
+        self.operator = operator
+        self.partition = partition
+        self.options = options
+        self._copy = copy
+        self._db = copy.db
+        self.version = copy.version  # the version this store was opened at
+        self._base_snapshot = self._db.snapshot()
+        self._changes: dict[bytes, object] = {}  # key -> new value, None (deleted) or _LIVE
+        self._change_bytes = 0
+        self._overflow = False  # values dropped from _changes: this batch commits a snapshot
+        self._ranges: list[tuple[bytes, bytes]] = []
+        self._base_live: dict[bytes, bool] = {}  # keys read before first written: live in the base?
+        self._done = False
+
+    # ------------------------------------------------------------------ reads
+
+    def get(self, key, default=None):
+        if self._done:
+            self._check_active()
+        value = self._db.get(key, default)
+        if type(key) is not bytes:
+            key = bytes(key)
+        if not self._ranges and key not in self._changes:
+            self._base_live[key] = value is not default
+        return value
+
+    def items(self, start=None, stop=None, *, prefix=None, reverse=False):
+        self._check_active()
+        return self._db.items(start, stop, prefix=prefix, reverse=reverse)
+
+    def keys(self, start=None, stop=None, *, prefix=None, reverse=False):
+        self._check_active()
+        return self._db.keys(start, stop, prefix=prefix, reverse=reverse)
+
+    def values(self, start=None, stop=None, *, prefix=None, reverse=False):
+        self._check_active()
+        return self._db.values(start, stop, prefix=prefix, reverse=reverse)
+
+    def __contains__(self, key) -> bool:
+        return self.get(key) is not None
+
+    # ------------------------------------------------------------------ writes
+
+    def put(self, key, value) -> None:
+        self._check_active()
+        self._db.put(key, value)  # checks types; bytes-like keys arrive as bytes below
+        key, value = bytes(key), bytes(value)
+        old = self._changes.get(key)
+        self._change_bytes += len(key) + len(value) - (len(old) if type(old) is bytes else 0)
+        self._changes[key] = _LIVE if self._overflow else value
+        if not self._overflow and self._change_bytes > self.options.max_changelog_bytes:
+            self._drop_values()
+
+    def delete(self, key) -> None:
+        self._check_active()
+        self._db.delete(key)
+        key = bytes(key)
+        old = self._changes.get(key)
+        if type(old) is bytes:
+            self._change_bytes -= len(old)
+        elif old is None:
+            self._change_bytes += len(key)
+        self._changes[key] = None
+
+    def delete_range(self, begin, end) -> None:
+        self._check_active()
+        self._db.delete_range(begin, end)
+        begin, end = bytes(begin), bytes(end)
+        if begin == end:
+            return
+        self._ranges.append((begin, end))
+        self._change_bytes += len(begin) + len(end)
+        for k in self._changes:
+            if begin <= k < end:
+                self._changes[k] = None  # newer than the range: replayed after it, still deleted
+
+    def _drop_values(self) -> None:
+        """The batch outgrew a changelog: keep only which keys changed and whether they live."""
+        self._overflow = True
+        self._changes = {k: (None if v is None else _LIVE) for k, v in self._changes.items()}
+
+    # ------------------------------------------------------------------ key count
+
+    def num_keys(self) -> int:
+        """The exact number of keys now (the base version's count plus this batch's effect)."""
+        self._check_active()
+        base = 0 if self._copy.manifest is None else self._copy.manifest.num_keys
+        return base + self._key_delta()
+
+    def _key_delta(self) -> int:
+        db, snap, known = self._db, self._base_snapshot, self._base_live
+        if self._copy.manifest is None or self._copy.manifest.num_keys == 0:
+            return sum(v is not None for v in self._changes.values())  # an empty base: nothing to read
+        changes = self._changes
+        unknown = [k for k in changes if k not in known]
+        if len(unknown) * _SCAN_FACTOR > self._copy.manifest.num_keys:
+            # most of the base is touched: one scan of it costs less than a read per key
+            live = {k for k in db.keys(snapshot=snap) if k in changes}
+            known = dict(known)
+            for k in unknown:
+                known[k] = k in live
+        delta = 0
+        for k, v in changes.items():
+            was = known.get(k)
+            if was is None:
+                was = db.get(k, snapshot=snap) is not None
+            delta += (v is not None) - was
+        for b, e in _merge_ranges(self._ranges):
+            for k in db.keys(b, e, snapshot=snap):
+                if k not in self._changes:
+                    delta -= 1  # live in the base, deleted by the range, not written again
+        return delta
+
+    # ------------------------------------------------------------------ commit / abort
+
+    def commit(self) -> CommitMessage:
+        """Make version ``self.version + 1`` durable in the location; see the module docstring."""
+        self._check_active()
+        copy, loc = self._copy, self.location
+        version = self.version + 1
+        attempt = new_attempt_id()
+        base_name, base = copy.manifest_name, copy.manifest
+        try:
+            num_keys = (0 if base is None else base.num_keys) + self._key_delta()
+            snapshot = None if base is None else base.snapshot
+            chain = () if base is None else base.changelogs
+            nbytes = nobjects = 0
+            wrote_snapshot = False
+            if self._changes or self._ranges:
+                log = None if self._overflow else encode_changelog(_merge_ranges(self._ranges), self._changes)
+                if log is None or self._needs_snapshot(snapshot, chain, len(log)):
+                    snapshot, nbytes, nobjects = copy.write_snapshot(
+                        loc, self.operator, self.partition, version, attempt)
+                    chain = ()
+                    wrote_snapshot = True
+                else:
+                    name = changelog_name(self.operator, self.partition, version, attempt)
+                    loc.write(name, log)
+                    chain = chain + (FileRef(name, len(log), xxhash.xxh3_128_hexdigest(log), version=version),)
+                    nbytes, nobjects = len(log), 1
+            manifest = Manifest(self.operator, self.partition, version, attempt, base_name, num_keys,
+                                snapshot, chain)
+            name = manifest_name(self.operator, self.partition, version, attempt)
+            data = manifest.encode()
+            loc.write(name, data)
+            nbytes += len(data)
+            nobjects += 1
+        except BaseException:
+            self._discard()
+            raise
+        self._finish()
+        copy.advance(name, manifest)
+        _registry.give_back(loc, self.operator, self.partition, copy, self.options.max_idle_stores)
+        return CommitMessage(self.operator, self.partition, version, name, base_name, num_keys,
+                             nbytes, nobjects, wrote_snapshot)
+
+    def _needs_snapshot(self, snapshot, chain, log_bytes: int) -> bool:
+        o = self.options
+        if len(chain) + 1 > o.max_changelog_chain:
+            return True
+        chain_bytes = sum(c.size for c in chain) + log_bytes
+        return chain_bytes > max(snapshot.bytes if snapshot is not None else 0, MiB) * o.snapshot_ratio
+
+    def abort(self) -> None:
+        """Forget this batch: the working copy is dropped, nothing was published."""
+        if not self._done:
+            self._discard()
+
+    def close(self) -> None:
+        """Abort if the batch was not committed (a store is done after commit or abort)."""
+        self.abort()
+
+    def __enter__(self) -> "StateStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_active(self) -> None:
+        if self._done:
+            raise antkv.DBClosedError(
+                f"state store {self.operator}/{self.partition} version {self.version} is committed or aborted")
+
+    def _finish(self) -> None:
+        self._done = True
+        self._base_snapshot.release()
+        self._changes, self._ranges, self._base_live = {}, [], {}
+
+    def _discard(self) -> None:
+        try:
+            self._finish()
+        except antkv.Error:
+            pass
+        self._copy.destroy()
+
+    def __repr__(self) -> str:
+        return f"StateStore({self.location.uri!r}, {self.operator!r}, partition={self.partition}, version={self.version})"
+
+
+def _merge_ranges(ranges: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    out: list[list[bytes]] = []
+    for b, e in sorted(ranges):
+        if out and b <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1][1] = e
+        else:
+            out.append([b, e])
+    return [(b, e) for b, e in out]
+
+
+# ---------------------------------------------------------------------- per-process state
+
+
+class _Registry:
+    """Committed working copies kept open in this process, least recently used first."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle: "collections.OrderedDict[tuple, WorkingCopy]" = collections.OrderedDict()
+
+    def take(self, loc: Location, operator: str, partition: int, manifest: str | None) -> WorkingCopy | None:
+        if manifest is None:
+            return None
+        with self._lock:
+            copy = self._idle.pop((loc.identity, operator, partition), None)
+        if copy is None:
+            return None
+        if copy.manifest_name == manifest:
+            return copy
+        copy.destroy()  # a version no longer (or never) published: rebuild from the location
+        return None
+
+    def give_back(self, loc: Location, operator: str, partition: int, copy: WorkingCopy, limit: int) -> None:
+        drop = []
+        with self._lock:
+            old = self._idle.pop((loc.identity, operator, partition), None)
+            if old is not None:
+                drop.append(old)
+            self._idle[(loc.identity, operator, partition)] = copy
+            while len(self._idle) > limit:
+                drop.append(self._idle.popitem(last=False)[1])
+        for c in drop:
+            c.destroy()
+
+    def clear(self) -> None:
+        with self._lock:
+            copies = list(self._idle.values())
+            self._idle.clear()
+        for c in copies:
+            c.destroy()
+
+
+_registry = _Registry()
+atexit.register(_registry.clear)
+_caches: dict[tuple[int, str], LocalCache] = {}
+_caches_lock = threading.Lock()
+
+
+def _cache_for(options: StoreOptions) -> LocalCache:
+    root = os.path.abspath(options.resolved_cache_dir())
+    with _caches_lock:
+        key = (os.getpid(), root)
+        cache = _caches.get(key)
+        if cache is None:
+            cache = _caches[key] = LocalCache(root, options.cache_disk_bytes)
+        return cache
+
+
+def release_idle_stores() -> None:
+    """Close every working copy this process keeps for reuse (tests, shutdown)."""
+    _registry.clear()

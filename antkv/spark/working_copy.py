@@ -1,0 +1,148 @@
+"""A working copy: one partition's state as an open antkv database in the executor-local cache.
+
+A working copy is built from a manifest (``objects.Manifest``): its snapshot files are
+hard-linked from the local cache (downloaded into it if absent), the engine's small metadata
+files are written from the manifest, the database is opened, and the manifest's changelogs are
+applied in order.  It then *is* that version; the store writes the next batch into it.
+
+``file_map`` maps the engine's file names (``000012.sst``) to the objects holding them in the
+location.  Invariant: every entry names an object a retained version references, with the
+exact bytes of the local file of that name.  It holds because an engine file is immutable and
+its number is never reused within one database's life, and because the map starts from the
+loaded snapshot and only gains files this copy uploaded itself.  A snapshot commit therefore
+uploads exactly the engine files missing from the map.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import antkv
+import xxhash
+
+from .local_cache import LocalCache, os_errors
+from .location import Location, snapshot_file_name
+from .objects import (
+    CHANGE_DELETE,
+    CHANGE_DELETE_RANGE,
+    CHANGE_PUT,
+    FileRef,
+    Manifest,
+    Snapshot,
+    decode_changelog,
+    file_digest,
+)
+
+_SNAPSHOT_SUFFIXES = (".sst", ".vlog")  # immutable engine files, uploaded as objects
+_APPLY_CHUNK = 4096  # changelog records per engine write batch
+
+
+class WorkingCopy:
+    def __init__(self, cache: LocalCache, engine_options: antkv.Options):
+        self.cache = cache
+        self.work = cache.new_work_dir()
+        self.db: antkv.DB | None = None
+        self.engine_options = engine_options
+        self.manifest_name: str | None = None  # the manifest of the version this copy holds
+        self.manifest: Manifest | None = None
+        self.file_map: dict[str, FileRef] = {}
+
+    @property
+    def version(self) -> int:
+        return 0 if self.manifest is None else self.manifest.version
+
+    def open_empty(self) -> None:
+        self.db = antkv.open(self.work.db_path, self.engine_options)
+
+    def load(self, location: Location, name: str, manifest: Manifest) -> None:
+        """Materialise ``manifest`` (read from object ``name``)."""
+        snap = manifest.snapshot
+        if snap is not None:
+            for ref in snap.files:
+                self.cache.link_into(location, ref, os.path.join(self.work.db_path, ref.local))
+                self.file_map[ref.local] = ref
+            for meta_name, data in snap.meta.items():
+                self.work.write_file(meta_name, data)
+            self.cache.evict()
+        self.db = antkv.open(self.work.db_path, self.engine_options)
+        for ref in manifest.changelogs:
+            self.apply_changelog(location, ref)
+        self.manifest_name, self.manifest = name, manifest
+
+    def apply_changelog(self, location: Location, ref: FileRef) -> None:
+        data = location.read(ref.object)
+        path = location.path(ref.object)
+        if len(data) != ref.size:
+            raise antkv.CorruptionError(f"changelog is {len(data)} bytes, its manifest says {ref.size}", path)
+        if xxhash.xxh3_128_hexdigest(data) != ref.xxh3:
+            raise antkv.CorruptionError("changelog does not match the hash in its manifest", path)
+        batch = antkv.WriteBatch()
+        n = 0
+        for kind, key, value in decode_changelog(data, path):
+            if kind == CHANGE_PUT:
+                batch.put(key, value)
+            elif kind == CHANGE_DELETE:
+                batch.delete(key)
+            else:
+                assert kind == CHANGE_DELETE_RANGE
+                batch.delete_range(key, value)
+            n += 1
+            if n == _APPLY_CHUNK:
+                self.db.write(batch)
+                batch, n = antkv.WriteBatch(), 0
+        if n:
+            self.db.write(batch)
+
+    def write_snapshot(self, location: Location, operator: str, partition: int, version: int,
+                       attempt: str) -> tuple[Snapshot, int, int]:
+        """Checkpoint the database and upload the engine files the location lacks.
+
+        Returns ``(snapshot, bytes uploaded, objects uploaded)``."""
+        tmp = os.path.join(self.work.path, f"checkpoint-{attempt}")
+        self.db.checkpoint(tmp)
+        with os_errors(tmp):
+            try:
+                return self._upload_checkpoint(location, tmp, operator, partition, version, attempt)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+                self.cache.evict()
+
+    def _upload_checkpoint(self, location: Location, tmp: str, operator: str, partition: int,
+                           version: int, attempt: str) -> tuple[Snapshot, int, int]:
+        files, meta = [], {}
+        uploaded = nbytes = 0
+        for name in sorted(os.listdir(tmp)):
+            p = os.path.join(tmp, name)
+            if not name.endswith(_SNAPSHOT_SUFFIXES):
+                with open(p, "rb") as f:
+                    meta[name] = f.read()
+                continue
+            ref = self.file_map.get(name)
+            if ref is None:
+                obj = snapshot_file_name(operator, partition, version, attempt, name)
+                size, digest = file_digest(p)
+                location.upload(obj, p)
+                self.cache.adopt(location, obj, p)
+                ref = FileRef(obj, size, digest, local=name)
+                uploaded += 1
+                nbytes += size
+            files.append(ref)
+        self.file_map = {f.local: f for f in files}
+        return Snapshot(version, tuple(files), meta), nbytes, uploaded
+
+    def advance(self, name: str, manifest: Manifest) -> None:
+        """This copy now holds the version ``manifest`` describes (after a commit)."""
+        self.manifest_name, self.manifest = name, manifest
+
+    def destroy(self) -> None:
+        """Close the database and remove the working directory (nothing in it is needed)."""
+        try:
+            if self.db is not None:
+                self.db.close()
+        except antkv.Error:
+            pass  # the copy is being thrown away; the location holds the truth
+        finally:
+            self.db = None
+            self.work.remove()
+

@@ -1,0 +1,407 @@
+"""The state store's guarantees, each on a local location and on a real S3 API (moto on
+127.0.0.1): damaged or missing objects are CorruptionErrors naming them, the driver refuses
+incomplete or mismatched batches and a second query, replays keep the first publication, the
+executor-local cache is reused, shared between processes and kept within its disk budget, one
+memory budget per process, bad input, and the bound on objects in the location."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import uuid
+
+import pytest
+
+import antkv
+from antkv.spark import (
+    CommitCoordinator,
+    CommitError,
+    CommitMessage,
+    ConcurrentWriterError,
+    Location,
+    StoreOptions,
+    open_store,
+    release_idle_stores,
+)
+from antkv.spark.local_cache import LocalCache
+from antkv.spark.memory import worker_memory
+from antkv.spark.objects import file_digest
+from antkv.spark.store import read_manifest
+
+from test_spark_store_model import location_objects, referenced_objects, s3_server  # noqa: F401 (a fixture)
+
+P = 2
+
+
+@pytest.fixture(params=["local", "s3"])
+def loc(request, tmp_path):
+    if request.param == "local":
+        return Location(str(tmp_path / "loc"))
+    fs = request.getfixturevalue("s3_server")
+    return Location(f"antkv-state/{uuid.uuid4().hex}", filesystem=fs)
+
+
+@pytest.fixture
+def options(tmp_path):
+    release_idle_stores()
+    yield StoreOptions(cache_dir=str(tmp_path / "cache"), max_changelog_chain=3,
+                       engine=dict(write_buffer_size=16 << 10, min_blob_size=512))
+    release_idle_stores()
+
+
+def batch(loc, coord, version, options, writes=None, *, publish=True):
+    """One batch: every partition puts ``writes`` (default: 20 keys of this version)."""
+    bases = coord.base_manifests(version)
+    msgs = []
+    for p in range(P):
+        s = open_store(loc, coord.operator, p, version, manifest=bases[p], options=options)
+        for k, v in (writes or {b"k%03d" % i: b"v%d-%d-" % (version, p) * (1 + i * 7) for i in range(20)}).items():
+            s.put(k, v)
+        msgs.append(s.commit())
+    if publish:
+        coord.publish(version + 1, msgs)
+        coord.cleanup(version + 1)
+    return msgs
+
+
+def state(loc, version, p, options):
+    with open_store(loc, "op", p, version, options=options) as s:
+        return dict(s.items())
+
+
+# ---------------------------------------------------------------------- damage
+
+
+def test_missing_and_damaged_objects_are_corruption_errors_naming_them(loc, options):
+    coord = CommitCoordinator(loc, "op", P, query_id="q")
+    for v in range(5):  # changelogs 1-3, a snapshot at 4 (chain of 3), a changelog at 5
+        batch(loc, coord, v, options)
+    manifest = coord.marker(5).manifests[0]
+    m = read_manifest(loc, manifest)
+    assert m.snapshot is not None and m.changelogs
+    victims = [manifest, m.changelogs[0].object, m.snapshot.files[0].object]
+    for victim in victims:
+        original = loc.read(victim)
+        for damaged in (None, original[:-1], original[:10] + bytes([original[10] ^ 1]) + original[11:]):
+            release_idle_stores()
+            _replace(loc, victim, damaged)
+            # a cold cache: every object is read from the location
+            cold = StoreOptions(cache_dir=options.cache_dir + f"-{uuid.uuid4().hex[:6]}", max_changelog_chain=3)
+            with pytest.raises(antkv.CorruptionError) as e:
+                open_store(loc, "op", 0, 5, options=cold)
+            assert victim.rsplit("/", 1)[-1] in str(e.value)
+        _replace(loc, victim, original)
+    marker = "op/_batches/%020d.marker" % 5
+    original = loc.read(marker)
+    _replace(loc, marker, original[:-3])
+    with pytest.raises(antkv.CorruptionError, match="00000000000000000005.marker"):
+        open_store(loc, "op", 0, 5, options=options)
+    _replace(loc, marker, original)
+    with pytest.raises(antkv.CorruptionError, match="00000000000000000009.marker"):
+        open_store(loc, "op", 0, 9, options=options)  # never published
+    assert state(loc, 5, 0, options) == {b"k%03d" % i: b"v4-0-" * (1 + i * 7) for i in range(20)}
+
+
+def _replace(loc, name, data):
+    loc.delete(name)
+    if data is not None:
+        loc.write(name, data)
+
+
+def test_manifest_of_another_partition_or_version_is_refused(loc, options):
+    coord = CommitCoordinator(loc, "op", P, query_id="q")
+    batch(loc, coord, 0, options)
+    batch(loc, coord, 1, options)
+    release_idle_stores()
+    m1, m2 = coord.marker(1).manifests, coord.marker(2).manifests
+    with pytest.raises(antkv.CorruptionError, match="partition 1"):
+        open_store(loc, "op", 0, 2, manifest=m2[1], options=options)
+    with pytest.raises(antkv.CorruptionError, match="version 1"):
+        open_store(loc, "op", 0, 2, manifest=m1[0], options=options)
+
+
+# ---------------------------------------------------------------------- the driver
+
+
+def test_publish_refuses_incomplete_duplicate_or_mismatched_batches(loc, options):
+    coord = CommitCoordinator(loc, "op", P, query_id="q")
+    batch(loc, coord, 0, options)
+    msgs = batch(loc, coord, 1, options, publish=False)
+    cases = {
+        "no commit message from partitions": msgs[:1],
+        "two commit messages": msgs + msgs[1:],
+        "published base": [msgs[0], dataclasses.replace(msgs[1], base=msgs[0].base)],
+        "message is for": [msgs[0], dataclasses.replace(msgs[1], version=5)],
+        "no such partition": msgs + [dataclasses.replace(msgs[1], partition=7)],
+        "not a manifest of this partition": [msgs[0], dataclasses.replace(msgs[1], manifest=msgs[0].manifest)],
+    }
+    for expected, bad in cases.items():
+        with pytest.raises(CommitError, match=expected):
+            coord.publish(2, bad)
+        assert not loc.exists("op/_batches/%020d.marker" % 2)
+    assert not coord.publish(2, msgs).replayed
+    assert coord.publish(2, msgs).marker.manifests == tuple(m.manifest for m in msgs)  # idempotent
+    with pytest.raises(TypeError):
+        coord.publish(3, ["not a message"])
+
+
+def test_a_second_query_is_refused(loc, options):
+    a = CommitCoordinator(loc, "op", P, query_id="query-a")
+    b = CommitCoordinator(loc, "op", P, query_id="query-b")
+    msgs_a = batch(loc, a, 0, options, publish=False)
+    msgs_b = batch(loc, b, 0, options, {b"x": b"from b"}, publish=False)
+    a.publish(1, msgs_a)
+    with pytest.raises(ConcurrentWriterError, match="query-a"):
+        b.publish(1, msgs_b)  # both built on version 0: the marker decides
+    with pytest.raises(ConcurrentWriterError, match="query-a"):
+        b.base_manifests(1)  # b cannot build on a's versions either
+    assert state(loc, 1, 0, options)[b"k000"] == b"v0-0-"
+
+
+def test_replayed_batch_keeps_the_first_publication(loc, options):
+    first = CommitCoordinator(loc, "op", P, query_id="q")
+    batch(loc, first, 0, options)
+    batch(loc, first, 1, options, {b"k": b"first run"})
+    # the driver died after publishing 2, before Spark's commit log: a new run replays batch 2
+    second = CommitCoordinator(loc, "op", P, query_id="q")
+    msgs = batch(loc, second, 1, options, {b"k": b"first run"}, publish=False)
+    result = second.publish(2, msgs)
+    assert result.replayed and result.marker.run_id == first.run_id
+    second.cleanup(2)
+    for name in (m.manifest for m in msgs):
+        assert not loc.exists(name)  # the replay's objects were garbage, now collected
+    assert state(loc, 2, 1, options)[b"k"] == b"first run"
+    batch(loc, second, 2, options, {b"k": b"next"})  # the new run goes on from the marker
+    assert state(loc, 3, 1, options)[b"k"] == b"next"
+
+
+# ---------------------------------------------------------------------- local cache and memory
+
+
+def test_working_copies_are_reused_and_rebuilt_when_the_published_version_differs(loc, options):
+    coord = CommitCoordinator(loc, "op", P, query_id="q")
+    for v in range(5):
+        batch(loc, coord, v, options)
+    cache = LocalCache(options.resolved_cache_dir(), options.cache_disk_bytes)
+    before = location_objects(loc, "op")
+    s = open_store(loc, "op", 0, 5, manifest=coord.marker(5).manifests[0], options=options)
+    assert s.version == 5 and s.get(b"k001") == b"v4-0-" * 8
+    s.put(b"x", b"y")
+    loser = s.commit()  # version 6 that is never published
+    s = open_store(loc, "op", 0, 5, manifest=coord.marker(5).manifests[0], options=options)
+    assert s.get(b"x") is None  # the held copy was at the loser's version 6: rebuilt
+    s.abort()
+    assert loc.exists(loser.manifest) and location_objects(loc, "op") - before == {loser.manifest} | {
+        n for n in location_objects(loc, "op") - before if n.startswith(loser.manifest[:-9])}
+    # every cached file still has the bytes its manifest records (hard links are never written)
+    for v in (4, 5):
+        for name in coord.marker(v).manifests:
+            m = read_manifest(loc, name)
+            for ref in m.snapshot.files if m.snapshot else ():
+                path = cache.object_path(loc, ref.object)
+                if os.path.exists(path):
+                    assert file_digest(path) == (ref.size, ref.xxh3)
+
+
+def _load_in_child(args):
+    uri, cache_dir, version = args
+    release_idle_stores()
+    opts = StoreOptions(cache_dir=cache_dir)
+    with open_store(uri, "op", 0, version, options=opts) as s:
+        return sorted(s.items())
+
+
+def test_local_cache_is_shared_by_processes_and_kept_within_its_disk_budget(tmp_path):
+    uri = str(tmp_path / "loc")
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"), max_changelog_chain=1,
+                           engine=dict(write_buffer_size=16 << 10, min_blob_size=512))
+    loc = Location(uri)
+    coord = CommitCoordinator(loc, "op", P, query_id="q")
+    for v in range(3):
+        batch(loc, coord, v, options)
+    release_idle_stores()
+    expected = sorted(state(loc, 3, 0, options).items())
+    shared = str(tmp_path / "shared-cache")
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process that may run a JVM bridge
+    with ctx.Pool(3) as pool:
+        results = pool.map(_load_in_child, [(uri, shared, 3)] * 6)
+    assert all(r == expected for r in results)
+    cache = LocalCache(shared, 1 << 40)
+    m = read_manifest(loc, coord.marker(3).manifests[0])
+    files = [cache.object_path(loc, f.object) for f in m.snapshot.files]
+    assert files and all(os.stat(f).st_nlink == 1 for f in files)  # one copy each, no working copy left
+    assert cache.sweep() == 0  # the children removed their working copies
+    # a budget of 1 byte: every file no working copy uses goes, used ones stay
+    small = LocalCache(shared, 1)
+    with open_store(loc, "op", 0, 3, options=StoreOptions(cache_dir=shared, cache_disk_bytes=1)) as s:
+        small.evict()
+        assert all(os.path.exists(f) for f in files)  # linked into the open working copy
+        assert sorted(s.items()) == expected
+    release_idle_stores()
+    assert small.evict() > 0 and small.usage() == 0
+
+
+def test_every_store_of_a_process_shares_one_memory_budget(tmp_path, options):
+    loc = Location(str(tmp_path / "loc"))
+    stores = [open_store(loc, op, p, 0, options=options) for op in ("a", "b") for p in range(2)]
+    cache, wbm = worker_memory(options.memory_bytes)
+    assert all(s._db.options.block_cache is cache and s._db.options.write_buffer_manager is wbm for s in stores)
+    for s in stores:
+        s.abort()
+
+
+# ---------------------------------------------------------------------- input and bounds
+
+
+def test_bad_input_is_a_clear_error_and_loses_nothing(loc, options):
+    s = open_store(loc, "op", 0, 0, options=options)
+    s.put(b"a", b"1")
+    with pytest.raises(TypeError):
+        s.put("str key", b"v")
+    with pytest.raises(TypeError):
+        s.get(5)
+    with pytest.raises(antkv.InvalidArgumentError):
+        s.delete_range(b"z", b"a")
+    s.delete_range(b"q", b"q")
+    assert s.get(b"a") == b"1" and s.num_keys() == 1
+    msg = s.commit()
+    assert CommitMessage.from_json(msg.to_json()) == msg
+    with pytest.raises(antkv.DBClosedError):
+        s.put(b"b", b"2")
+    for bad, err in [(dict(operator="_x"), antkv.InvalidArgumentError), (dict(operator=3), TypeError),
+                     (dict(partition=-1), antkv.InvalidArgumentError), (dict(version=-1), antkv.InvalidArgumentError),
+                     (dict(version=0, manifest="x"), antkv.InvalidArgumentError)]:
+        kw = dict(operator="op", partition=0, version=1, manifest=msg.manifest) | bad
+        with pytest.raises(err):
+            open_store(loc, kw.pop("operator"), kw.pop("partition"), kw.pop("version"), options=options, **kw)
+    with pytest.raises(antkv.InvalidArgumentError):
+        StoreOptions(max_changelog_chain=0)
+    with pytest.raises(TypeError):
+        StoreOptions(memory_bytes="1G")
+    with pytest.raises(antkv.InvalidArgumentError):
+        CommitCoordinator(loc, "op", P, query_id="q", min_versions_to_retain=1)
+    with pytest.raises(antkv.InvalidArgumentError):
+        Location("nosuchscheme://x/y")
+    with pytest.raises(antkv.InvalidArgumentError):
+        CommitMessage.from_json("{}")
+
+
+def test_abort_leaves_no_trace(loc, options):
+    coord = CommitCoordinator(loc, "op", P, query_id="q")
+    batch(loc, coord, 0, options)
+    before = location_objects(loc, "op")
+    s = open_store(loc, "op", 0, 1, options=options)
+    s.put(b"k000", b"changed")
+    s.delete_range(b"", b"\xff")
+    s.abort()
+    assert location_objects(loc, "op") == before
+    assert state(loc, 1, 0, options)[b"k000"] == b"v0-0-"
+
+
+def test_objects_in_the_location_stay_bounded(tmp_path, options):
+    loc = Location(str(tmp_path / "loc"))
+    retain, chain = 3, options.max_changelog_chain
+    coord = CommitCoordinator(loc, "op", P, query_id="q", min_versions_to_retain=retain)
+    counts = []
+    for v in range(40):
+        batch(loc, coord, v, options, {b"k%03d" % (v % 50): os.urandom(100), b"big%d" % (v % 3): os.urandom(600)})
+        counts.append(len(location_objects(loc, "op")))
+    files = max(len(read_manifest(loc, n).snapshot.files) for n in coord.marker(40).manifests)
+    # docs/spark.md: markers R + per partition (R manifests + R + C - 1 changelogs + snapshot files)
+    bound = retain + P * (retain + retain + chain - 1 + (retain // chain + 2) * files)
+    assert max(counts[10:]) <= bound, (counts, bound)
+
+
+def test_key_count_reads_the_base_per_key_or_by_one_scan(tmp_path, options):
+    loc = Location(str(tmp_path / "loc"))
+    coord = CommitCoordinator(loc, "op", 1, query_id="q")
+    s = open_store(loc, "op", 0, 0, options=options)
+    for i in range(100):
+        s.put(b"k%03d" % i, b"v")
+    coord.publish(1, [s.commit()])
+    # few blind writes: a point read of the base per key
+    s = open_store(loc, "op", 0, 1, manifest=coord.base_manifests(1)[0], options=options)
+    s.put(b"k001", b"w")  # existed
+    s.put(b"new", b"w")  # did not
+    s.delete(b"k002")  # existed
+    s.delete(b"missing")  # did not
+    assert s.get(b"k003") == b"v"  # read before written: learned, not read again
+    s.delete(b"k003")
+    s.delete_range(b"k010", b"k020")  # ten keys of the base
+    s.put(b"k015", b"back")
+    msg = s.commit()
+    assert msg.num_keys == 100 + 1 - 1 - 1 - 10 + 1
+    coord.publish(2, [msg])
+    # most of the base blind-written: one scan of it
+    s = open_store(loc, "op", 0, 2, manifest=msg.manifest, options=options)
+    for i in range(0, 100, 2):
+        s.put(b"k%03d" % i, b"x")
+    for i in range(1, 100, 4):
+        s.delete(b"k%03d" % i)
+    expected = {k: v for k, v in state(loc, 2, 0, options).items()}
+    expected.update({b"k%03d" % i: b"x" for i in range(0, 100, 2)})
+    for i in range(1, 100, 4):
+        expected.pop(b"k%03d" % i, None)
+    assert s.num_keys() == len(expected) == s.commit().num_keys
+
+
+def test_a_committed_or_aborted_store_refuses_reads_and_writes(tmp_path, options):
+    loc = Location(str(tmp_path / "loc"))
+    for finish in ("commit", "abort"):
+        s = open_store(loc, "op", 0, 0, options=options)
+        s.put(b"k", b"v")
+        getattr(s, finish)()
+        for call in (lambda: s.get(b"k"), lambda: list(s.items()), lambda: s.keys(), lambda: s.put(b"a", b"b"),
+                     lambda: s.delete(b"k"), lambda: s.commit(), lambda: s.num_keys()):
+            with pytest.raises(antkv.DBClosedError):
+                call()
+
+
+def test_a_late_cleanup_of_an_older_version_keeps_what_newer_versions_need(tmp_path, options):
+    loc = Location(str(tmp_path / "loc"))
+    coord = CommitCoordinator(loc, "op", P, query_id="q")
+    for v in range(6):
+        batch(loc, coord, v, options)
+    coord.cleanup(3)  # late: versions 4..6 are published
+    release_idle_stores()
+    for v in (5, 6):
+        assert state(loc, v, 1, options) == {b"k%03d" % i: b"v%d-1-" % (v - 1) * (1 + i * 7) for i in range(20)}
+
+
+def test_leftovers_of_interrupted_local_writes_block_nothing_and_are_collected(tmp_path, options):
+    root = tmp_path / "loc"
+    loc = Location(str(root))
+    coord = CommitCoordinator(loc, "op", P, query_id="q")
+    batch(loc, coord, 0, options)
+    # what a crash in the middle of writing marker 2 and a manifest of version 2 leaves
+    leftovers = [root / "op" / "_batches" / ("%020d.marker.tmp-0badf00d" % 2),
+                 root / "op" / "p00000" / ("%020d-%s.manifest.tmp-12345678" % (2, "0" * 16))]
+    for f in leftovers:
+        f.write_bytes(b"torn")
+    batch(loc, coord, 1, options)
+    assert all(not f.exists() for f in leftovers)
+    assert location_objects(loc, "op") == referenced_objects(loc, coord, 1, 2)
+    assert state(loc, 2, 0, options)[b"k000"] == b"v1-0-"
+
+
+def test_a_held_copy_reads_nothing_and_a_rebuild_downloads_only_missing_files(tmp_path, options):
+    from test_spark_faults import make_faulty
+
+    loc, counter = make_faulty(str(tmp_path / "loc"))
+    coord = CommitCoordinator(Location(str(tmp_path / "loc")), "op", 1, query_id="q")
+    for v in range(5):  # changelogs 1-3, a snapshot at 4 (uploaded from here, so cached), a changelog at 5
+        s = open_store(loc, "op", 0, v, manifest=coord.base_manifests(v)[0], options=options)
+        s.put(b"k%d" % v, b"v" * 600)
+        coord.publish(v + 1, [s.commit()])
+    manifest = coord.base_manifests(5)[0]
+    counter.arm(None, False)
+    open_store(loc, "op", 0, 5, manifest=manifest, options=options).abort()  # held: no call at all
+    assert counter.calls == 0
+    counter.arm(None, False)
+    with open_store(loc, "op", 0, 5, manifest=manifest, options=options) as s:  # rebuilt from the cache
+        assert sorted(s.keys()) == [b"k%d" % v for v in range(5)]
+    calls = list(counter.log)
+    m = read_manifest(loc, manifest)
+    assert m.snapshot is not None and len(m.changelogs) == 1
+    assert calls == [f"read {loc.path(manifest)}", f"read {loc.path(m.changelogs[0].object)}"]

@@ -249,6 +249,22 @@ def test_background_flush_never_syncs_a_sealed_value_log_file(tmp_path):
         assert db.get(b"r00099") is not None and db.get(b"s00099") is not None
 
 
+def test_syncing_a_just_sealed_value_log_file_is_a_no_op(tmp_path):
+    """The race behind a background flush turning the database read-only: the flush took the
+    active writer, a writer sealed it (rotation) before the flush's sync() ran.  Sealing made
+    every record durable, so that sync() must succeed, not refuse a sealed file."""
+    from antkv.vlog.writer import ValueLogWriter
+
+    fs = OSFileSystem.instance()
+    w = ValueLogWriter.create_in(fs, str(tmp_path), 7)
+    w.add(b"k", b"v" * 100)
+    w.seal()
+    w.sync()  # what the flush does after losing the race
+    w.close()
+    with pytest.raises(antkv.InvalidArgumentError):
+        w.add(b"k2", b"v")
+
+
 CHILD = r"""
 import os, sys, antkv
 db = antkv.open(sys.argv[1], min_blob_size=100)

@@ -105,12 +105,20 @@ def test_close_during_a_user_thread_job_leaves_the_next_opener_intact(tmp_path, 
     path = str(tmp_path / "db")
     opts = dict(file_system=fs, write_buffer_size=32 * 1024, min_blob_size=200, blob_file_size=16 * 1024,
                 blob_gc_threshold=0.2)
-    db = antkv.open(path, **opts)
+    # every third value overwritten and compacted with GC held off: the first value-log files
+    # are a third garbage (GC has work); a fresh L0 table on top gives compact_range work too
+    db = antkv.open(path, **{**opts, "blob_gc_threshold": 1.0})
     expected = {}
-    for i in range(600):
-        k, v = b"k%05d" % (i % 300), os.urandom(BIG)
+    for i in list(range(300)) + list(range(0, 300, 3)) + [None] + list(range(0, 300, 5)):
+        if i is None:
+            db.flush()
+            db.compact_range()
+            continue
+        k, v = b"k%05d" % i, os.urandom(BIG)
         db.put(k, v)
         expected[k] = v
+    db.close()
+    db = antkv.open(path, **opts)
     db.flush()
     fs.arm(lambda op, p, th: op == "create" and (p.endswith(".sst") or p.endswith(".vlog")) and th != "closer")
     worker, out = _start(getattr(db, job))
@@ -217,7 +225,7 @@ def test_tables_pinned_by_open_iterators_go_at_close(tmp_path, caplog):
         with caplog.at_level(logging.WARNING, logger="antkv"):
             caplog.clear()
             db = antkv.open(path, **opts)
-            removed = db.stats()["files_removed_at_open"]
+            removed = [r for r in db.stats()["files_removed_at_open"] if ".sst" in r or ".vlog" in r]
             db.close()
         assert removed == [], f"left on disk by close(): {removed}"
         assert not [r for r in caplog.records if "interrupted" in r.getMessage()]
@@ -287,8 +295,10 @@ def test_value_log_record_that_never_became_durable_is_garbage(tmp_path):
         db.compact_range()
         db.gc_value_log()
         vlogs = db.stats()["vlog_files"]
-        stuck = [f for f in vlogs if f["sealed"] or f["garbage_bytes"] < f["total_bytes"] - 8 * 1024]
-        assert not stuck, f"value-log files never collected: {vlogs}"
+        # every sealed file left is 100% garbage (it goes once no reader pins it); before the
+        # fix the crashed file stayed at half garbage forever
+        stuck = [f for f in vlogs if f["sealed"] and f["garbage_bytes"] < f["total_bytes"]]
+        assert not stuck, f"value-log files that can never be collected: {vlogs}"
 
 
 def test_verify_during_writes_sees_a_healthy_database(tmp_path):

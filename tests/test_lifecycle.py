@@ -301,37 +301,98 @@ def test_value_log_record_that_never_became_durable_is_garbage(tmp_path):
         assert not stuck, f"value-log files that can never be collected: {vlogs}"
 
 
-def test_verify_during_writes_sees_a_healthy_database(tmp_path):
-    path = str(tmp_path / "db")
-    db = antkv.open(path, min_blob_size=100, blob_file_size=4 * 1024)
-    stop = threading.Event()
+@pytest.fixture
+def tiny_switch_interval():
+    """Switch threads every microsecond: the races below need a thread switch between two
+    bytecodes, which the default 5 ms interval makes rare."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(old)
 
-    def writer():
+
+def _rotating_writer(db, stop: threading.Event) -> threading.Thread:
+    """Writes 400-byte values into 1 KiB value-log files: a rotation every other write."""
+
+    def run():
         i = 0
         while not stop.is_set():
-            db.put(b"k%06d" % i, os.urandom(150))
+            db.put(b"k%06d" % i, os.urandom(400))
             i += 1
 
-    t = threading.Thread(target=writer, daemon=True)
+    t = threading.Thread(target=run, daemon=True)
     t.start()
+    return t
+
+
+class _LateLock:
+    """The database's write lock; before one thread takes it, ``meanwhile()`` runs: that thread
+    loses the race for the lock to whatever ``meanwhile`` does, every time."""
+
+    def __init__(self, lock, late_thread, meanwhile):
+        self._lock, self._late, self._meanwhile = lock, late_thread, meanwhile
+        self._inside = False
+
+    def acquire(self, blocking=True, timeout=-1):
+        if blocking and threading.current_thread() is self._late and not self._inside:
+            self._inside = True
+            try:
+                self._meanwhile()
+            finally:
+                self._inside = False
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self):
+        self._lock.release()
+
+    def __enter__(self):
+        self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class _SlowValuesDict(dict):
+    """A dict whose ``values()`` walks the live dict slowly, so a writer changing it meanwhile
+    is seen (RuntimeError: dictionary changed size during iteration)."""
+
+    def values(self):
+        for v in dict.values(self):
+            time.sleep(0.0005)
+            yield v
+
+
+def test_verify_during_writes_sees_a_healthy_database(tmp_path):
+    """verify() read which file is active, then (under the lock) the active writer's size: a
+    rotation in between -- here, writes that fill the active file, made just before verify()
+    takes the lock -- made it check the old file against the new file's length."""
+    db = antkv.open(str(tmp_path / "db"), min_blob_size=100, blob_file_size=1024)
+    n = iter(range(10**6))
+    # six writes of uneven sizes: at least one rotation, and record ends that do not line up
+    # with the old file's
+    fill = lambda: [db.put(b"k%06d" % i, os.urandom(200 + 37 * (i % 7))) for i in [next(n) for _ in range(6)]]  # noqa: E731
+    real_lock = db._write_lock
+    db._write_lock = _LateLock(real_lock, threading.current_thread(), fill)
     try:
-        for _ in range(150):
+        for _ in range(20):
             db.verify()
     finally:
-        stop.set()
-        t.join(30)
+        db._write_lock = real_lock
         db.close()
 
 
-def test_property_during_writes_raises_nothing(tmp_path):
-    db = antkv.open(str(tmp_path / "db"), min_blob_size=100, blob_file_size=4 * 1024)
+def test_property_during_writes_raises_nothing(tmp_path, tiny_switch_interval):
+    """Properties summed over the value-log files while a writer rotated them (adding one to
+    the dict being walked)."""
+    db = antkv.open(str(tmp_path / "db"), min_blob_size=100, blob_file_size=1024)
+    db._versions.vlogs = _SlowValuesDict(db._versions.vlogs)
     stop = threading.Event()
-    t = threading.Thread(target=lambda: [db.put(b"k%06d" % i, os.urandom(150)) for i in range(20000) if not stop.is_set()], daemon=True)
-    t.start()
+    t = _rotating_writer(db, stop)
     try:
-        for _ in range(1500):
-            for name in ("antkv.live-blob-file-size", "antkv.stats", "antkv.total-blob-file-size"):
-                db.property(name)
+        for _ in range(100):
+            db.property("antkv.live-blob-file-size")
+            db.property("antkv.num-blob-files")
+        db.property("antkv.stats")
     finally:
         stop.set()
         t.join(60)
@@ -356,14 +417,17 @@ def test_checkpoint_while_an_iterator_releases_the_last_reference_to_a_value_log
     db.compact_range()
     db.gc_value_log()  # every "old" file is now 100% garbage, kept alive only by the iterator
     fs.arm(lambda op, p, th: op == "link")
+    expected = dict(db.items())
     ck, out = _start(db.checkpoint, str(tmp_path / "ck"))
     assert fs.reached.wait(30)
-    it.close()  # the obsolete files go now
+    it.close()
+    db.put(b"zz", b"1")
+    db.flush()  # deletes what only the iterator kept alive, while the checkpoint is held
     fs.release()
     ck.join(30)
     assert out == [("ok", None)], out
     with antkv.open(str(tmp_path / "ck")) as c:
-        assert dict(c.items()) == dict(db.items())
+        assert dict(c.items()) == expected
         c.verify()
     db.close()
 
@@ -409,19 +473,28 @@ def test_fewer_levels_than_the_database_uses_is_an_invalid_argument(tmp_path):
         assert db.get(b"k00599") is not None
 
 
-def test_snapshot_released_from_two_threads(tmp_path):
+def test_snapshot_released_from_two_threads(tmp_path, tiny_switch_interval):
+    """Two snapshots share a sequence; one is released by two threads at once.  It must drop
+    its sequence once: a second removal raised or dropped the other snapshot's protection."""
     with antkv.open(str(tmp_path / "db")) as db:
-        for _ in range(200):
+        for _ in range(300):
+            keep = db.snapshot()
             snap = db.snapshot()
+            errors: list[BaseException] = []
             barrier = threading.Barrier(2)
 
             def release():
                 barrier.wait()
-                snap.release()
+                try:
+                    snap.release()
+                except BaseException as e:  # noqa: BLE001 - checked below
+                    errors.append(e)
 
             ts = [threading.Thread(target=release) for _ in range(2)]
             for t in ts:
                 t.start()
             for t in ts:
                 t.join()
-            assert db.stats()["live_snapshots"] == 0
+            assert not errors, errors[0]
+            assert db.stats()["live_snapshots"] == 1
+            keep.release()

@@ -26,8 +26,10 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m antkv.demo
 
+# the differential fuzzer against RocksDB, then the multi-threaded stress test, SECONDS each
 fuzz: $(STAMP)
 	$(PY) -m fuzz --seconds $(SECONDS)
+	$(PY) -m fuzz.stress --seconds $(SECONDS)
 
 bench: $(STAMP)
 	$(PY) -m bench $(ARGS)

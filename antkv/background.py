@@ -101,6 +101,7 @@ class Background:
         while True:
             with self._compaction_lock:
                 with self._mutex:
+                    self._stop_if_closing()
                     version = self._versions.current
                     nlevels = len(version.levels)
                     if level >= nlevels:
@@ -124,6 +125,7 @@ class Background:
         with self._compaction_lock:
             while True:
                 with self._mutex:
+                    self._stop_if_closing()
                     vs = self._versions
                     active = self._vlog.file_number if self._vlog is not None else None
                     gc = picker.gc_candidate_files(vs.vlogs, active, self.options.blob_gc_threshold)

@@ -6,14 +6,17 @@
    lock, seals the active value-log file and starts a new one (a sealed file never changes
    again, so it can be shared);
 2. pins the current super version (no table it lists can be deleted meanwhile);
-3. hard-links (or copies, across file systems) every table and every value-log file of the
-   pinned state into a temporary directory ``dir + ".tmp"``;
+3. hard-links (or copies, across file systems) every table of the pinned state and every
+   value-log file its tables point into (not the ones only an open iterator keeps alive: they
+   may go while the checkpoint runs) into a temporary directory ``dir + ".tmp"``;
 4. writes a fresh MANIFEST describing exactly that state, with a log number past every WAL of
    the source and an empty WAL of that number (recovery requires the WAL the MANIFEST names;
    the copy replays nothing), and ``CURRENT``; syncs everything;
 5. renames the temporary directory to ``dir`` and syncs the parent directory.
 
-A crash at any step leaves either no ``dir`` or a complete one.
+A crash at any step leaves either no ``dir`` or a complete one.  Checkpoints of one database
+run one at a time (``_checkpoint_lock``): a second one into the same directory then finds it
+and raises InvalidArgumentError, instead of removing the first one's temporary directory.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ class Checkpoints:
     """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): consistent copies."""
 
     def _create_checkpoint(self, directory: str) -> None:
+        with self._checkpoint_lock:
+            self._create_checkpoint_locked(directory)
+
+    def _create_checkpoint_locked(self, directory: str) -> None:
         fs = self._fs
         directory = os.path.normpath(directory)
         if fs.exists(directory):
@@ -47,11 +54,10 @@ class Checkpoints:
             with self._mutex:
                 sv = self._sv  # pinned: its files stay until we drop it
                 vs = self._versions
-                vlogs = {
-                    n: (st.total, st.garbage)
-                    for n, st in vs.vlogs.items()
-                    if st.sealed
-                }
+                referenced = {n for _, f in sv.version.all_files() for n in f.blob_refs}
+                # every file a table points into is sealed: the flush above put every write in a
+                # table, and the rotation sealed the file those writes went to
+                vlogs = {n: (st.total, st.garbage) for n, st in vs.vlogs.items() if n in referenced}
                 last_sequence = self._last_seq  # >= every sequence number in the pinned tables
                 next_file = vs.next_file_number
         fs.mkdirs(tmp)

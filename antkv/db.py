@@ -22,6 +22,7 @@ immutable memtables, the super version and background-work state.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import threading
 import time
@@ -120,6 +121,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
         # --- _write_lock: the write path ---
         self._write_lock = threading.Lock()
         self._closed = True  # written under _write_lock; read anywhere (a bool)
+        self._closing = False  # close() began: writes and new maintenance calls are refused
         self._write_blocked = True  # closed, or read-only after an error: the put path checks this one flag
         self._last_seq = 0  # the last published sequence number; readers read it without a lock
         self._mem: MemTable | None = None  # the mutable memtable (swapped under _mutex too)
@@ -140,6 +142,10 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
         self._wbm_token = None  # our registration with the write buffer manager
         self._wbm_reserved = 0  # bytes reported to the write buffer manager (also under _mutex)
         self._wbm_pending = 0  # bytes not yet reported (reported in chunks)
+        self._wbm_mutable_since: int | None = None  # when the mutable memtable took its first write
+
+        # --- _checkpoint_lock: one checkpoint at a time ---
+        self._checkpoint_lock = threading.Lock()
 
         # --- _compaction_lock: one compaction, compact_range or GC at a time ---
         self._compaction_lock = threading.Lock()
@@ -160,6 +166,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
         self._bg_shutdown = False
         self._bg_running = 0
         self._warm_up_pending = False  # the flushing thread is asked to start its worker
+        self._maintenance_calls = 0  # user-thread flush/compact_range/GC/checkpoint/verify running
 
         self._open_db()  # may raise
         self._closed = False
@@ -185,12 +192,35 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
             raise DBClosedError(f"database {self.path} is closed")
 
     def _check_writable(self) -> None:
-        if self._closed:
+        if self._closed or self._closing:
             raise DBClosedError(f"database {self.path} is closed")
         if self._bg_error is not None:
             raise BackgroundError(
                 f"database is read-only after an earlier error: {self._bg_error}", None, self.path
             ) from self._bg_error
+
+    @contextlib.contextmanager
+    def _maintenance(self):
+        """A user-thread maintenance call (flush, compact_range, GC, checkpoint, verify).
+
+        ``close()`` refuses new ones and waits for running ones, which stop at their next step
+        with DBClosedError once it began: after ``close()`` returns, nothing writes or deletes
+        a file of this database on its behalf."""
+        with self._mutex:
+            if self._closed or self._closing:
+                raise DBClosedError(f"database {self.path} is closed")
+            self._maintenance_calls += 1
+        try:
+            yield
+        finally:
+            with self._mutex:
+                self._maintenance_calls -= 1
+                self._bg_cv.notify_all()
+
+    def _stop_if_closing(self) -> None:
+        """Between two steps of a maintenance call: stop once ``close()`` began."""
+        if self._closing:
+            raise DBClosedError(f"database {self.path} is closing")
 
     def _set_bg_error(self, e: BaseException) -> None:
         if self._bg_error is None:
@@ -389,6 +419,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
             self._vlog = new
 
     def _wbm_account(self, added: int) -> None:
+        if self._wbm_mutable_since is None:
+            self._wbm_mutable_since = time.monotonic_ns()  # the memtable's first write
         self._wbm_pending += added
         if self._wbm_pending >= 64 * 1024:
             n, self._wbm_pending = self._wbm_pending, 0
@@ -473,6 +505,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
 
     def _wbm_pending_flush_account(self, old: MemTable) -> None:
         n, self._wbm_pending = self._wbm_pending, 0
+        self._wbm_mutable_since = None
         if n:
             self._wbm_reserved += n
             self._wbm.reserve_mem(n)
@@ -490,8 +523,9 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
                 self._write_lock.release()
 
     def _wbm_oldest(self) -> int | None:
-        mem = self._mem
-        return None if mem.is_empty() else mem.created
+        """When the mutable memtable took its first write (None: it is empty).  Stamped at the
+        first write, not when the memtable was created: an idle database's memtable is not old."""
+        return None if self._mem.is_empty() else self._wbm_mutable_since
 
     def _apply_edit(self, edit, on_success=None) -> None:
         """REQUIRES _mutex.  Log ``edit`` to the MANIFEST, run ``on_success`` (only if that
@@ -524,6 +558,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
 
     def _prefetch_pool(self):
         with self._mutex:
+            if self._closed:
+                raise DBClosedError(f"database {self.path} is closed")
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor
 
@@ -594,7 +630,9 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
         with self._mutex:
             while not condition():
                 if self._bg_error is not None:
-                    self._check_writable()
+                    raise BackgroundError(
+                        f"database is read-only after an earlier error: {self._bg_error}", None, self.path
+                    ) from self._bg_error
                 if self._closed:
                     raise DBClosedError(f"database {self.path} is closed")
                 self._bg_cv.wait(0.05)
@@ -708,16 +746,17 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
         """Flush the memtable to an L0 table (and wait for it when ``wait``)."""
         if not isinstance(wait, bool):
             raise TypeError("wait must be a bool")
-        with self._write_lock:
-            self._check_writable()
-            if self._mem.is_empty():
-                # nothing new, but wait for memtables already being flushed (as RocksDB does)
-                target = self._imms[0] if self._imms else None
-            else:
-                target = self._mem
-                self._switch_memtable()
-        if wait and target is not None:
-            self._wait_for_background(lambda: target not in self._imms)
+        with self._maintenance():
+            with self._write_lock:
+                self._check_writable()
+                if self._mem.is_empty():
+                    # nothing new, but wait for memtables already being flushed (as RocksDB does)
+                    target = self._imms[0] if self._imms else None
+                else:
+                    target = self._mem
+                    self._switch_memtable()
+            if wait and target is not None:
+                self._wait_for_background(lambda: target not in self._imms)
 
     def compact_range(self, begin=None, end=None) -> None:
         """Compact every table overlapping ``[begin, end]`` down to the bottom level."""
@@ -725,25 +764,28 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
         hi = None if end is None else as_bytes(end, "end")
         if lo is not None and hi is not None and lo > hi:
             raise InvalidArgumentError(f"compact_range: begin {lo!r} > end {hi!r}")
-        self.flush(wait=True)
-        self._compact_range_levels(lo, hi)
+        with self._maintenance():
+            self.flush(wait=True)
+            self._compact_range_levels(lo, hi)
 
     def gc_value_log(self) -> dict:
         """Run value-log garbage collection now; returns what it did."""
-        self._check_writable()
-        return self._collect_value_log()
+        with self._maintenance():
+            self._check_writable()
+            return self._collect_value_log()
 
     def checkpoint(self, directory) -> None:
         """Write a consistent, openable copy of the database to ``directory`` (must not exist)."""
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory must be a str or os.PathLike, not {type(directory).__name__}")
-        self._check_writable()
-        self._create_checkpoint(os.fspath(directory))
+        with self._maintenance():
+            self._check_writable()
+            self._create_checkpoint(os.fspath(directory))
 
     def verify(self) -> dict:
         """Read every file and check every checksum; returns counts, raises CorruptionError."""
-        self._check_open()
-        return self._verify_files()
+        with self._maintenance():
+            return self._verify_files()
 
     def stats(self) -> dict:
         self._check_open()
@@ -758,23 +800,39 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Close the database; pending background work is finished first."""
-        if self._closed:
-            return
-        flush_error = None
-        if self._unpersisted and self._bg_error is None:
-            # As RocksDB does (avoid_flush_during_shutdown=false): writes that skipped the WAL
-            # live only in memtables, so flush them; a clean close loses no acknowledged write.
+        """Close the database.
+
+        In order: refuse new writes and maintenance calls (they raise DBClosedError); flush
+        writes that skipped the WAL; wait for user-thread maintenance calls to stop (a running
+        ``compact_range`` or GC stops at its next step with DBClosedError) and for the
+        background threads to finish their current job; sync the WAL and release every file and
+        the LOCK.  A write either raised DBClosedError or is in the reopened database.  Open
+        iterators and scans raise DBClosedError from then on; the files only they kept alive are
+        deleted now.  Idempotent; a second concurrent ``close()`` returns at once."""
+        with self._write_lock:
+            if self._closed or self._closing:
+                return
+            self._closing = True
+            self._write_blocked = True
+            flush_error = None
+            if self._unpersisted and self._bg_error is None and not self._mem.is_empty():
+                # As RocksDB does (avoid_flush_during_shutdown=false): writes that skipped the
+                # WAL live only in memtables, so flush them; a clean close loses no acknowledged
+                # write.  Under the write lock, so no write slips in after this switch.
+                try:
+                    self._switch_memtable()
+                except Error as e:  # close anyway, then report it
+                    flush_error = e
+        with self._mutex:
+            while self._maintenance_calls:
+                self._bg_cv.wait()
+        if self._unpersisted and flush_error is None:
             try:
-                self.flush(wait=True)
                 self._wait_for_background(lambda: not self._imms)
-            except Error as e:  # close anyway, then report it
+            except Error as e:
                 flush_error = e
         with self._write_lock:
-            if self._closed:
-                return
             self._closed = True
-            self._write_blocked = True
         with self._mutex:
             self._bg_shutdown = True
             self._bg_cv.notify_all()

@@ -4,7 +4,9 @@ A table goes when no live super version (running read, open iterator, checkpoint
 holds a version listing it; a WAL once its memtable is flushed; a value-log file when it is
 sealed, 100% garbage, referenced by no table of any live version and older than every live
 memtable (a MANIFEST edit records its deletion first).  Called after every flush and
-compaction, at open and at close.
+compaction, at open and at close.  At close no reader is left (iterators and scans of a closed
+database raise DBClosedError), so what only they kept alive goes too instead of being left for
+the next open.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ def _remove(fs, path: str) -> None:
 class ObsoleteFiles:
     """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): deleting obsolete files."""
 
-    def _delete_obsolete_files(self) -> None:
-        """Delete tables, WALs and value-log files nothing can read any more."""
+    def _delete_obsolete_files(self, closing: bool = False) -> None:
+        """Delete tables, WALs and value-log files nothing can read any more (``closing``: the
+        database is closed, so open iterators no longer count as readers)."""
         fs = self._fs
         with self._mutex:
             vs = self._versions
-            live_views = list(self._live_views)
+            live_views = [] if closing else list(self._live_views)
             live_tables = {f.number for _, f in vs.current.all_files()}
             live_refs: set[int] = set()
             oldest_mem = None

@@ -65,10 +65,14 @@ class Statistics:
         s = dict(self._stats)
         s["user_bytes_written"] = self._user_bytes
         vs = self._versions
-        version = vs.current
+        with self._mutex:  # the version, the value-log files and the memtables, as one state
+            version = vs.current
+            vlog_states = sorted(vs.vlogs.items())
+            active = self._vlog
+            mem, imms = self._mem, list(self._imms)
         s["wal_bytes_written"] = self._wal_bytes_total()
         s["manifest_bytes_written"] = vs.manifest_bytes_written
-        vlog_written = s["vlog_bytes_written"] + (self._vlog.size if self._vlog is not None else 0)
+        vlog_written = s["vlog_bytes_written"] + (active.size if active is not None else 0)
         s["vlog_bytes_written"] = vlog_written
         disk_written = (
             s["wal_bytes_written"] + s["flush_bytes_written"] + s["compaction_bytes_written"] + vlog_written + s["manifest_bytes_written"]
@@ -81,8 +85,8 @@ class Statistics:
             levels.append({"level": level, "files": len(files), "bytes": sum(f.size for f in files)})
         s["levels"] = levels
         vlogs = []
-        for n, st in sorted(vs.vlogs.items()):
-            total = st.total if st.sealed else (self._vlog.record_bytes if self._vlog is not None and self._vlog.file_number == n else st.total)
+        for n, st in vlog_states:
+            total = st.total if st.sealed else (active.record_bytes if active is not None and active.file_number == n else st.total)
             vlogs.append({"file": n, "total_bytes": total, "garbage_bytes": st.garbage, "sealed": st.sealed})
         s["vlog_files"] = vlogs
         s["vlog_total_bytes"] = sum(v["total_bytes"] for v in vlogs)
@@ -90,14 +94,14 @@ class Statistics:
         disk = self._bytes_on_disk()
         s["bytes_on_disk"] = disk
         live_estimate = sum(f.size for _, f in version.all_files()) + s["vlog_total_bytes"] - s["vlog_garbage_bytes"]
-        mem_bytes = self._mem.data_bytes + sum(m.data_bytes for m in self._imms)
+        mem_bytes = mem.data_bytes + sum(m.data_bytes for m in imms)
         s["space_amplification"] = disk / (live_estimate + mem_bytes) if (live_estimate + mem_bytes) else 0.0
         cache = self._cache
         cs = cache.stats()
         s["block_cache"] = {k: cs[k] for k in ("capacity", "usage", "pinned_usage", "hits", "misses") if k in cs}
-        s["memtable_bytes"] = self._mem.memory
-        s["immutable_memtables"] = len(self._imms)
-        s["immutable_memtable_bytes"] = sum(m.memory for m in self._imms)
+        s["memtable_bytes"] = mem.memory
+        s["immutable_memtables"] = len(imms)
+        s["immutable_memtable_bytes"] = sum(m.memory for m in imms)
         wbm = self._wbm
         s["write_buffer_manager"] = (
             None
@@ -156,7 +160,10 @@ class Statistics:
             "antkv.last-sequence": lambda: str(self._last_seq),
         }
         fn = simple.get(name)
-        return fn() if fn is not None else None
+        if fn is None:
+            return None
+        with self._mutex:  # value-log files come and go under it (rotation, GC)
+            return fn()
 
     def _verify_files(self) -> dict:
         """Read every table and value-log file, checking every checksum."""
@@ -167,19 +174,29 @@ class Statistics:
         sv = self._sv
         tables = entries = 0
         for _, f in sv.version.all_files():
+            self._stop_if_closing()
             r = TableReader.open(fs, table_file_name(self.path, f.number), f.number, cache=None, verify_checksums=True)
             try:
                 entries += r.verify()
             finally:
                 r.close()
             tables += 1
+        # which files there are and how long the active one is, read together: a rotation in
+        # between would check the old active file against the new one's length
+        with self._write_lock, self._mutex:
+            listed = sorted(self._versions.vlogs)
+            active = self._vlog.file_number if self._vlog is not None else None
+            active_size = self._vlog.size if self._vlog is not None else None
         vlogs = records = 0
-        for n in sorted(self._versions.vlogs):
-            length = None
-            if self._vlog is not None and n == self._vlog.file_number:
-                with self._write_lock:  # records in flight would look torn
-                    length = self._vlog.size
-            nrec, _ = verify_file(fs, vlog_file_name(self.path, n), length=length)
+        for n in listed:
+            self._stop_if_closing()
+            try:
+                nrec, _ = verify_file(fs, vlog_file_name(self.path, n), length=active_size if n == active else None)
+            except AntIOError:
+                with self._mutex:
+                    if n not in self._versions.vlogs:
+                        continue  # collected since (100% garbage): nothing left to verify
+                raise
             records += nrec
             vlogs += 1
         return {"tables": tables, "table_entries": entries, "vlog_files": vlogs, "vlog_records": records}

@@ -29,7 +29,7 @@ from ..base.filenames import (
     manifest_name,
     parse_file_name,
 )
-from ..errors import CorruptionError
+from ..errors import CorruptionError, InvalidArgumentError
 from ..record.log_format import LogReader, LogWriter
 from .version_edit import FileMetaData, VersionEdit
 
@@ -182,7 +182,12 @@ class VersionSet:
             levels = [[f for f in files if (lvl, f.number) not in dead] for lvl, files in enumerate(levels)]
         for level, meta in edit.new_tables:
             if level >= len(levels):
-                raise CorruptionError(f"table {meta.number} at level {level} >= num_levels {len(levels)}")
+                # a checksummed record naming a level this configuration lacks: the database was
+                # written with more levels (not damage; nothing else in the file is wrong)
+                raise InvalidArgumentError(
+                    f"the database has table {meta.number:06d}.sst at level {level}; "
+                    f"Options.num_levels={len(levels)} is too small (open it with num_levels >= {level + 1})"
+                )
             levels[level].append(meta)
             self.mark_file_number_used(meta.number)
         levels[0].sort(key=lambda f: (f.largest_seq, f.number), reverse=True)

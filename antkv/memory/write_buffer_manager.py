@@ -43,7 +43,9 @@ Protocol between the databases and the manager
    that lock re-entrant).  A ``DBClosedError`` from another database's ``oldest_fn`` or
    callback (it is closing concurrently) is not the writer's problem: that database is skipped.
 4. With ``allow_stall``, the writer then calls ``maybe_stall()``, which blocks while
-   ``memory_usage >= buffer_size`` until ``free_mem`` brings it below (no timeout).  ``close()``
+   ``memory_usage >= buffer_size`` until ``free_mem`` brings it below.  While it waits it asks
+   for another flush every ``STALL_RECHECK_SECONDS`` (the first one may have freed too little),
+   so a stall ends as long as some database holds mutable memory it can flush.  ``close()``
    and ``unregister()`` also wake stalled writers: after ``close()`` nobody stalls, and a writer
    that passed its own ``token`` stops waiting when that token is unregistered.
 
@@ -305,6 +307,9 @@ class WriteBufferManager:
         return self._allow_stall and self._buffer_size > 0 and not self._closed and \
             self._used >= self._buffer_size
 
+    STALL_RECHECK_SECONDS = 0.05
+    """A stalled writer re-asks for a flush this often while memory stays over the budget."""
+
     def maybe_stall(self, token: int | None = None) -> bool:
         """With ``allow_stall``, block while memory_usage >= buffer_size; True if it waited.
 
@@ -318,12 +323,20 @@ class WriteBufferManager:
                 return False
             self._stall_count += 1
             self._stalled += 1
-            try:
-                while self._waiting(token):
-                    self._stall_cv.wait()
-            finally:
+        try:
+            while True:
+                with self._lock:
+                    if not self._waiting(token):
+                        return True
+                    self._stall_cv.wait(self.STALL_RECHECK_SECONDS)
+                    if not self._waiting(token):
+                        return True
+                # Still over budget: the flush asked for may not free enough (or a database
+                # was closing when asked).  Ask again; only flushes bring memory down.
+                self.maybe_trigger_flush()
+        finally:
+            with self._lock:
                 self._stalled -= 1
-            return True
 
     def _waiting(self, token: int | None) -> bool:
         return (not self._closed and self._used >= self._buffer_size

@@ -48,7 +48,6 @@ VERSION_OVERHEAD = 138
 NEW_KEY_OVERHEAD = 230
 RANGE_DEL_OVERHEAD = 200
 _CHUNK = 256  # keys read per lock hold by iterators
-_FIRST_WRITE_CLOCK = itertools.count(1)  # process-wide: orders memtables of all databases
 
 
 class MemTable:
@@ -62,7 +61,6 @@ class MemTable:
         "num_range_deletes",
         "lock",
         "log_number",
-        "created",
         "first_vlog",
         "pending",
         "older",
@@ -80,7 +78,6 @@ class MemTable:
         self.num_range_deletes = 0
         self.lock = threading.Lock()
         self.log_number = log_number  # the WAL that holds this memtable's writes
-        self.created = next(_FIRST_WRITE_CLOCK)  # process-wide order: smaller = older data
         self.first_vlog = first_vlog  # value-log files this memtable may point into are >= it
 
     # --- writes (REQUIRES: the DB's write lock) ---

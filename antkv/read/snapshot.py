@@ -20,9 +20,14 @@ class SnapshotList:
         with self._lock:
             self._seqs.add(seq)
 
-    def remove(self, seq: int) -> None:
+    def release(self, snap: "Snapshot") -> None:
+        """Drop ``snap``'s sequence once, however many threads release it at the same time
+        (two snapshots may share a sequence: a second removal would take the other's)."""
         with self._lock:
-            self._seqs.remove(seq)
+            if snap._released:
+                return
+            snap._released = True
+            self._seqs.remove(snap.sequence)
 
     def sequences(self) -> list[int]:
         """Distinct live snapshot sequence numbers, ascending."""
@@ -81,8 +86,7 @@ class Snapshot:
 
     def release(self) -> None:
         if not self._released:
-            self._released = True
-            self._list.remove(self.sequence)
+            self._list.release(self)
 
     @property
     def released(self) -> bool:

@@ -32,6 +32,7 @@ from typing import Iterator
 
 from ..base.dbformat import RANGE_DELETION
 from ..errors import CorruptionError, DBClosedError
+from ..errors import IOError as AntIOError
 from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment
 from .block import decode_block, search_block
 from .bloom import decode_filter
@@ -171,7 +172,17 @@ class TableReader:
     def _read(self, offset: int, size: int) -> tuple[bytes, int]:
         if self._file is None:
             raise DBClosedError(f"table {self.path} is closed")
-        return read_block(self._file, offset, size, self._verify, self.path)
+        try:
+            return read_block(self._file, offset, size, self._verify, self.path)
+        except (AntIOError, CorruptionError) as e:
+            self._read_failed(e)
+
+    def _read_failed(self, e: Exception):
+        """A read failed: if the table was closed meanwhile (the database closed under a running
+        scan or get: its descriptor is gone, or was even reused), that is what to report."""
+        if self._file is None:
+            raise DBClosedError(f"table {self.path} is closed") from e
+        raise e
 
     def _data_block(self, offset: int, size: int):
         """The decoded data block at ``offset`` (through the cache when there is one)."""
@@ -219,10 +230,13 @@ class TableReader:
                 run, pos = range(hi, lo - 1, -1), lo - 1
             if self._file is None:
                 raise DBClosedError(f"table {self.path} is closed")
-            region = BlockRun(self._file, offsets[lo], offsets[hi] + sizes[hi] + BLOCK_TRAILER_SIZE)
-            for i in run:
-                off = offsets[i]
-                yield decode_block(*read_block(region, off, sizes[i], verify, path), path, off)
+            try:
+                region = BlockRun(self._file, offsets[lo], offsets[hi] + sizes[hi] + BLOCK_TRAILER_SIZE)
+                blocks = [read_block(region, offsets[i], sizes[i], verify, path) for i in run]
+            except (AntIOError, CorruptionError) as e:
+                self._read_failed(e)
+            for i, (buf, n) in zip(run, blocks):
+                yield decode_block(buf, n, path, offsets[i])
 
     # --- lookups ---
 
@@ -263,12 +277,12 @@ class TableReader:
         offset = offsets[i]
         cache = self._cache
         if cache is None:
-            buf, size = read_block(self._file, offset, sizes[i], self._verify, self.path)
+            buf, size = self._read(offset, sizes[i])
             return search_block(buf, size, user_key, neg_read, self.path, offset)
         ckey = (self._cache_id, offset)
         block = cache.get(ckey)
         if block is None:
-            buf, size = read_block(self._file, offset, sizes[i], self._verify, self.path)
+            buf, size = self._read(offset, sizes[i])
             cache.put(ckey, (buf, size), size + _BLOCK_CHARGE)
             return search_block(buf, size, user_key, neg_read, self.path, offset)
         if len(block) == 2:

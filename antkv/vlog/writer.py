@@ -111,8 +111,14 @@ class ValueLogWriter:
         return encode_pointer(self.file_number, offset, n)
 
     def sync(self) -> None:
-        """Make every record added so far durable."""
+        """Make every record added so far durable.
+
+        A sealed file is durable already (``seal`` syncs it before it says so), so syncing one
+        is a no-op: a flush may sync the file its memtable points into just after a writer
+        sealed it and started the next one."""
         with self._lock:
+            if self._state == "sealed":
+                return
             if self._state not in ("open", "failed"):
                 self._refuse()
             self._file.sync()

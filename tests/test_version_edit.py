@@ -29,7 +29,7 @@ import os
 import pytest
 from datadriven import check_case, keyword_args, parse_cases, parse_table, render_table
 
-from antkv.errors import CorruptionError
+from antkv.errors import Error
 from antkv.fs.memory import MemoryFileSystem
 from antkv.manifest.version_edit import VersionEdit
 from antkv.manifest.version_set import VersionSet
@@ -129,7 +129,7 @@ def run_case(case: dict, st: State) -> list[str]:
     if cmd == "apply-error":
         vs = st.version_set(None)
         before = render_state(vs)
-        with pytest.raises(CorruptionError) as e:
+        with pytest.raises(Error) as e:
             vs.log_and_apply(parse_edit(case["input"]))
         assert render_state(vs) == before, "a refused edit changes nothing"
         return [str(e.value).split(":")[0]]

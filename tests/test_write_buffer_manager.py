@@ -292,6 +292,10 @@ def test_hold_budget_waits_past_budget_plus_one_unit_for_immutable_memory():
     db.switch()
     db.write(limit)  # past the limit again, part of it immutable, and no flush will come
     assert w.hold_budget(db.token, patience=0.05) is True  # gave up after patience
+    assert w.hold_budget(db.token) is False  # and nobody waits again until memory is freed
+    db.flush_one()
+    db.switch()
+    db.write(limit)
     t, out = _start(w.hold_budget, db.token)
     _wait_until(lambda: w.stats()["stalled_writers"] == 1)
     w.unregister(db.token)  # a database that leaves stops waiting

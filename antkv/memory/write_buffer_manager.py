@@ -51,8 +51,9 @@ Protocol between the databases and the manager
    that memory is immutable (a flush in flight will give it back): a writer never outruns the
    flushes by more than the unit plus the chunk it reported last.  It never waits for memory
    that only a flush it would have to trigger could free (all of it mutable), and gives up
-   after ``patience`` seconds without any ``free_mem`` (a database whose flush failed must
-   not hang the others' writers).  Counted in ``budget_holds``.
+   after ``patience`` seconds without any ``free_mem``, and then waits no more until memory is
+   freed (a database whose flush failed must not hang the others' writers).  Counted in
+   ``budget_holds``.
 
 Charging the block cache
 ------------------------
@@ -123,6 +124,7 @@ class WriteBufferManager:
         self._stall_count = 0
         self._holds = 0  # hold_budget() calls that waited
         self._frees = 0  # free_mem() calls: hold_budget's measure of progress
+        self._stuck_at = -1  # _frees when a hold_budget() last gave up: no waiting until it moves
         self._stalled = 0  # writers blocked right now
         self._flushes_triggered = 0
         self._members: dict[int, tuple[Callable[[], Any], Callable[[], Any]]] = {}
@@ -340,11 +342,11 @@ class WriteBufferManager:
         """Without ``allow_stall``: wait while ``memory_usage > buffer_size + unit`` and some
         of it is immutable; True if it waited (protocol step 5).  Ends on ``close()``, when
         ``token`` (if given) is unregistered, or after ``patience`` seconds with no
-        ``free_mem``."""
+        ``free_mem`` (after which nobody waits until a ``free_mem``)."""
         if not self._buffer_size or self._used <= self._buffer_size + self._unit:
             return False
         with self._lock:
-            if not self._holding(token):
+            if not self._holding(token) or self._frees == self._stuck_at:
                 return False
             self._holds += 1
             self._stalled += 1
@@ -352,7 +354,10 @@ class WriteBufferManager:
                 frees = self._frees
                 while self._holding(token):
                     if not self._stall_cv.wait(patience) and self._frees == frees:
-                        break  # nothing was freed for `patience` seconds: stop waiting
+                        # nothing was freed for `patience` seconds: stop waiting, and let no
+                        # writer wait again until some memory is freed
+                        self._stuck_at = frees
+                        break
                     frees = self._frees
             finally:
                 self._stalled -= 1

@@ -62,6 +62,7 @@ _SINGLE_RECORD_PACK = SINGLE_RECORD.pack  # a one-record write batch header (bat
 _FRAME_HEADER_PACK = HEADER.pack  # the log record header (log_format.py)
 _checksum = checksum
 DEFAULT_CACHE_CAPACITY = 32 * 1024 * 1024  # the private block cache when Options.block_cache is None
+WBM_REPORT_BYTES = 64 * 1024  # memtable growth reported to a write buffer manager at once
 
 
 def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A001
@@ -422,17 +423,20 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
         if self._wbm_mutable_since is None:
             self._wbm_mutable_since = time.monotonic_ns()  # the memtable's first write
         self._wbm_pending += added
-        if self._wbm_pending >= 64 * 1024:
+        if self._wbm_pending >= WBM_REPORT_BYTES:
             n, self._wbm_pending = self._wbm_pending, 0
             self._wbm_reserved += n
             self._wbm.reserve_mem(n)
             self._wbm.maybe_trigger_flush()
             if self._must_make_room:
                 self._make_room()
-            if self._wbm.allow_stall:
+            wbm = self._wbm
+            if wbm.allow_stall or wbm.enabled and wbm.memory_usage > wbm.buffer_size + wbm.dummy_entry_size:
+                # wait for flushes with the write lock released (their memtable switches
+                # need it); without allow_stall only past the budget plus one unit
                 self._write_lock.release()
                 try:
-                    self._wbm.maybe_stall()
+                    wbm.maybe_stall() if wbm.allow_stall else wbm.hold_budget(self._wbm_token)
                 finally:
                     self._write_lock.acquire()
 
@@ -442,8 +446,9 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
         """REQUIRES the write lock.  Switch a full memtable; stall while flushes lag behind."""
         opts = self.options
         self._must_make_room = False
-        if self._write_buffer_size != opts.write_buffer_size:
-            # the first memtable reached the warm-up point (__init__): start the workers
+        if self._write_buffer_size != opts.write_buffer_size and self._mem.memory >= self._write_buffer_size:
+            # the first memtable reached the warm-up point (__init__): start the workers (not
+            # when a flush was asked for earlier: a small memtable is flushed in-process)
             self._write_buffer_size = opts.write_buffer_size
             self._warm_up_workers()
         mem = self._mem

@@ -95,6 +95,32 @@ def test_workers_start_when_the_first_memtable_is_half_full(tmp_path):
     db.close()
 
 
+def test_a_small_memtable_is_flushed_without_starting_a_worker(tmp_path):
+    """A short job (open, a few writes, flush, close) never starts a process: a memtable that
+    did not reach the warm-up point is flushed by the background thread itself.  Once the
+    worker runs, flushes go to it whatever their size."""
+    db = antkv.open(str(tmp_path / "db"))  # default options: a 64 MiB write buffer
+    model: dict = {}
+    _fill(db, 1000, model)
+    db.flush()
+    assert db.stats()["flushes"] == 1 and db._jobs.worker_processes() == []
+    assert db._jobs.stats["worker_jobs"] == 0
+    _check(db, model)
+    db.close()
+    db = antkv.open(str(tmp_path / "db2"), **_opts(write_buffer_size=256 * 1024))
+    n = 0
+    while not db._jobs.worker_processes():  # past the warm-up point: the worker starts
+        db.put(b"k%06d" % n, b"v" * 100)
+        n += 1
+    _settle(db)
+    jobs = db._jobs.stats["worker_jobs"]
+    db.put(b"small", b"x")
+    db.flush()
+    assert db._jobs.stats["worker_jobs"] == jobs + 1
+    assert db.get(b"small") == b"x" and db.get(b"k%06d" % (n - 1)) == b"v" * 100
+    db.close()
+
+
 def test_a_worker_that_cannot_start_leaves_the_jobs_in_process(tmp_path, monkeypatch):
     """No process can be started (here: no interpreter at sys.executable): the background
     threads run their jobs themselves, and every write stays readable."""

@@ -270,6 +270,39 @@ def test_no_stall_without_allow_stall():
     assert not w.should_stall() and w.maybe_stall() is False and w.stall_count == 0
 
 
+def test_hold_budget_waits_past_budget_plus_one_unit_for_immutable_memory():
+    """Without allow_stall a writer still waits once memory passes the budget plus one unit,
+    but only for memory a flush in flight will free, and not forever when none is freed."""
+    w = WriteBufferManager(1000)
+    limit = w.buffer_size + w.dummy_entry_size
+    db = Memtables(w)
+    db.write(limit)
+    assert w.hold_budget() is False  # at the limit: no wait
+    db.write(1)
+    assert w.hold_budget() is False  # past it, but all mutable: only a flush can free it
+    db.switch()
+    db.write(1)
+    t, out = _start(w.hold_budget, db.token)
+    _wait_until(lambda: w.stats()["stalled_writers"] == 1)
+    assert t.is_alive()
+    db.flush_one()
+    t.join(WAIT)
+    assert not t.is_alive() and out["result"] is True and w.stats()["budget_holds"] == 1
+    assert w.stall_count == 0  # not a stall: allow_stall is off
+    db.switch()
+    db.write(limit)  # past the limit again, part of it immutable, and no flush will come
+    assert w.hold_budget(db.token, patience=0.05) is True  # gave up after patience
+    assert w.hold_budget(db.token) is False  # and nobody waits again until memory is freed
+    db.flush_one()
+    db.switch()
+    db.write(limit)
+    t, out = _start(w.hold_budget, db.token)
+    _wait_until(lambda: w.stats()["stalled_writers"] == 1)
+    w.unregister(db.token)  # a database that leaves stops waiting
+    t.join(WAIT)
+    assert not t.is_alive() and out["result"] is True
+
+
 def test_close_and_unregister_wake_stalled_writers():
     w = WriteBufferManager(100, allow_stall=True)
     a, b = Memtables(w), Memtables(w)

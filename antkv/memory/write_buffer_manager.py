@@ -48,6 +48,14 @@ Protocol between the databases and the manager
    so a stall ends as long as some database holds mutable memory it can flush.  ``close()``
    and ``unregister()`` also wake stalled writers: after ``close()`` nobody stalls, and a writer
    that passed its own ``token`` stops waiting when that token is unregistered.
+5. Without ``allow_stall``, the writer calls ``hold_budget()``: the budget still holds within
+   one reservation unit.  It waits while ``memory_usage > buffer_size + unit`` and part of
+   that memory is immutable (a flush in flight will give it back): a writer never outruns the
+   flushes by more than the unit plus the chunk it reported last.  It never waits for memory
+   that only a flush it would have to trigger could free (all of it mutable), and gives up
+   after ``patience`` seconds without any ``free_mem``, and then waits no more until memory is
+   freed (a database whose flush failed must not hang the others' writers).  Counted in
+   ``budget_holds``.
 
 Charging the block cache
 ------------------------
@@ -116,6 +124,9 @@ class WriteBufferManager:
         self._next_dummy = 0
         self._cache_failures = 0
         self._stall_count = 0
+        self._holds = 0  # hold_budget() calls that waited
+        self._frees = 0  # free_mem() calls: hold_budget's measure of progress
+        self._stuck_at = -1  # _frees when a hold_budget() last gave up: no waiting until it moves
         self._stalled = 0  # writers blocked right now
         self._flushes_triggered = 0
         self._members: dict[int, tuple[Callable[[], Any], Callable[[], Any]]] = {}
@@ -182,6 +193,7 @@ class WriteBufferManager:
                 "dummy_entry_size": self._unit,
                 "cache_reservation_failures": self._cache_failures,
                 "stall_count": self._stall_count,
+                "budget_holds": self._holds,
                 "stalled_writers": self._stalled,
                 "flushes_triggered": self._flushes_triggered,
                 "databases": len(self._members),
@@ -219,9 +231,10 @@ class WriteBufferManager:
                     "memory of a mutable memtable must first be moved out of the mutable count "
                     "with schedule_free_mem() (e.g. when a database closes without flushing)")
             self._used -= n
+            self._frees += 1
             if self._cache is not None:
                 self._shrink_reservation()
-            if self._stalled and self._used < self._buffer_size:
+            if self._stalled:  # stalled writers and hold_budget() waiters re-check their limit
                 self._stall_cv.notify_all()
 
     def _grow_reservation(self) -> None:
@@ -337,6 +350,35 @@ class WriteBufferManager:
         finally:
             with self._lock:
                 self._stalled -= 1
+
+    def hold_budget(self, token: int | None = None, patience: float = 5.0) -> bool:
+        """Without ``allow_stall``: wait while ``memory_usage > buffer_size + unit`` and some
+        of it is immutable; True if it waited (protocol step 5).  Ends on ``close()``, when
+        ``token`` (if given) is unregistered, or after ``patience`` seconds with no
+        ``free_mem`` (after which nobody waits until a ``free_mem``)."""
+        if not self._buffer_size or self._used <= self._buffer_size + self._unit:
+            return False
+        with self._lock:
+            if not self._holding(token) or self._frees == self._stuck_at:
+                return False
+            self._holds += 1
+            self._stalled += 1
+            try:
+                frees = self._frees
+                while self._holding(token):
+                    if not self._stall_cv.wait(patience) and self._frees == frees:
+                        # nothing was freed for `patience` seconds: stop waiting, and let no
+                        # writer wait again until some memory is freed
+                        self._stuck_at = frees
+                        break
+                    frees = self._frees
+            finally:
+                self._stalled -= 1
+            return True
+
+    def _holding(self, token: int | None) -> bool:
+        return (not self._closed and self._used > self._buffer_size + self._unit
+                and self._used > self._active and (token is None or token in self._members))
 
     def _waiting(self, token: int | None) -> bool:
         return (not self._closed and self._used >= self._buffer_size

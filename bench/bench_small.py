@@ -1,0 +1,348 @@
+"""Issue 19's table: small values, antkv against RocksDB (``rocksdict``), from one run.
+
+    python -m bench.bench_small [--num 300000] [--rounds 3] [--jobs 20] [--workloads ...]
+
+Data: 16-byte random keys; incompressible 100-byte values that differ per key (each drawn
+from a seeded RNG, so every engine writes the same bytes); default options for both engines,
+except where a workload says otherwise. Every measurement runs in a fresh child process
+(``python -m bench.bench_small --child ...``) and the engines alternate, antkv first in odd
+rounds and RocksDB first in even ones. Each figure is the median over ``--rounds`` with its
+spread (half the range, relative to the median); the ratio column is the median of the
+per-round ratios antkv/RocksDB, with their range.
+
+| workload | what is timed |
+|---|---|
+| ``fillrandom`` | ``--num`` puts of 100 B values in random key order into an empty database, then ``flush()`` and the wait for every flush and compaction the load triggered |
+| ``readrandom`` | ``min(num, 100k)`` gets of random present keys, after the same gets once untimed (the data fits both caches) |
+| ``readrandom_uncached`` | the same gets, no warm-up, both engines opened with a block cache of a quarter of the user data |
+| ``readseq`` | one full forward scan (after one untimed scan) |
+| ``overwrite`` | YCSB-A (50% get, 50% update, zipfian) over a database of ``num // 10`` keys of 1 KiB values, ``num // 10`` operations, then the flush and wait as in the fill |
+| ``seekrandom`` | seek to a random present key of the 1 KiB database, then 10 ``next`` (one cursor reused), ``min(num // 10, 20k)`` times |
+| ``shortjob`` | ``--jobs`` times in one process: open a new database, 1,000 puts, ``flush()``, close; the median job (the first job of the process is reported apart) |
+
+The 100 B databases of a round are made by that round's ``fillrandom``; the 1 KiB ones by an
+untimed load in their own child (``load1k``); overwrite works on a copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ENGINES = ("antkv", "rocksdb")
+WORKLOADS = ("fillrandom", "readrandom", "readrandom_uncached", "readseq", "overwrite", "seekrandom", "shortjob")
+UNITS = {"shortjob": "ms"}  # every other figure is operations per second
+KEY_SIZE = 16
+SMALL, LARGE = 100, 1024
+
+
+def make_pairs(n: int, value_size: int, seed: int) -> list[tuple[bytes, bytes]]:
+    """``n`` distinct random 16-byte keys, each with its own random (incompressible) value."""
+    rng = random.Random(seed)
+    seen: set[bytes] = set()
+    out = []
+    while len(out) < n:
+        k = rng.randbytes(KEY_SIZE)
+        if k not in seen:
+            seen.add(k)
+            out.append((k, rng.randbytes(value_size)))
+    return out
+
+
+# --------------------------------------------------------------------------- the engines
+
+
+def seek_next(it):
+    """``f(key, n)``: seek the cursor ``it`` to ``key`` and read up to ``n`` entries (both
+    engines' cursors have ``seek``, ``valid``, ``key``, ``value`` and ``next``)."""
+
+    def f(k: bytes, n: int) -> int:
+        it.seek(k)
+        got = 0
+        while got < n and it.valid():
+            it.key(), it.value()
+            it.next()
+            got += 1
+        return got
+
+    return f
+
+
+class AntKV:
+    def __init__(self, path: str, cache_bytes: int | None = None) -> None:
+        import antkv
+
+        opts = {} if cache_bytes is None else {"block_cache": antkv.Cache(cache_bytes)}
+        self.db = antkv.open(path, **opts)
+        self.put, self.get = self.db.put, self.db.get
+
+    def settle(self) -> None:
+        db = self.db
+        db.flush()
+        db._wait_for_background(lambda: not db._imms and db._bg_running == 0 and not db._has_work())
+
+    def scan(self) -> int:
+        return sum(1 for _ in self.db.items())
+
+    def cursor(self):
+        return seek_next(self.db.iterator())
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class RocksDB:
+    def __init__(self, path: str, cache_bytes: int | None = None) -> None:
+        import rocksdict
+
+        opts = rocksdict.Options(raw_mode=True)
+        if cache_bytes is not None:
+            table = rocksdict.BlockBasedOptions()
+            table.set_block_cache(rocksdict.Cache(cache_bytes))
+            opts.set_block_based_table_factory(table)
+        self.db = rocksdict.Rdict(path, opts)
+        self.put, self.get = self.db.put, self.db.get
+
+    def settle(self) -> None:
+        self.db.flush()
+        prop = self.db.property_int_value
+        while prop("rocksdb.num-running-compactions") or prop("rocksdb.compaction-pending") or prop("rocksdb.num-running-flushes"):
+            time.sleep(0.005)
+
+    def scan(self) -> int:
+        return sum(1 for _ in self.db.items())
+
+    def cursor(self):
+        return seek_next(self.db.iter())
+
+    def close(self) -> None:
+        self.db.close()
+
+
+OPEN = {"antkv": AntKV, "rocksdb": RocksDB}
+
+
+# --------------------------------------------------------------------------- one measurement
+
+
+def child(engine: str, workload: str, d: str, num: int, jobs: int, seed: int) -> float:
+    """Run one workload of one engine in this (fresh) process; return its figure."""
+    __import__("antkv" if engine == "antkv" else "rocksdict")  # imported before any clock starts
+    path = os.path.join(d, f"{engine}-small")
+    path1k = os.path.join(d, f"{engine}-1k")
+    small_n, large_n = num, max(1000, num // 10)
+    reads = min(small_n, 100_000)
+    if workload == "fillrandom":
+        pairs = make_pairs(small_n, SMALL, seed)
+        db = OPEN[engine](path)
+        put = db.put
+        t = time.perf_counter()
+        for k, v in pairs:
+            put(k, v)
+        db.settle()
+        took = time.perf_counter() - t
+        db.close()
+        return small_n / took
+    if workload in ("readrandom", "readrandom_uncached"):
+        pairs = make_pairs(small_n, SMALL, seed)
+        rng = random.Random(seed + 1)
+        sample = [pairs[rng.randrange(small_n)] for _ in range(reads)]
+        cache = None if workload == "readrandom" else small_n * (KEY_SIZE + SMALL) // 4
+        db = OPEN[engine](path, cache)
+        get = db.get
+        if workload == "readrandom":
+            for k, _ in sample:
+                get(k)
+        t = time.perf_counter()
+        for k, _ in sample:
+            get(k)
+        took = time.perf_counter() - t
+        wrong = sum(1 for k, v in sample if get(k) != v)
+        db.close()
+        if wrong:
+            raise SystemExit(f"{engine} {workload}: {wrong} wrong answers")
+        return reads / took
+    if workload == "readseq":
+        db = OPEN[engine](path)
+        db.scan()
+        t = time.perf_counter()
+        n = db.scan()
+        took = time.perf_counter() - t
+        db.close()
+        if n != small_n:
+            raise SystemExit(f"{engine} readseq: scanned {n} of {small_n}")
+        return n / took
+    if workload == "load1k":
+        db = OPEN[engine](path1k)
+        for k, v in make_pairs(large_n, LARGE, seed + 2):
+            db.put(k, v)
+        db.settle()
+        db.close()
+        return 0.0
+    if workload == "overwrite":
+        from .ycsb import ycsb_ops
+
+        pairs = make_pairs(large_n, LARGE, seed + 2)
+        ops, _ = ycsb_ops("a", list(range(large_n)), large_n, large_n, seed)
+        rng = random.Random(seed + 3)
+        stream = []
+        for op, key, _ in ops:  # ycsb's keys are indices printed as 16 digits
+            k = pairs[int(key)][0]
+            stream.append((op == "read", k, None if op == "read" else rng.randbytes(LARGE)))
+        copy = os.path.join(d, f"{engine}-1k-copy")
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(path1k, copy)
+        db = OPEN[engine](copy)
+        get, put = db.get, db.put
+        t = time.perf_counter()
+        for is_read, k, v in stream:
+            if is_read:
+                get(k)
+            else:
+                put(k, v)
+        db.settle()
+        took = time.perf_counter() - t
+        db.close()
+        shutil.rmtree(copy, ignore_errors=True)
+        return len(stream) / took
+    if workload == "seekrandom":
+        pairs = make_pairs(large_n, LARGE, seed + 2)
+        rng = random.Random(seed + 4)
+        count = min(large_n, 20_000)
+        targets = [pairs[rng.randrange(large_n)][0] for _ in range(count)]
+        db = OPEN[engine](path1k)
+        seek_next = db.cursor()
+        t = time.perf_counter()
+        for k in targets:
+            seek_next(k, 10)
+        took = time.perf_counter() - t
+        db.close()
+        return count / took
+    if workload == "shortjob":
+        pairs = make_pairs(1000, SMALL, seed + 5)
+        times = []
+        for j in range(jobs):
+            p = os.path.join(d, f"{engine}-job{j}")
+            t = time.perf_counter()
+            db = OPEN[engine](p)
+            put = db.put
+            for k, v in pairs:
+                put(k, v)
+            db.db.flush()
+            db.close()
+            times.append((time.perf_counter() - t) * 1000)
+            shutil.rmtree(p, ignore_errors=True)
+        print(json.dumps({"first_ms": times[0]}), file=sys.stderr)
+        return statistics.median(times[1:] if len(times) > 1 else times)
+    raise SystemExit(f"unknown workload {workload}")
+
+
+def run_child(engine: str, workload: str, d: str, args) -> tuple[float, dict]:
+    cmd = [sys.executable, "-m", "bench.bench_small", "--child", engine, workload, d,
+           "--num", str(args.num), "--jobs", str(args.jobs), "--seed", str(args.seed)]
+    cwd = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=args.timeout)
+    if p.returncode != 0:
+        raise SystemExit(f"{engine} {workload} failed:\n{p.stdout}\n{p.stderr}")
+    extra = {}
+    for line in p.stderr.splitlines():
+        if line.startswith("{"):
+            extra.update(json.loads(line))
+    return float(p.stdout.strip().splitlines()[-1]), extra
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _spread(xs: list[float]) -> str:
+    m = statistics.median(xs)
+    return f"±{(max(xs) - min(xs)) / 2 / m * 100:.0f}%" if m else ""
+
+
+def report(results: dict, extras: dict, workloads: list[str]) -> str:
+    lines = [
+        "| workload | antkv | RocksDB | antkv/RocksDB (median, range) |",
+        "|---|---|---|---|",
+    ]
+    for w in workloads:
+        a, r = results["antkv"].get(w), results["rocksdb"].get(w)
+        if not a or not r:
+            continue
+        unit = UNITS.get(w, "/s")
+        if unit == "ms":  # a time: the ratio is antkv time / RocksDB time, smaller is better
+            ratios = [x / y for x, y in zip(a, r)]
+            fmt = lambda v: f"{v:,.1f} ms"  # noqa: E731
+            label = "x the time"
+        else:
+            ratios = [x / y for x, y in zip(a, r)]
+            fmt = lambda v: f"{v:,.0f}/s"  # noqa: E731
+            label = "x"
+        lines.append(
+            f"| {w} | {fmt(statistics.median(a))} {_spread(a)} | {fmt(statistics.median(r))} {_spread(r)} | "
+            f"{statistics.median(ratios):.2f}{label} ({min(ratios):.2f}-{max(ratios):.2f}) |"
+        )
+    for eng in ENGINES:
+        firsts = extras.get(eng, {}).get("first_ms")
+        if firsts:
+            lines.append(f"\nshortjob, first job of a process, {eng}: median {statistics.median(firsts):.1f} ms "
+                         f"({', '.join(f'{x:.0f}' for x in firsts)})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--num", type=int, default=300_000, help="keys of the 100 B database (the 1 KiB one gets num // 10)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=20, help="short jobs per shortjob process")
+    ap.add_argument("--seed", type=int, default=19)
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    ap.add_argument("--dir", default=None, help="where the databases go (a temporary directory by default)")
+    ap.add_argument("--child", nargs=3, metavar=("ENGINE", "WORKLOAD", "DIR"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        engine, workload, d = args.child
+        print(child(engine, workload, d, args.num, args.jobs, args.seed))
+        return
+    workloads = [w for w in WORKLOADS if w in args.workloads]
+    need_small = any(w in workloads for w in ("readrandom", "readrandom_uncached", "readseq"))
+    need_large = any(w in workloads for w in ("overwrite", "seekrandom"))
+    if need_small and "fillrandom" not in workloads:
+        workloads.insert(0, "fillrandom")
+    results: dict = {e: {} for e in ENGINES}
+    extras: dict = {e: {} for e in ENGINES}
+    print(f"bench_small: --num {args.num} --rounds {args.rounds} --jobs {args.jobs}; load average "
+          f"{os.getloadavg()[0]:.2f}; Python {sys.version.split()[0]}, {os.cpu_count()} CPUs", flush=True)
+    for r in range(args.rounds):
+        order = ENGINES if r % 2 == 0 else ENGINES[::-1]
+        d = tempfile.mkdtemp(prefix="bench-small-", dir=args.dir)
+        try:
+            steps = list(workloads)
+            if need_large:
+                steps.insert(steps.index(next(w for w in workloads if w in ("overwrite", "seekrandom"))), "load1k")
+            for w in steps:
+                for eng in order:
+                    value, extra = run_child(eng, w, d, args)
+                    if w == "load1k":
+                        continue
+                    results[eng].setdefault(w, []).append(value)
+                    for k, v in extra.items():
+                        extras[eng].setdefault(k, []).append(v)
+                    unit = "ms" if w in UNITS else "/s"
+                    print(f"round {r + 1} {w:20} {eng:8} {value:>12,.1f} {unit}", flush=True)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+    print(f"\nload average at the end: {os.getloadavg()[0]:.2f}\n")
+    print(report(results, extras, workloads))
+
+
+if __name__ == "__main__":
+    main()

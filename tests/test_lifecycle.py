@@ -55,16 +55,18 @@ class GateFileSystem(FaultInjectionFileSystem):
         super()._hook(op, path, data, inner_file)
 
 
+def _try(fn, *args) -> tuple[str, object]:
+    """``("ok", result)`` or ``("error", exception)``: for the test to inspect."""
+    try:
+        return ("ok", fn(*args))
+    except BaseException as e:  # noqa: BLE001
+        return ("error", e)
+
+
 def _start(target, *args) -> tuple[threading.Thread, list]:
+    """Run ``target(*args)`` in a thread; its ``_try`` outcome lands in the returned list."""
     out: list = []
-
-    def run():
-        try:
-            out.append(("ok", target(*args)))
-        except BaseException as e:  # noqa: BLE001 - inspected by the test
-            out.append(("error", e))
-
-    t = threading.Thread(target=run, daemon=True)
+    t = threading.Thread(target=lambda: out.append(_try(target, *args)), daemon=True)
     t.start()
     return t, out
 
@@ -448,13 +450,6 @@ def test_two_checkpoints_into_one_directory(tmp_path):
     with antkv.open(target) as c:
         assert dict(c.items()) == dict(db.items())
     db.close()
-
-
-def _try(fn, *args):
-    try:
-        return ("ok", fn(*args))
-    except BaseException as e:  # noqa: BLE001
-        return ("error", e)
 
 
 # ---------------------------------------------------------------------------- open-time checks

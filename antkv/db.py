@@ -35,6 +35,7 @@ from .checkpoint import Checkpoints
 from .compaction.run import CompactionEnv
 from .compaction.worker import JobRunner
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
+from .ingest import Ingestion, check_paths, check_range
 from .errors import IOError as AntIOError
 from .fs import default_file_system
 from .manifest.table_cache import TableCache
@@ -79,7 +80,7 @@ def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A0
     return DB(path, options)
 
 
-class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
+class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics):
     """An open antkv database.  Thread-safe; use as a context manager to close on exit."""
 
     def __init__(self, path: str, options: Options):
@@ -91,7 +92,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
         Pebble's ``DB`` do: this one (the API, the write path, memtable switch, value-log
         rotation) and its bases :class:`~antkv.recovery.Recovery` (open, close),
         :class:`~antkv.background.Background` (flush, compaction, GC),
-        :class:`~antkv.obsolete.ObsoleteFiles`, :class:`~antkv.checkpoint.Checkpoints` and
+        :class:`~antkv.obsolete.ObsoleteFiles`, :class:`~antkv.checkpoint.Checkpoints`,
+        :class:`~antkv.ingest.Ingestion` and
         :class:`~antkv.stats.Statistics`.  Every field is declared here and nowhere else."""
         self.path = path
         self.options = options
@@ -739,6 +741,27 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
             raise TypeError(f"directory must be a str or os.PathLike, not {type(directory).__name__}")
         self._check_writable()
         self._create_checkpoint(os.fspath(directory))
+
+    def ingest(self, paths, *, move: bool = False) -> dict:
+        """Add external tables (:class:`antkv.SstFileWriter` files) atomically, each newer than
+        everything the database held (later files of the list newer still), without rewriting
+        them: hard links where possible.  ``move=True`` removes the input files once ingested.
+        Returns ``{"tables": [(level, number)], "vlog_files": [number], "sequence": int}``."""
+        paths = check_paths(paths)
+        if not isinstance(move, bool):
+            raise TypeError("move must be a bool")
+        self._check_writable()
+        return self._ingest_external(paths, move)
+
+    def ingest_database(self, path, begin=None, end=None) -> dict:
+        """Replace ``[begin, end)`` (None: unbounded) with what the antkv database at ``path``
+        (a checkpoint, typically) holds there, atomically, by linking its tables and value-log
+        files; only tables straddling a bound are rewritten.  The source's WAL is not read."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+        lo, hi = check_range(begin, end)
+        self._check_writable()
+        return self._ingest_database(os.fspath(path), lo, hi)
 
     def verify(self) -> dict:
         """Read every file and check every checksum; returns counts, raises CorruptionError."""

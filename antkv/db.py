@@ -761,7 +761,10 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
         lo, hi = check_range(begin, end)
         self._check_writable()
-        return self._ingest_database(os.fspath(path), lo, hi)
+        path = os.fspath(path)
+        if os.path.abspath(path) == os.path.abspath(self.path):
+            raise InvalidArgumentError("ingest_database: a database cannot ingest itself")
+        return self._ingest_database(path, lo, hi)
 
     def verify(self) -> dict:
         """Read every file and check every checksum; returns counts, raises CorruptionError."""

@@ -18,7 +18,10 @@ Nothing is rewritten to change sequence numbers or value-log file numbers: the M
 a *translation* per table (:mod:`antkv.manifest.translated_table`).  Steps, under the write lock
 (no write interleaves) and the compaction lock (nothing moves under the placement):
 
-1. check every input (tables fully verified, value-log files scanned), before anything changes;
+1. check every input before anything changes: tables fully verified; an external value-log file
+   scanned; another database's value-log files checked by header, size and footer only
+   (their records are checked when read), so bringing in a small range of a large file costs nothing
+   per byte of it;
 2. flush the memtables (an ingested table must be newer than everything in memory too);
 3. allocate file numbers and log them (a MANIFEST edit of the counter alone), so that after a
    crash the numbers are never handed out again: a hard link is never opened for writing;
@@ -51,6 +54,7 @@ from .record.batch import as_bytes
 from .sst.builder import TableBuilder
 from .sst.reader import TableReader
 from .vlog.pointer import decode_pointer
+from .vlog.format import FILE_HEADER_SIZE, FOOTER_SIZE, decode_file_header, decode_footer
 from .vlog.reader import verify_file
 
 _SOURCE_LEVELS = 256  # a MANIFEST level is a u8: any source database's levels fit
@@ -162,8 +166,8 @@ class Ingestion:
                     f"value-log file {v} of {src} is not sealed: ingest a checkpoint of that database"
                 )
             vpath = vlog_file_name(src, v)
-            _, nbytes = verify_file(fs, vpath)
-            vstates[v] = (vpath, nbytes)
+            check_sealed_file(fs, vpath, st.total)
+            vstates[v] = (vpath, st.total)
         for level, f, fits in picked:
             if fits:
                 r = TableReader.open(fs, table_file_name(src, f.number), f.number, cache=None, verify_checksums=True)
@@ -295,6 +299,27 @@ def _translated(meta: FileMetaData, offset: int, vmap: dict[int, int], base_offs
     meta.vlog_map = {raw: vmap[v] for raw, v in raw_to_source.items()}
     meta.blob_refs = {vmap[v]: n for v, n in meta.blob_refs.items()}
     return meta
+
+
+def check_sealed_file(fs, path: str, total: int) -> None:
+    """Check that sealed value-log file ``path`` holds ``total`` record bytes (what its
+    MANIFEST says), from its header and footer alone: two small reads, so bringing in part of
+    a large file costs nothing per byte of it (each record is checked when it is read, as
+    always).  A file sealed by recovery has no footer; then its size must be exact."""
+    size = fs.size(path)
+    f = fs.open_random(path)
+    try:
+        number, _ = decode_file_header(f.read(0, FILE_HEADER_SIZE), path)
+        if size == FILE_HEADER_SIZE + total:
+            return
+        if size != FILE_HEADER_SIZE + total + FOOTER_SIZE:
+            raise CorruptionError(f"value-log file of {size} bytes cannot hold the {total} record bytes its MANIFEST "
+                                  "says", path, 0)
+        footer = decode_footer(f.read(size - FOOTER_SIZE, FOOTER_SIZE), 0)
+    finally:
+        f.close()
+    if footer is None or footer[0] != number or footer[2] != total:
+        raise CorruptionError(f"value-log footer damaged or disagreeing with the file: {footer}", path, size - FOOTER_SIZE)
 
 
 def _past(key: bytes) -> bytes:

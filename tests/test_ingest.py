@@ -294,6 +294,24 @@ def test_bad_input_changes_nothing(tmp_path):
         assert os.path.exists(tmp_path / "u.sst")
 
 
+def test_ingest_database_damaged_value_log_footer_changes_nothing(tmp_path):
+    opts = antkv.Options(max_background_jobs=0, min_blob_size=10)
+    with antkv.open(str(tmp_path / "src"), opts) as src:
+        src.put(b"a", b"x" * 100)
+        src.checkpoint(str(tmp_path / "cp"))
+    (vlog,) = [n for n in os.listdir(tmp_path / "cp") if n.endswith(".vlog")]
+    path = tmp_path / "cp" / vlog
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x40  # the footer's check
+    path.write_bytes(bytes(data))
+    with antkv.open(str(tmp_path / "db"), opts) as db:
+        db.put(b"b", b"1")
+        with pytest.raises(antkv.CorruptionError):
+            db.ingest_database(str(tmp_path / "cp"))
+        assert dict(db.items()) == {b"b": b"1"}
+        assert not [n for n in os.listdir(db.path) if n.endswith(".vlog") and os.stat(os.path.join(db.path, n)).st_ino == os.stat(path).st_ino]
+
+
 def test_ingest_database_refuses_unsealed_value_log(tmp_path):
     """A live database's active value-log file may still grow: only checkpoints (whose files
     are all sealed) and closed-and-reopened databases are accepted when tables point into it."""

@@ -29,7 +29,8 @@ import weakref
 from typing import Iterator
 
 from .background import Background
-from .base.dbformat import CHECK_INVARIANTS, DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from .base.dbformat import CHECK_INVARIANTS, DELETION, EXPIRING, RANGE_DELETION, VALUE, VALUE_POINTER
+from .base.expiry import HEAD_SIZE, encode_expiring, live_inner, now_ms
 from .base.filenames import wal_file_name
 from .checkpoint import Checkpoints
 from .compaction.run import CompactionEnv
@@ -201,8 +202,9 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
 
     # ------------------------------------------------------------------ writes
 
-    def put(self, key, value, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:
-        """Set ``key`` to ``value``.
+    def put(self, key, value, *, sync: bool = False, write_options: WriteOptions | None = None, ttl=None) -> None:
+        """Set ``key`` to ``value``; with ``ttl`` (seconds, > 0) the entry expires that long
+        after now (``Options.clock``) and then reads as deleted.
 
         The hottest path of the engine, so it is written out flat: no batch object, the WAL
         frame built here, the memtable insert inlined (see ``MemTable.add``).
@@ -211,7 +213,11 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             key = as_bytes(key, "key")
         if type(value) is not bytes:
             value = as_bytes(value, "value")
-        if write_options is not None:
+        if write_options is not None or ttl is not None:
+            if ttl is not None:
+                sync, disable_wal = _write_options(sync, False, write_options)
+                self._write_ops([(EXPIRING, key, encode_expiring(self._expiry(ttl), VALUE, value))], sync, disable_wal)
+                return
             sync, disable_wal = _write_options(sync, False, write_options)
             self._write_ops([(VALUE, key, value)], sync, disable_wal)
             return
@@ -316,12 +322,16 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             mem = self._mem
             seq = self._last_seq + 1
             limit = self._min_blob_size
-            if any(kind == VALUE and len(value) >= limit for kind, _, value in ops):
+            if any((kind == VALUE and len(value) >= limit) or kind == EXPIRING for kind, _, value in ops):
                 out = []
                 for kind, key, value in ops:
                     if kind == VALUE and len(value) >= limit:
                         self._user_bytes += len(key) + len(value)
                         out.append((VALUE_POINTER, key, self._vlog_add(key, value)))
+                    elif kind == EXPIRING and len(value) - HEAD_SIZE >= limit and value[8] == VALUE:
+                        self._user_bytes += len(key) + len(value)
+                        pointer = self._vlog_add(key, value[HEAD_SIZE:])
+                        out.append((EXPIRING, key, value[:8] + bytes((VALUE_POINTER,)) + pointer))
                     else:
                         out.append((kind, key, value))
                 ops = out
@@ -603,6 +613,21 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
 
     # ------------------------------------------------------------------ reads
 
+    def _expiry(self, ttl) -> int:
+        """The expiry (ms since the epoch) of an entry written now with ``ttl`` seconds."""
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+            raise TypeError(f"ttl must be a number of seconds, not {type(ttl).__name__}")
+        if not ttl > 0 or ttl * 1000 >= 1 << 63:
+            raise InvalidArgumentError(f"ttl must be > 0 seconds, got {ttl!r}")
+        return now_ms(self.options.clock) + max(1, int(ttl * 1000))
+
+    def _expiring_value(self, value: bytes, default):
+        """The value of an EXPIRING entry found by a point read: ``default`` once expired."""
+        live = live_inner(value, now_ms(self.options.clock))
+        if live is None:
+            return default
+        return self._vlog_reader.get(live[1]) if live[0] == VALUE_POINTER else live[1]
+
     def _read_seq(self, snapshot) -> int:
         if snapshot is None:
             return self._last_seq
@@ -632,16 +657,20 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             if e is not None:
                 if tomb > e[0] or e[1] == DELETION:
                     return default
-                if e[1] == VALUE_POINTER:
-                    return self._vlog_reader.get(e[2])
+                if e[1] != VALUE:
+                    if e[1] == VALUE_POINTER:
+                        return self._vlog_reader.get(e[2])
+                    return self._expiring_value(e[2], default)
                 return e[2]
             if tomb:
                 return default
         e = sv.table_get(key, read_seq, self._open_table)
         if e is None or e[1] == DELETION:
             return default
-        if e[1] == VALUE_POINTER:
-            return self._vlog_reader.get(e[2])
+        if e[1] != VALUE:
+            if e[1] == VALUE_POINTER:
+                return self._vlog_reader.get(e[2])
+            return self._expiring_value(e[2], default)
         return e[2]
 
     def _view(self, snapshot) -> ReadView:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 
 from .base.dbformat import MAX_SEQUENCE, VALUE_POINTER
+from .base.expiry import pointer_in
 from .base.filenames import external_vlog_path, table_file_name, vlog_file_name
 from .compaction.outputs import TableOptions
 from .errors import CorruptionError, InvalidArgumentError
@@ -342,8 +343,9 @@ def _clip_table(fs, src: str, f: FileMetaData, lo, hi):
         r.close()
     refs: dict[int, int] = {}
     for kind, value in zip(columns[2], columns[3]):
-        if kind == VALUE_POINTER:
-            v, _off, size = decode_pointer(value, r.path)
+        p = pointer_in(kind, value) if kind >= VALUE_POINTER else None
+        if p is not None:
+            v, _off, size = decode_pointer(p, r.path)
             refs[v] = refs.get(v, 0) + size
     return columns, tombs, refs
 

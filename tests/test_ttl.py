@@ -273,3 +273,25 @@ def test_crash_at_every_call_with_expiring_entries(seed, quiet_recovery):
             allowed = [acked, acked + 1] if mode == "kill" else range(durable, acked + 2)
             candidates = [live(states[i][0], clock.t) for i in allowed if i < len(states)]
             assert got in candidates, f"call {n} mode {mode}: not the state of an allowed prefix"
+
+
+def test_expiring_entries_travel_through_ingest_database(tmp_path):
+    """A checkpoint's expiring entries (inline and in the value log) keep their expiry when
+    another database brings them in, through a linked table and a rewritten boundary one."""
+    clock = Clock()
+    opts = antkv.Options(clock=clock, max_background_jobs=0, min_blob_size=50)
+    with antkv.open(str(tmp_path / "src"), opts) as src:
+        for i in range(40):
+            src.put(b"k%02d" % i, bytes([i]) * (10 if i % 2 else 200), ttl=10 if i % 3 else 1000)
+        src.compact_range()
+        src.checkpoint(str(tmp_path / "cp"))
+    with antkv.open(str(tmp_path / "db"), opts) as db:
+        db.ingest_database(str(tmp_path / "cp"), b"k05", b"k30")
+        want = {b"k%02d" % i: bytes([i]) * (10 if i % 2 else 200) for i in range(5, 30)}
+        assert dict(db.items()) == want
+        clock.t += 11
+        assert dict(db.items()) == {k: v for k, v in want.items() if int(k[1:]) % 3 == 0}
+        db.compact_range()
+        db.gc_value_log()
+        assert dict(db.items()) == {k: v for k, v in want.items() if int(k[1:]) % 3 == 0}
+        db.verify()

@@ -19,7 +19,8 @@ order is the same before and after; only the plain reader's path costs nothing e
 
 from __future__ import annotations
 
-from ..base.dbformat import VALUE_POINTER
+from ..base.dbformat import EXPIRING, VALUE_POINTER
+from ..base.expiry import HEAD_SIZE, pointer_in
 from ..base.filenames import table_file_name
 from ..errors import CorruptionError
 from ..sst.reader import TableReader
@@ -55,14 +56,22 @@ class TranslatedTableReader(TableReader):
             raise CorruptionError(f"value pointer names value-log file {number}, which the table did not bring", self.path)
         return encode_pointer(mapped, offset, size)
 
+    def _value(self, kind: int, value: bytes) -> bytes:
+        """``value`` with the pointer it holds renamed (a VALUE_POINTER, or an EXPIRING entry
+        wrapping one)."""
+        p = pointer_in(kind, value)
+        if p is None:
+            return value
+        return self._pointer(p) if kind == VALUE_POINTER else value[:HEAD_SIZE] + self._pointer(p)
+
     def _block(self, block):
         keys, negs, kinds, values = block
         off = self.seq_offset
         if off:
             negs = [n - off for n in negs]
-        if VALUE_POINTER in kinds:
-            p = self._pointer
-            values = [p(v) if k == VALUE_POINTER else v for k, v in zip(kinds, values)]
+        if VALUE_POINTER in kinds or EXPIRING in kinds:
+            v = self._value
+            values = [v(k, x) if k >= VALUE_POINTER else x for k, x in zip(kinds, values)]
         return keys, negs, kinds, values
 
     def find(self, user_key: bytes, neg_read: int):
@@ -70,7 +79,7 @@ class TranslatedTableReader(TableReader):
         if e is None:
             return None
         seq, kind, value = e
-        return seq + self.seq_offset, kind, (self._pointer(value) if kind == VALUE_POINTER else value)
+        return seq + self.seq_offset, kind, (self._value(kind, value) if kind >= VALUE_POINTER else value)
 
     def columns(self, lo=None, hi=None):
         return self._block(super().columns(lo, hi))

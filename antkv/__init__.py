@@ -19,6 +19,7 @@ from .errors import (
     LockError,
     MemoryLimitError,
 )
+from .external_file import SstFileWriter
 from .memory.cache import Cache
 from .memory.write_buffer_manager import WriteBufferManager, shared_memory
 from .options import Options, WriteOptions
@@ -30,6 +31,7 @@ __all__ = [
     "open",
     "DB",
     "WriteBatch",
+    "SstFileWriter",
     "Snapshot",
     "DBIterator",
     "Options",

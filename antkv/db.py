@@ -30,12 +30,14 @@ import weakref
 from typing import Iterator
 
 from .background import Background
-from .base.dbformat import CHECK_INVARIANTS, DELETION, RANGE_DELETION, VALUE, VALUE_POINTER
+from .base.dbformat import CHECK_INVARIANTS, DELETION, EXPIRING, RANGE_DELETION, VALUE, VALUE_POINTER
+from .base.expiry import HEAD_SIZE, encode_expiring, live_inner, now_ms
 from .base.filenames import wal_file_name
 from .checkpoint import Checkpoints
 from .compaction.run import CompactionEnv
 from .compaction.worker import JobRunner
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
+from .ingest import Ingestion, check_paths, check_range
 from .errors import IOError as AntIOError
 from .fs import default_file_system
 from .manifest.table_cache import TableCache
@@ -81,7 +83,7 @@ def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A0
     return DB(path, options)
 
 
-class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
+class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics):
     """An open antkv database.  Thread-safe; use as a context manager to close on exit."""
 
     def __init__(self, path: str, options: Options):
@@ -93,7 +95,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
         Pebble's ``DB`` do: this one (the API, the write path, memtable switch, value-log
         rotation) and its bases :class:`~antkv.recovery.Recovery` (open, close),
         :class:`~antkv.background.Background` (flush, compaction, GC),
-        :class:`~antkv.obsolete.ObsoleteFiles`, :class:`~antkv.checkpoint.Checkpoints` and
+        :class:`~antkv.obsolete.ObsoleteFiles`, :class:`~antkv.checkpoint.Checkpoints`,
+        :class:`~antkv.ingest.Ingestion` and
         :class:`~antkv.stats.Statistics`.  Every field is declared here and nowhere else."""
         self.path = path
         self.options = options
@@ -230,8 +233,9 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
 
     # ------------------------------------------------------------------ writes
 
-    def put(self, key, value, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:
-        """Set ``key`` to ``value``.
+    def put(self, key, value, *, sync: bool = False, write_options: WriteOptions | None = None, ttl=None) -> None:
+        """Set ``key`` to ``value``; with ``ttl`` (seconds, > 0) the entry expires that long
+        after now (``Options.clock``) and then reads as deleted.
 
         The hottest path of the engine, so it is written out flat: no batch object, the WAL
         frame built here, the memtable insert inlined (see ``MemTable.add``).
@@ -240,7 +244,11 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
             key = as_bytes(key, "key")
         if type(value) is not bytes:
             value = as_bytes(value, "value")
-        if write_options is not None:
+        if write_options is not None or ttl is not None:
+            if ttl is not None:
+                sync, disable_wal = _write_options(sync, False, write_options)
+                self._write_ops([(EXPIRING, key, encode_expiring(self._expiry(ttl), VALUE, value))], sync, disable_wal)
+                return
             sync, disable_wal = _write_options(sync, False, write_options)
             self._write_ops([(VALUE, key, value)], sync, disable_wal)
             return
@@ -345,12 +353,16 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
             mem = self._mem
             seq = self._last_seq + 1
             limit = self._min_blob_size
-            if any(kind == VALUE and len(value) >= limit for kind, _, value in ops):
+            if any((kind == VALUE and len(value) >= limit) or kind == EXPIRING for kind, _, value in ops):
                 out = []
                 for kind, key, value in ops:
                     if kind == VALUE and len(value) >= limit:
                         self._user_bytes += len(key) + len(value)
                         out.append((VALUE_POINTER, key, self._vlog_add(key, value)))
+                    elif kind == EXPIRING and len(value) - HEAD_SIZE >= limit and value[8] == VALUE:
+                        self._user_bytes += len(key) + len(value)
+                        pointer = self._vlog_add(key, value[HEAD_SIZE:])
+                        out.append((EXPIRING, key, value[:8] + bytes((VALUE_POINTER,)) + pointer))
                     else:
                         out.append((kind, key, value))
                 ops = out
@@ -644,6 +656,21 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
 
     # ------------------------------------------------------------------ reads
 
+    def _expiry(self, ttl) -> int:
+        """The expiry (ms since the epoch) of an entry written now with ``ttl`` seconds."""
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+            raise TypeError(f"ttl must be a number of seconds, not {type(ttl).__name__}")
+        if not ttl > 0 or ttl * 1000 >= 1 << 63:
+            raise InvalidArgumentError(f"ttl must be > 0 seconds, got {ttl!r}")
+        return now_ms(self.options.clock) + max(1, int(ttl * 1000))
+
+    def _expiring_value(self, value: bytes, default):
+        """The value of an EXPIRING entry found by a point read: ``default`` once expired."""
+        live = live_inner(value, now_ms(self.options.clock))
+        if live is None:
+            return default
+        return self._vlog_reader.get(live[1]) if live[0] == VALUE_POINTER else live[1]
+
     def _read_seq(self, snapshot) -> int:
         if snapshot is None:
             return self._last_seq
@@ -673,16 +700,20 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
             if e is not None:
                 if tomb > e[0] or e[1] == DELETION:
                     return default
-                if e[1] == VALUE_POINTER:
-                    return self._vlog_reader.get(e[2])
+                if e[1] != VALUE:
+                    if e[1] == VALUE_POINTER:
+                        return self._vlog_reader.get(e[2])
+                    return self._expiring_value(e[2], default)
                 return e[2]
             if tomb:
                 return default
         e = sv.table_get(key, read_seq, self._open_table)
         if e is None or e[1] == DELETION:
             return default
-        if e[1] == VALUE_POINTER:
-            return self._vlog_reader.get(e[2])
+        if e[1] != VALUE:
+            if e[1] == VALUE_POINTER:
+                return self._vlog_reader.get(e[2])
+            return self._expiring_value(e[2], default)
         return e[2]
 
     def _view(self, snapshot) -> ReadView:
@@ -786,6 +817,30 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
         with self._maintenance():
             self._check_writable()
             self._create_checkpoint(os.fspath(directory))
+
+    def ingest(self, paths, *, move: bool = False) -> dict:
+        """Add external tables (:class:`antkv.SstFileWriter` files) atomically, each newer than
+        everything the database held (later files of the list newer still), without rewriting
+        them: hard links where possible.  ``move=True`` removes the input files once ingested.
+        Returns ``{"tables": [(level, number)], "vlog_files": [number], "sequence": int}``."""
+        paths = check_paths(paths)
+        if not isinstance(move, bool):
+            raise TypeError("move must be a bool")
+        self._check_writable()
+        return self._ingest_external(paths, move)
+
+    def ingest_database(self, path, begin=None, end=None) -> dict:
+        """Replace ``[begin, end)`` (None: unbounded) with what the antkv database at ``path``
+        (a checkpoint, typically) holds there, atomically, by linking its tables and value-log
+        files; only tables straddling a bound are rewritten.  The source's WAL is not read."""
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+        lo, hi = check_range(begin, end)
+        self._check_writable()
+        path = os.fspath(path)
+        if os.path.abspath(path) == os.path.abspath(self.path):
+            raise InvalidArgumentError("ingest_database: a database cannot ingest itself")
+        return self._ingest_database(path, lo, hi)
 
     def verify(self) -> dict:
         """Read every file and check every checksum; returns counts, raises CorruptionError."""

@@ -9,6 +9,7 @@ every default.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,9 @@ class Options:
     blob_compression: str | None = None  # "zstd" or None
     blob_gc_threshold: float = 0.5
     blob_readahead: int = 8  # values prefetched ahead of a scan; 0 = off
+
+    # --- time to live ---
+    clock: Any = field(default=time.time, repr=False)  # seconds since the epoch; TTL expiry reads it
 
     # --- internals a user rarely changes ---
     file_system: Any = field(default=None, repr=False)  # antkv.fs.FileSystem; None = the OS
@@ -148,6 +152,8 @@ def _validate(o: Options) -> None:
 
         if not isinstance(o.write_buffer_manager, WriteBufferManager):
             _fail("write_buffer_manager", "must be an antkv.WriteBufferManager or None")
+    if not callable(o.clock):
+        _fail("clock", "must be a callable returning seconds since the epoch")
     if o.file_system is not None:
         from .fs import FileSystem
 

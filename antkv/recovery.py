@@ -24,6 +24,7 @@ import logging
 import os
 
 from .base.dbformat import RANGE_DELETION, VALUE_POINTER
+from .base.expiry import pointer_in
 from .base.filenames import (
     CURRENT_TMP,
     MANIFEST,
@@ -54,8 +55,11 @@ def _pointers_survived(ops, vlog_lengths: dict[int, int], vlogs, wal_path: str, 
     from .vlog.pointer import decode_pointer
 
     for kind, _key, value in ops:
-        if kind == VALUE_POINTER:
-            fnum, offset, size = decode_pointer(value)
+        if kind >= VALUE_POINTER:  # a pointer, or an expiring entry that may wrap one
+            pointer = pointer_in(kind, value)
+            if pointer is None:
+                continue
+            fnum, offset, size = decode_pointer(pointer)
             if offset + size > vlog_lengths.get(fnum, -1):
                 st = vlogs.get(fnum)
                 if st is None or st.sealed:

@@ -22,6 +22,7 @@ RocksDB answer, so they are reported.
 
 from __future__ import annotations
 
+import os
 import shutil
 from itertools import islice
 
@@ -36,6 +37,7 @@ _FEATURE_METHOD = {
     "checkpoint": "checkpoint",
     "gc": "gc_value_log",
     "verify": "verify",
+    "ingest": "ingest",
 }
 
 
@@ -225,6 +227,23 @@ class AntkvSide:
 
     def op_gc(self):
         self.db.gc_value_log()
+
+    def op_ingest(self, files):
+        self.calls += 1
+        paths = []
+        for i, subs in enumerate(files):
+            path = f"{self.path}.ingest{self.calls}-{i}.sst"
+            with self.antkv.SstFileWriter(path, self.options) as w:
+                _fill(w, subs)
+            paths.append(path)
+        move = self._alternate()
+        try:
+            self.db.ingest(paths, move=move)
+        finally:
+            for path in paths:
+                for p in (path, path + ".vlog"):
+                    if os.path.exists(p):
+                        os.remove(p)
 
     def op_verify(self):
         self.db.verify()

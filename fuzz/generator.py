@@ -21,6 +21,9 @@ An *operation* is a plain tuple whose first field names it; every other field is
     ("scan", start, stop, prefix, reverse, limit)   prefix and start/stop never both set
     ("flush",)  ("compact_range", begin, end)  ("reopen",)  ("checkpoint",)
     ("gc",)  ("verify",)
+    ("ingest", (file, ...))             file = sorted put / delete tuples of distinct keys: an
+                                        external table (antkv.SstFileWriter, RocksDB's
+                                        SstFileWriter), ingested in one call, later files newer
 
 Invariant: ``OpStream(seed)`` draws every operation from one ``random.Random(seed)`` and
 never looks ahead, so the first n operations of a stream do not depend on how long it runs;
@@ -127,6 +130,7 @@ class OpStream:
             ("checkpoint", 0.15),
             ("gc", 0.4),
             ("verify", 0.1),
+            ("ingest", 0.3),
         ]
         self._names = [n for n, _ in self.weights]
         self._cum = []
@@ -230,6 +234,14 @@ class OpStream:
                 # (see oracle.py), which is not a contract either engine can be held to.
                 subs.append(("delete_range",) + self.range_pair(allow_reversed=False))
         return ("batch", tuple(subs))
+
+    def _op_ingest(self):
+        r = self.rng
+        files = []
+        for _ in range(r.choice((1, 1, 2, 3))):
+            keys = sorted({self.key() for _ in range(r.choice((1, 2, 4, 8, 16)))})
+            files.append(tuple(("put", k, self.vspec()) if r.random() < 0.8 else ("delete", k) for k in keys))
+        return ("ingest", tuple(files))
 
     def _op_get(self):
         return ("get", self.any_key())

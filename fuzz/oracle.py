@@ -93,6 +93,7 @@ class RocksSide:
         self.iters: dict[int, BoundedCursor] = {}
         self.iter_snap: dict[int, int | None] = {}  # iid -> sid it reads at
         self.checkpoints = 0
+        self.ingests = 0
 
     classify_error = staticmethod(classify_rocks_error)
 
@@ -253,6 +254,27 @@ class RocksSide:
 
     def op_verify(self):
         return None
+
+    def op_ingest(self, files):
+        self.ingests += 1
+        paths = []
+        for i, subs in enumerate(files):
+            path = f"{self.path}.ingest{self.ingests}-{i}.sst"
+            w = rocksdict.SstFileWriter(self.options)
+            w.open(path)
+            for sub in subs:
+                if sub[0] == "put":
+                    w[sub[1]] = make_value(*sub[2])
+                else:
+                    del w[sub[1]]
+            w.finish()
+            paths.append(path)
+        try:
+            self.db.ingest_external_file(paths)
+        finally:
+            for path in paths:
+                if os.path.exists(path):
+                    os.remove(path)
 
 
 def remove_tree(path: str) -> None:

@@ -38,7 +38,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("flush and compaction", ("antkv.compaction",)),
     (
         "options and the parts of the DB class",
-        ("antkv.options", "antkv.obsolete", "antkv.background", "antkv.recovery", "antkv.checkpoint", "antkv.stats"),
+        ("antkv.options", "antkv.obsolete", "antkv.background", "antkv.recovery", "antkv.checkpoint", "antkv.stats",
+         "antkv.external_file", "antkv.ingest"),
     ),
     ("database", ("antkv.db",)),
     ("public API and tools", ("antkv", "antkv.__main__", "antkv.tools", "antkv.demo", "antkv.spark")),

@@ -48,6 +48,7 @@ class Kind(IntEnum):
     VALUE = 1
     RANGE_DELETION = 2
     VALUE_POINTER = 3  # the value lives in the value log; see antkv/vlog/pointer.py
+    EXPIRING = 5  # a VALUE or VALUE_POINTER with an expiry time; see antkv/base/expiry.py
 
 
 # Plain-int aliases for hot paths (attribute lookups on an IntEnum cost more than a global).
@@ -55,7 +56,10 @@ DELETION = 0
 VALUE = 1
 RANGE_DELETION = 2
 VALUE_POINTER = 3
+EXPIRING = 5
+# Every point kind but DELETION is ODD: the batched scans (antkv/read/runs.py) mask entries with
+# ``first_version_of_key & kind``, a C-level bitwise and that must be 1 for any shown kind.
 
-MAX_KIND = VALUE_POINTER
-VALID_KINDS = frozenset(range(MAX_KIND + 1))
+MAX_KIND = EXPIRING
+VALID_KINDS = frozenset((DELETION, VALUE, RANGE_DELETION, VALUE_POINTER, EXPIRING))
 """Every kind a WAL record or a table may hold; any other byte there is corruption."""

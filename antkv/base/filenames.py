@@ -10,6 +10,9 @@
     CURRENT.tmp         CURRENT while it is being replaced (write, sync, rename)
     LOCK                held (flock) by the process that has the database open
 
+    T.vlog              outside a database: the value-log file that travels with the external
+                        table T (``antkv.SstFileWriter``), e.g. ``out.sst`` -> ``out.sst.vlog``
+
 ``NNNNNN`` is a file number, at least six digits; one counter (the version set's next file
 number) numbers WALs, tables, value-log files and MANIFESTs alike.  A name this module does not
 parse is not the database's, and the database never deletes it.
@@ -60,6 +63,11 @@ def current_file_name(dbname: str) -> str:
 
 def lock_file_name(dbname: str) -> str:
     return os.path.join(dbname, LOCK)
+
+
+def external_vlog_path(table_path: str) -> str:
+    """The value-log file written beside external table ``table_path`` (its large values)."""
+    return table_path + "." + VLOG
 
 
 def parse_file_name(name: str) -> tuple[str, int] | None:

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import eq, itemgetter, ne, neg
 
-from ..base.dbformat import DELETION, VALUE_POINTER
+from ..base.dbformat import DELETION, EXPIRING, VALUE_POINTER
+from ..base.expiry import expiry_of, pointer_in
 from ..manifest.version_edit import FileMetaData
 from ..memtable.memtable import MemTable
 from ..memtable.rangedel import fragment
@@ -90,8 +91,10 @@ def _newest_versions(mem: MemTable, garbage: dict[int, int]) -> tuple[list, list
     keys = sorted(versions)  # one C sort; the memtable's own SortedList is not needed here
     for lst in mem.older.values():
         for _seq, kind, value in lst:
-            if kind == VALUE_POINTER:
-                _add_garbage(garbage, value)
+            if kind >= VALUE_POINTER:
+                p = pointer_in(kind, value)
+                if p is not None:
+                    _add_garbage(garbage, p)
     return keys, list(map(versions.__getitem__, keys))
 
 
@@ -117,6 +120,7 @@ class CompactionJob:
     target_size: int
     lo: bytes | None = None
     hi: bytes | None = None
+    now: int = 0  # ms: EXPIRING entries with expiry <= now become deletions (0: none do)
 
     @property
     def is_subcompaction(self) -> bool:
@@ -163,7 +167,8 @@ def execute_compaction(
             sources = [r.iter_forward(None) for _, _, r in readers]
             merged = merge_forward(sources) if sources else iter(())
             outputs.add_all(
-                compaction_stream(merged, job.snapshots, fragment(tombstones), job.bottommost, garbage, relocate)
+                compaction_stream(merged, job.snapshots, fragment(tombstones), job.bottommost, garbage, relocate,
+                                  now=job.now)
             )
         tables = outputs.finish()
     except BaseException:
@@ -200,12 +205,13 @@ def _columnar_merge(job: CompactionJob, readers, outputs: TableOutputs) -> None:
     the one kept."""
     all_keys: list = []
     all_rows: list = []
-    deletions = False
+    deletions = expiring = False
     for _lvl, f, reader in sorted(readers, key=lambda t: (t[0], -t[1].largest_seq)):
         keys, negs, kinds, values = reader.columns(job.lo, job.hi)
         all_keys += keys
         all_rows += zip(map(neg, negs), kinds, values)
         deletions = deletions or DELETION in kinds
+        expiring = expiring or EXPIRING in kinds
     order = sorted(range(len(all_keys)), key=all_keys.__getitem__)
     keys = list(map(all_keys.__getitem__, order))
     rows = list(map(all_rows.__getitem__, order))
@@ -214,6 +220,10 @@ def _columnar_merge(job: CompactionJob, readers, outputs: TableOutputs) -> None:
         live = [True]
         live += map(ne, islice(keys, 1, None), keys)
         keys, rows = list(compress(keys, live)), list(compress(rows, live))
+    if expiring and job.now:  # expired entries become deletions (their pointers: garbage, by refs)
+        now = job.now
+        rows = [(r[0], DELETION, b"") if r[1] == EXPIRING and expiry_of(r[2]) <= now else r for r in rows]
+        deletions = True
     if job.bottommost and deletions:
         live = list(map(ne, map(_SECOND, rows), repeat(DELETION)))
         keys, rows = list(compress(keys, live)), list(compress(rows, live))

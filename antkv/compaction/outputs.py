@@ -20,6 +20,7 @@ from operator import add, itemgetter
 from typing import Callable
 
 from ..base.dbformat import VALUE_POINTER
+from ..base.expiry import pointer_in
 from ..base.filenames import table_file_name
 from ..manifest.version_edit import FileMetaData
 from ..memtable.rangedel import FragmentedRangeTombstones, truncate
@@ -108,9 +109,11 @@ class TableOutputs:
                 b, add, size_of, refs = self._builder, self._builder.add, self._file, self._refs
             add(key, seq, kind, value)
             last = key
-            if kind == VALUE_POINTER:
-                fnum, _off, size = decode_pointer(value)
-                refs[fnum] = refs.get(fnum, 0) + size
+            if kind >= VALUE_POINTER:  # a pointer, or an expiring entry that may wrap one
+                p = pointer_in(kind, value)
+                if p is not None:
+                    fnum, _off, size = decode_pointer(p)
+                    refs[fnum] = refs.get(fnum, 0) + size
         self._last_key = last
 
     def add_rows(self, keys: list, rows: list) -> None:
@@ -137,12 +140,14 @@ class TableOutputs:
         for end in cuts + [n]:
             self._open()
             self._builder.add_sorted(keys[start:end], rows[start:end])
-            if self._builder.num_value_pointers:  # a fresh builder: all of them are these rows'
+            if self._builder.num_value_pointers or self._builder.num_expiring:  # a fresh builder: all are these rows'
                 refs = self._refs
                 for _seq, kind, value in rows[start:end]:
-                    if kind == VALUE_POINTER:
-                        fnum, _off, size = decode_pointer(value)
-                        refs[fnum] = refs.get(fnum, 0) + size
+                    if kind >= VALUE_POINTER:
+                        p = pointer_in(kind, value)
+                        if p is not None:
+                            fnum, _off, size = decode_pointer(p)
+                            refs[fnum] = refs.get(fnum, 0) + size
             if end < n:
                 self._close(upper=keys[end])
                 self._lower = keys[end]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
+from ..base.expiry import now_ms
 from ..manifest.version_edit import FileMetaData, VersionEdit
 from .jobs import CompactionJob
 from .picker import Compaction, is_bottommost
@@ -53,6 +54,7 @@ def run_compaction(env: CompactionEnv, version, c: Compaction, snapshots: list[i
         snapshots=list(snapshots),
         bottommost=is_bottommost(version, c),
         target_size=env.options.target_file_size_base,
+        now=now_ms(env.options.clock),
     )
     relocate, gc_writer = _gc_relocator(env, c.gc_files)
     try:

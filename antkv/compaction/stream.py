@@ -23,7 +23,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Callable, Iterator
 
-from ..base.dbformat import DELETION, VALUE_POINTER
+from ..base.dbformat import DELETION, EXPIRING, VALUE_POINTER
+from ..base.expiry import HEAD_SIZE, expiry_of, pointer_in
 from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment, truncate
 from ..vlog.pointer import decode_pointer
 
@@ -36,8 +37,10 @@ def compaction_stream(
     garbage: dict[int, int],
     relocate: Callable[[bytes, bytes], bytes | None] | None = None,
     stats: dict | None = None,
+    now: int = 0,
 ) -> Iterator[tuple[bytes, int, int, bytes]]:
-    """Yield ``(key, seq, kind, value)`` of the entries to keep, in internal order."""
+    """Yield ``(key, seq, kind, value)`` of the entries to keep, in internal order.  An
+    EXPIRING entry whose expiry is ``<= now`` (ms; 0: nothing expires) becomes a DELETION."""
     cur_key = None
     last_stripe = -1
     starts, ends, fseqs = frags.starts, frags.ends, frags.seqs
@@ -47,6 +50,12 @@ def compaction_stream(
     dropped = 0
     for key, nseq, kind, value in merged:
         seq = -nseq
+        if kind == EXPIRING and expiry_of(value) <= now:
+            p = pointer_in(kind, value)
+            if p is not None:
+                fnum, _off, size = decode_pointer(p)
+                garbage[fnum] = garbage.get(fnum, 0) + size
+            kind, value = DELETION, b""
         stripe = bisect_left(snapshots, seq) if nsnap else 0
         if key != cur_key:
             cur_key = key
@@ -68,16 +77,18 @@ def compaction_stream(
                 drop = True
         if drop:
             dropped += 1
-            if kind == VALUE_POINTER:
-                fnum, _off, size = decode_pointer(value)
+            p = pointer_in(kind, value) if kind >= VALUE_POINTER else None
+            if p is not None:
+                fnum, _off, size = decode_pointer(p)
                 garbage[fnum] = garbage.get(fnum, 0) + size
             continue
-        if kind == VALUE_POINTER and relocate is not None:
-            new = relocate(key, value)
+        if kind >= VALUE_POINTER and relocate is not None:
+            p = pointer_in(kind, value)
+            new = relocate(key, p) if p is not None else None
             if new is not None:
-                fnum, _off, size = decode_pointer(value)
+                fnum, _off, size = decode_pointer(p)
                 garbage[fnum] = garbage.get(fnum, 0) + size
-                value = new
+                value = new if kind == VALUE_POINTER else value[:HEAD_SIZE] + new
         yield key, seq, kind, value
     if stats is not None:
         stats["entries_dropped"] = stats.get("entries_dropped", 0) + dropped

@@ -12,9 +12,8 @@ import gc
 import os
 import sys
 
-from ..base.filenames import table_file_name
 from ..fs.posix import OSFileSystem
-from ..sst.reader import TableReader
+from ..manifest.translated_table import open_table_reader
 from .jobs import execute_compaction, execute_flush, memtable_from_payload
 from .outputs import OutputEnv
 from .worker import HAS_PDEATHSIG, error_message, recv_frame, send_frame
@@ -68,12 +67,7 @@ def worker_main(parent_pid: int) -> None:
             else:
 
                 def open_reader(f):
-                    r = TableReader.open(
-                        fs,
-                        table_file_name(env.path, f.number),
-                        f.number,
-                        verify_checksums=env.table_options.verify_checksums,
-                    )
+                    r = open_table_reader(fs, env.path, f, verify_checksums=env.table_options.verify_checksums)
                     readers.append(r)
                     return r
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import threading
 
-from ..base.filenames import table_file_name
 from ..sst.reader import TableReader
+from .translated_table import open_table_reader
 
 
 class TableCache:
@@ -31,12 +31,8 @@ class TableCache:
         """The reader of table ``f`` (a ``FileMetaData``), opened now if it is not yet."""
         with self._lock:
             if f.reader is None:
-                f.reader = TableReader.open(
-                    self._fs,
-                    table_file_name(self._dbname, f.number),
-                    f.number,
-                    cache=self._block_cache,
-                    verify_checksums=self._verify,
+                f.reader = open_table_reader(
+                    self._fs, self._dbname, f, cache=self._block_cache, verify_checksums=self._verify
                 )
                 self._readers[f.number] = f.reader
             return f.reader

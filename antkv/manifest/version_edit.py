@@ -21,6 +21,14 @@ The tags are PART OF THE FILE FORMAT::
       7  sealed_vlog_file      u64 number | u64 total record bytes
       8  vlog_garbage          u64 number | u64 garbage bytes added
       9  deleted_vlog_file     u64 number
+     10  table_translation     u64 number | i64 seq_offset |
+                               u32 n | n x (u64 vlog number in the table, u64 vlog number here)
+
+A ``table_translation`` follows the ``new_table`` of the same number in the same edit.  It is
+written only for a table brought in by ingestion (:mod:`antkv.ingest`) whose entries were
+written in another sequence-number and file-number space: the reader adds ``seq_offset`` to
+every sequence number it reads from the file and renames the value-log files its pointers
+name (``docs/format.md``, "Ingested tables").
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ TAG_NEW_VLOG = 6
 TAG_SEALED_VLOG = 7
 TAG_VLOG_GARBAGE = 8
 TAG_DELETED_VLOG = 9
+TAG_TABLE_TRANSLATION = 10
 
 _U8 = struct.Struct("<B")
 _U32 = struct.Struct("<I")
@@ -46,6 +55,7 @@ _U64 = struct.Struct("<Q")
 _U64x2 = struct.Struct("<QQ")
 _TABLE_HEAD = struct.Struct("<BQQQQ")
 _DEL_TABLE = struct.Struct("<BQ")
+_TRANSLATION = struct.Struct("<Qq")  # table number, signed sequence offset
 
 
 @dataclass
@@ -60,7 +70,13 @@ class FileMetaData:
     smallest_seq: int = 0
     largest_seq: int = 0
     num_entries: int = 0
-    blob_refs: dict[int, int] = field(default_factory=dict)
+    blob_refs: dict[int, int] = field(default_factory=dict)  # in this database's vlog numbers
+    # an ingested table's translation (persisted as a table_translation record): the sequence
+    # numbers in its file plus ``seq_offset`` are this database's (``smallest_seq`` and
+    # ``largest_seq`` above are already translated); a value pointer naming value-log file ``a``
+    # in the file names ``vlog_map[a]`` here
+    seq_offset: int = 0
+    vlog_map: dict[int, int] = field(default_factory=dict)
     # runtime state, not persisted
     reader: object = field(default=None, compare=False, repr=False)
 
@@ -123,6 +139,11 @@ class VersionEdit:
             out += _U32.pack(len(f.blob_refs))
             for vnum, nbytes in sorted(f.blob_refs.items()):
                 out += _U64x2.pack(vnum, nbytes)
+            if f.seq_offset or f.vlog_map:
+                out += _U8.pack(TAG_TABLE_TRANSLATION) + _TRANSLATION.pack(f.number, f.seq_offset)
+                out += _U32.pack(len(f.vlog_map))
+                for src, dst in sorted(f.vlog_map.items()):
+                    out += _U64x2.pack(src, dst)
         for level, number in self.deleted_tables:
             out += _U8.pack(TAG_DELETED_TABLE) + _DEL_TABLE.pack(level, number)
         for number in self.new_vlogs:
@@ -171,6 +192,19 @@ class VersionEdit:
                         raise ValueError("bad flag")
                     meta = FileMetaData(number, size, smallest, largest, bool(excl), sseq, lseq, n_entries, refs)
                     e.new_tables.append((level, meta))
+                elif tag == TAG_TABLE_TRANSLATION:
+                    number, offset = _TRANSLATION.unpack_from(data, p)
+                    (nmap,) = _U32.unpack_from(data, p + 16)
+                    p += 20
+                    vmap = {}
+                    for _ in range(nmap):
+                        src, dst = _U64x2.unpack_from(data, p)
+                        p += 16
+                        vmap[src] = dst
+                    metas = [m for _, m in e.new_tables if m.number == number]
+                    if not metas:
+                        raise ValueError(f"translation of table {number}, which the edit does not add")
+                    metas[-1].seq_offset, metas[-1].vlog_map = offset, vmap
                 elif tag == TAG_DELETED_TABLE:
                     e.deleted_tables.append(_DEL_TABLE.unpack_from(data, p))
                     p += _DEL_TABLE.size

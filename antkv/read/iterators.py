@@ -33,7 +33,8 @@ from itertools import chain
 from bisect import bisect_right
 from typing import Callable, Iterator
 
-from ..base.dbformat import DELETION, VALUE_POINTER
+from ..base.dbformat import DELETION, EXPIRING, VALUE_POINTER
+from ..base.expiry import live_inner
 from ..errors import DBClosedError, InvalidArgumentError
 from ..memtable.rangedel import FragmentedRangeTombstones
 
@@ -58,11 +59,13 @@ def visible_forward(
     frags: FragmentedRangeTombstones | None,
     upper: bytes | None,
     last: bytes | None = None,
+    now: int = 0,
 ) -> Iterator[tuple[bytes, int, bytes]]:
     """``(key, kind, value)`` of every visible key in ascending order, below ``upper``.
 
     ``kind`` is VALUE or VALUE_POINTER (the pointer is NOT resolved: callers resolve it, so a
-    scan can prefetch).  ``last`` resumes a scan: versions of that key are skipped.
+    scan can prefetch).  ``last`` resumes a scan: versions of that key are skipped.  An
+    EXPIRING entry is unwrapped, or hides its key once expired at ``now`` (ms).
     """
     neg_read = -read_seq
     if not frags:
@@ -73,6 +76,11 @@ def visible_forward(
             if upper is not None and key >= upper:
                 return
             if kind != DELETION:
+                if kind == EXPIRING:
+                    live = live_inner(value, now)
+                    if live is None:
+                        continue
+                    kind, value = live
                 yield key, kind, value
         return
     starts, ends, seqs = frags.starts, frags.ends, frags.seqs
@@ -90,6 +98,11 @@ def visible_forward(
             fi = bisect_right(ends, key, fi + 1)
         if fi < nfrag and starts[fi] <= key and seqs[fi][0] > -nseq:
             continue  # covered by a newer range tombstone
+        if kind == EXPIRING:
+            live = live_inner(value, now)
+            if live is None:
+                continue
+            kind, value = live
         yield key, kind, value
 
 
@@ -98,8 +111,10 @@ def visible_backward(
     read_seq: int,
     frags: FragmentedRangeTombstones | None,
     lower: bytes | None,
+    now: int = 0,
 ) -> Iterator[tuple[bytes, int, bytes]]:
-    """``(key, kind, value)`` of every visible key in descending order, at or above ``lower``."""
+    """``(key, kind, value)`` of every visible key in descending order, at or above ``lower``
+    (EXPIRING entries as in :func:`visible_forward`)."""
     starts = ends = seqs = None
     if frags:
         starts, ends, seqs = frags.starts, frags.ends, frags.seqs
@@ -113,7 +128,12 @@ def visible_backward(
                 if starts is not None and fi >= 0 and starts[fi] > cur_key:
                     fi = bisect_right(starts, cur_key, 0, fi) - 1
                 if starts is None or not (fi >= 0 and cur_key < ends[fi] and seqs[fi][0] > cur[0]):
-                    yield cur_key, cur[1], cur[2]
+                    if cur[1] != EXPIRING:
+                        yield cur_key, cur[1], cur[2]
+                    else:
+                        live = live_inner(cur[2], now)
+                        if live is not None:
+                            yield cur_key, live[0], live[1]
             if key is None or (lower is not None and key < lower):
                 return
             cur_key = key
@@ -123,6 +143,18 @@ def visible_backward(
 
 
 _END_OF_STREAM = ((None, 0, DELETION, b""),)
+
+
+def live_triples(triples: Iterator[tuple], now: int) -> Iterator[tuple[bytes, int, bytes]]:
+    """``(key, kind, value)`` triples with EXPIRING entries unwrapped, and dropped once expired
+    at ``now`` (ms)."""
+    for t in triples:
+        if t[1] != EXPIRING:
+            yield t
+        else:
+            live = live_inner(t[2], now)
+            if live is not None:
+                yield t[0], live[0], live[1]
 
 
 def skip_covered_forward(

@@ -21,12 +21,14 @@ from time import perf_counter
 from typing import Iterator
 
 from ..base.dbformat import MAX_SEQUENCE, VALUE_POINTER
+from ..base.expiry import now_ms
 from ..errors import DBClosedError
 from ..manifest.version_set import find_file
 from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment
 from ..sst.bloom import key_probe, may_contain_probe
 from .iterators import (
     LevelSource,
+    live_triples,
     merge_backward,
     merge_forward,
     skip_covered_backward,
@@ -175,12 +177,13 @@ class SuperVersion:
 class ReadView:
     """A super version seen at one read sequence number."""
 
-    __slots__ = ("db", "sv", "read_seq")
+    __slots__ = ("db", "sv", "read_seq", "now")
 
     def __init__(self, db, sv: SuperVersion, read_seq: int):
         self.db = db
         self.sv = sv
         self.read_seq = read_seq
+        self.now = now_ms(db.options.clock)  # EXPIRING entries expired by now read as deleted
 
     def check_open(self) -> None:
         if self.db._closed:
@@ -289,7 +292,8 @@ class ReadView:
         """The per-entry forward scan (the cursor's: a seek followed by a few ``next`` costs less
         here than setting up the batched merge of :meth:`items`)."""
         frags, newer = self.sv.fragments(self.db._open_table, self.read_seq)
-        gen = visible_forward(merge_forward(self._forward_sources(start, newer)), self.read_seq, frags, upper)
+        gen = visible_forward(merge_forward(self._forward_sources(start, newer)), self.read_seq, frags, upper,
+                              now=self.now)
         if exclusive and start is not None:
             return _drop_key(gen, start)
         return gen
@@ -297,7 +301,7 @@ class ReadView:
     def scan_backward(self, start: bytes | None, lower: bytes | None, exclusive: bool) -> Iterator:
         frags, newer = self.sv.fragments(self.db._open_table, self.read_seq)
         merged = merge_backward(self._backward_sources(start, newer))
-        gen = visible_backward(merged, self.read_seq, frags, lower)
+        gen = visible_backward(merged, self.read_seq, frags, lower, now=self.now)
         if exclusive and start is not None:
             return _drop_key(gen, start)
         return gen
@@ -314,11 +318,12 @@ class ReadView:
             if not frags:
                 merged = merge_runs_backward(self._backward_runs(hi, True))
                 visible = visible_runs_backward(merged, lo)
-                return shaped_backward(visible, mode, lambda rest: _emit(self, rest, mode))
+                return shaped_backward(visible, mode, lambda rest: _emit(self, live_triples(rest, self.now), mode))
             gen = self.scan_backward(hi, lo, True) if hi is not None else self.scan_backward(None, lo, False)
         else:
             if not frags:
-                return shaped(self._visible_runs(lo, hi), mode, lambda rest: _emit(self, rest, mode))
+                return shaped(self._visible_runs(lo, hi), mode,
+                              lambda rest: _emit(self, live_triples(rest, self.now), mode))
             gen = self.scan_forward(lo, hi, False)
         return _emit(self, gen, mode)
 

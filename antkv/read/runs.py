@@ -38,7 +38,7 @@ from itertools import chain, compress, islice, repeat
 from operator import and_, ge, ne
 from typing import Iterator
 
-from ..base.dbformat import DELETION, VALUE, VALUE_POINTER
+from ..base.dbformat import DELETION, EXPIRING, VALUE, VALUE_POINTER
 
 RUN_TARGET = 1024
 """Entries a source gathers into one run once a scan is long (whole blocks, so a table's runs
@@ -247,13 +247,14 @@ def _triples(run: tuple) -> Iterator:
 
 def shaped(visible: Iterator[tuple], mode: str, on_pointer) -> Iterator:
     """The scan's output in ``mode`` ("items", "keys" or "values") with no Python frame per
-    entry.  At the first run holding a value pointer it hands over: ``on_pointer(rest)`` gets
-    the ``(key, kind, value)`` triples from that run on and yields the rest of the output."""
+    entry.  At the first run holding a value pointer (or an EXPIRING entry) it hands over:
+    ``on_pointer(rest)`` gets the ``(key, kind, value)`` triples from that run on and yields
+    the rest of the output."""
 
     def batches():
         for run in visible:
             keys, kinds, values, mask = run
-            if mode != "keys" and kinds is not None and VALUE_POINTER in kinds:
+            if kinds is not None and (mode != "keys" and VALUE_POINTER in kinds or EXPIRING in kinds):
                 yield on_pointer(chain(_triples(run), triples(visible)))
                 return
             if mode == "items":
@@ -396,7 +397,7 @@ def shaped_backward(visible: Iterator[tuple], mode: str, on_pointer) -> Iterator
     def batches():
         for run in visible:
             keys, kinds, values, mask = run
-            if mode != "keys" and kinds is not None and VALUE_POINTER in kinds:
+            if kinds is not None and (mode != "keys" and VALUE_POINTER in kinds or EXPIRING in kinds):
                 yield on_pointer(chain(_reversed_triples(run), chain.from_iterable(map(_reversed_triples, visible))))
                 return
             if mode == "items":

@@ -6,6 +6,7 @@ Every failure that leaves the public API is an :class:`Error` subclass, except
 * :class:`InvalidArgumentError` -- a bad value (also a ``ValueError``).
 * :class:`CorruptionError` -- a checksum or format violation; names the file and offset.
 * :class:`DBClosedError` -- an operation on a closed database, iterator or snapshot.
+* :class:`ReadOnlyError` -- a write (or maintenance) call on a database opened read-only.
 * :class:`LockError` -- another opener holds the database's ``LOCK`` file.
 * :class:`MemoryLimitError` -- a strict cache could not make room for an insert.
 * :class:`IOError` -- an operating-system failure; wraps the ``OSError`` (as ``__cause__``
@@ -42,6 +43,10 @@ class CorruptionError(Error):
 
 class DBClosedError(Error):
     """The database (or an iterator or snapshot of it) is closed."""
+
+
+class ReadOnlyError(Error):
+    """The database was opened with ``read_only=True``: it writes nothing."""
 
 
 class LockError(Error):

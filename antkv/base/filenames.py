@@ -9,6 +9,7 @@
     CURRENT             one line, "MANIFEST-NNNNNN\\n": the live MANIFEST
     CURRENT.tmp         CURRENT while it is being replaced (write, sync, rename)
     LOCK                held (flock) by the process that has the database open
+    lost/               files the database could not account for, moved aside (never deleted)
 
 ``NNNNNN`` is a file number, at least six digits; one counter (the version set's next file
 number) numbers WALs, tables, value-log files and MANIFESTs alike.  A name this module does not
@@ -23,6 +24,7 @@ CURRENT = "CURRENT"
 CURRENT_TMP = "CURRENT.tmp"
 LOCK = "LOCK"
 MANIFEST_PREFIX = "MANIFEST-"
+LOST = "lost"
 
 # the kinds parse_file_name returns
 WAL = "log"
@@ -60,6 +62,11 @@ def current_file_name(dbname: str) -> str:
 
 def lock_file_name(dbname: str) -> str:
     return os.path.join(dbname, LOCK)
+
+
+def lost_dir_name(dbname: str) -> str:
+    """The directory files are moved to when the database cannot account for them."""
+    return os.path.join(dbname, LOST)
 
 
 def parse_file_name(name: str) -> tuple[str, int] | None:

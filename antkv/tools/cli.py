@@ -181,10 +181,10 @@ def _parse_option_value(text: str):
     return text
 
 
-def _options(args, create_if_missing: bool):
+def _options(args, create_if_missing: bool, read_only: bool = False):
     from ..options import Options
 
-    fields = {"max_background_jobs": 0}
+    fields = {"max_background_jobs": 0, "read_only": read_only}
     for item in args.option or []:
         name, eq, value = item.partition("=")
         if not eq or not name:
@@ -199,11 +199,11 @@ def _options(args, create_if_missing: bool):
         raise UsageError(f"-o: {e}") from None
 
 
-def _open(args, create_if_missing: bool = False):
+def _open(args, create_if_missing: bool = False, read_only: bool = False):
     from ..db import open as open_db
 
     path = args.db
-    opts = _options(args, create_if_missing)
+    opts = _options(args, create_if_missing, read_only)
     fs = _fs()
     if not create_if_missing and not fs.exists(current_file_name(path)):
         # checked before opening: the engine would leave a LOCK file behind in the directory
@@ -224,7 +224,7 @@ def _fs():
 def cmd_get(args, out: Output) -> int:
     codec = Codec(args.format)
     key = codec.parse(args.key)
-    with _open(args) as db:
+    with _open(args, read_only=True) as db:
         value = db.get(key)
     if value is None:
         sys.stderr.write(f"antkv: key not found: {codec.show(key).decode('utf-8', 'backslashreplace')}\n")
@@ -248,7 +248,7 @@ def cmd_scan(args, out: Output) -> int:
     prefix = None if args.prefix is None else codec.parse(args.prefix)
     if args.limit is not None and args.limit < 0:
         raise UsageError("--limit must be >= 0")
-    with _open(args) as db:
+    with _open(args, read_only=True) as db:
         n = 0
         for key, value in db.items(start, stop, prefix=prefix, reverse=args.reverse):
             if args.limit is not None and n >= args.limit:
@@ -262,7 +262,7 @@ def cmd_scan(args, out: Output) -> int:
 
 
 def cmd_stats(args, out: Output) -> int:
-    with _open(args) as db:
+    with _open(args, read_only=True) as db:
         if args.json:
             out.line(json.dumps(db.stats(), indent=2, sort_keys=True, default=str))
         else:
@@ -271,7 +271,7 @@ def cmd_stats(args, out: Output) -> int:
 
 
 def cmd_verify(args, out: Output) -> int:
-    with _open(args) as db:
+    with _open(args, read_only=True) as db:
         r = db.verify()
     out.line(
         f"OK: {r['tables']} tables ({r['table_entries']} entries), "

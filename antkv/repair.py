@@ -51,7 +51,8 @@ class RepairReport:
     table_entries_kept: int = 0
     vlog_files_kept: int = 0
     wal_files: int = 0
-    moved_to_lost: list[str] = field(default_factory=list)  # "name: why"
+    manifests_replaced: list[str] = field(default_factory=list)  # old MANIFESTs, moved to lost/
+    moved_to_lost: list[str] = field(default_factory=list)  # "name: why", damaged files
     cut_back: list[str] = field(default_factory=list)  # value-log files cut to their intact prefix
     wal_records_dropped: list[str] = field(default_factory=list)
     keys_lost: list[str] = field(default_factory=list)  # hex of each key whose value was lost
@@ -68,6 +69,8 @@ class RepairReport:
             f"repaired {self.path}: kept {self.tables_kept} tables ({self.table_entries_kept} entries), "
             f"{self.vlog_files_kept} value-log files, {self.wal_files} WALs"
         ]
+        if self.manifests_replaced:
+            out.append(f"replaced (moved to lost/): {', '.join(self.manifests_replaced)}")
         out += [f"moved to lost/: {m}" for m in self.moved_to_lost]
         out += [f"cut back: {c}" for c in self.cut_back]
         out += [f"WAL: {w}" for w in self.wal_records_dropped]
@@ -136,7 +139,7 @@ def _rebuild_manifest(fs, path: str, options: Options, report: RepairReport) -> 
         _check_vlog(fs, path, number, name, edit, report)
     for _, name in files[MANIFEST]:
         move_aside(fs, path, name)
-        report.moved_to_lost.append(f"{name}: replaced by a rebuilt MANIFEST")
+        report.manifests_replaced.append(name)
     if fs.exists(os.path.join(path, CURRENT)):
         move_aside(fs, path, CURRENT)
     report.wal_files = len(files[WAL])

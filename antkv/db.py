@@ -54,6 +54,7 @@ from .record.batch import SINGLE_RECORD
 from .record.batch import WriteBatch, as_bytes, encode_batch
 from .record.log_format import HEADER, LEN_MUL, LEN_XOR, LogWriter, checksum, frame
 from .recovery import Recovery
+from .resume import Resume
 from .stats import Statistics, new_stats
 from .vlog.reader import ValueLogReader
 from .vlog.writer import ValueLogWriter
@@ -71,7 +72,7 @@ def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A0
     return DB(path, options)
 
 
-class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
+class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics, Resume):
     """An open antkv database.  Thread-safe; use as a context manager to close on exit."""
 
     def __init__(self, path: str, options: Options):
@@ -193,7 +194,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Statistics):
             raise ReadOnlyError(f"database {self.path} is open read-only (read_only=True): it writes nothing")
         if self._bg_error is not None:
             raise BackgroundError(
-                f"database is read-only after an earlier error: {self._bg_error}", None, self.path
+                f"database is read-only after a write or background job failed: {self._bg_error}; "
+                "once the cause is gone (e.g. disk space freed), call db.resume()", None, self.path
             ) from self._bg_error
 
     def _set_bg_error(self, e: BaseException) -> None:

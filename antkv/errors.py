@@ -74,4 +74,5 @@ class IOError(Error, OSError):  # noqa: A001 - the SPEC names it antkv.IOError
 
 
 class BackgroundError(IOError):
-    """An earlier write or background job failed; the database is read-only until reopened."""
+    """A write or background job failed; the database is read-only until ``db.resume()`` (once
+    the cause is gone) or until it is reopened."""

@@ -286,6 +286,11 @@ class VersionSet:
         self.manifest_number = number
         self.mark_file_number_used(number)
 
+    def start_new_manifest(self) -> None:
+        """Continue in a fresh MANIFEST holding a snapshot of the current state (after a failed
+        edit, which may have left a partial record in the old one)."""
+        self._roll_manifest(self.current)
+
     def open_manifest_for_append(self) -> None:
         """After recovery: continue in a fresh MANIFEST (never append to a recovered one)."""
         self._roll_manifest(self.current)

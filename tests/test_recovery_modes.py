@@ -114,3 +114,13 @@ def test_truncated_active_value_log_file(tmp_path, mode):
     else:  # a prefix of history: big2 and everything after it
         assert items == {b"a": b"overwritten", b"big1": b"1" * 500}
     assert any("torn tail" in d for d in dropped) and dropped
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_modes_agree_with_rocksdb(seed, tmp_path):
+    """The same logical damage (a WAL cut inside a batch, a flipped byte in a batch) opened by
+    antkv and by RocksDB (rocksdict) in each of the four modes: the same error or state
+    (``fuzz/recovery_modes.py``; ``python -m fuzz.recovery_modes --seeds N`` runs more)."""
+    from fuzz.recovery_modes import check_seed
+
+    assert check_seed(seed, str(tmp_path)) >= 40

@@ -9,6 +9,8 @@ See ``README.md`` and ``docs/`` for the API, the engine's design and its file fo
 """
 
 from .db import DB, open
+from .destroy import destroy
+from .repair import RepairReport, repair
 from .errors import (
     BackgroundError,
     CorruptionError,
@@ -18,6 +20,7 @@ from .errors import (
     IOError,
     LockError,
     MemoryLimitError,
+    ReadOnlyError,
 )
 from .external_file import SstFileWriter
 from .memory.cache import Cache
@@ -29,6 +32,9 @@ from .record.batch import WriteBatch
 
 __all__ = [
     "open",
+    "destroy",
+    "repair",
+    "RepairReport",
     "DB",
     "WriteBatch",
     "SstFileWriter",
@@ -45,6 +51,7 @@ __all__ = [
     "DBClosedError",
     "LockError",
     "MemoryLimitError",
+    "ReadOnlyError",
     "IOError",
     "BackgroundError",
 ]

@@ -36,7 +36,7 @@ from .base.filenames import wal_file_name
 from .checkpoint import Checkpoints
 from .compaction.run import CompactionEnv
 from .compaction.worker import JobRunner
-from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError
+from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError, ReadOnlyError
 from .ingest import Ingestion, check_paths, check_range
 from .errors import IOError as AntIOError
 from .fs import default_file_system
@@ -48,14 +48,16 @@ from .memtable.memtable import MemTable
 from .memtable.memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
 from .memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
 from .obsolete import ObsoleteFiles
-from .options import Options, WriteOptions
+from .options import Options, WriteOptions, resolve_open_args
 from .read.iterators import DBIterator
 from .read.read_view import ReadView, SuperVersion, prefetch_threads
+from .read.sizes import approximate_size
 from .read.snapshot import Snapshot, SnapshotList
 from .record.batch import SINGLE_RECORD
 from .record.batch import WriteBatch, as_bytes, encode_batch
 from .record.log_format import HEADER, LEN_MUL, LEN_XOR, LogWriter, checksum, frame
 from .recovery import Recovery
+from .resume import Resume
 from .stats import Statistics, new_stats
 from .vlog.reader import ValueLogReader
 from .vlog.writer import ValueLogWriter
@@ -68,22 +70,13 @@ WBM_REPORT_BYTES = 64 * 1024  # memtable growth reported to a write buffer manag
 
 
 def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A001
-    """Open (creating if ``create_if_missing``) the database in directory ``path``."""
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
-    path = os.fspath(path)
-    if options is None:
-        options = Options(**overrides)
-    elif not isinstance(options, Options):
-        raise TypeError(f"options must be an antkv.Options, not {type(options).__name__}")
-    elif overrides:
-        options = options.replace(**overrides)
+    """Open (creating if ``create_if_missing``) the database in directory ``path``;
+    ``read_only=True`` opens it without writing anything (``Options.read_only``)."""
+    path, options = resolve_open_args(path, options, overrides)
     return DB(path, options)
 
 
-class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics):
+class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics, Resume):
     """An open antkv database.  Thread-safe; use as a context manager to close on exit."""
 
     def __init__(self, path: str, options: Options):
@@ -174,7 +167,9 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
 
         self._open_db()  # may raise
         self._closed = False
-        self._write_blocked = False
+        self._write_blocked = options.read_only
+        if options.read_only:
+            return  # no background work: nothing is ever written
         if options.max_background_jobs > 0:
             # one thread flushes, one compacts (a long compaction never holds up a flush);
             # with a single job, one thread does both
@@ -188,6 +183,14 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
                 t.start()
         with self._mutex:
             self._schedule_work()
+        if options.max_background_jobs == 0:
+            # as the background threads would: e.g. L0 over its trigger; a failure fails the open
+            try:
+                self._run_inline_work()
+            except BaseException as e:
+                self._set_bg_error(e)  # so that close() writes nothing more
+                self.close()
+                raise
 
     # ------------------------------------------------------------------ helpers
 
@@ -198,9 +201,12 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
     def _check_writable(self) -> None:
         if self._closed or self._closing:
             raise DBClosedError(f"database {self.path} is closed")
+        if self.options.read_only:
+            raise ReadOnlyError(f"database {self.path} is open read-only (read_only=True): it writes nothing")
         if self._bg_error is not None:
             raise BackgroundError(
-                f"database is read-only after an earlier error: {self._bg_error}", None, self.path
+                f"database is read-only after a write or background job failed: {self._bg_error}; "
+                "once the cause is gone (e.g. disk space freed), call db.resume()", None, self.path
             ) from self._bg_error
 
     @contextlib.contextmanager
@@ -720,11 +726,34 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         self._check_open()
         return ReadView(self, self._sv, self._read_seq(snapshot))
 
-    def iterator(self, lower_bound=None, upper_bound=None, snapshot=None) -> DBIterator:
-        """A cursor (RocksDB style); call a seek method before reading it."""
+    def iterator(self, lower_bound=None, upper_bound=None, snapshot=None, *, prefix=None, reverse=False) -> DBIterator:
+        """A cursor (RocksDB style): seek it, or iterate it (``for k, v in db.iterator()``)
+        from its first key (its last with ``reverse``).  ``prefix`` narrows the bounds to the
+        keys starting with it."""
         lo = None if lower_bound is None else as_bytes(lower_bound, "lower_bound")
         hi = None if upper_bound is None else as_bytes(upper_bound, "upper_bound")
-        return DBIterator(self._view(snapshot), lo, hi)
+        if not isinstance(reverse, bool):
+            raise TypeError("reverse must be a bool")
+        lo, hi = _narrow_to_prefix(lo, hi, prefix)
+        return DBIterator(self._view(snapshot), lo, hi, reverse)
+
+    def multi_get(self, keys, *, snapshot=None) -> list:
+        """The values of ``keys`` (None for an absent key), all read at one sequence number."""
+        keys = [as_bytes(k, "key") for k in keys]
+        if snapshot is not None:
+            return [self.get(k, snapshot=snapshot) for k in keys]
+        with self.snapshot() as snap:
+            return [self.get(k, snapshot=snap) for k in keys]
+
+    def approximate_size(self, begin=None, end=None) -> int:
+        """Estimated bytes on disk of the keys in ``[begin, end)``: tables and the value-log
+        records they point to (memtables not counted; ``antkv/read/sizes.py``)."""
+        lo = None if begin is None else as_bytes(begin, "begin")
+        hi = None if end is None else as_bytes(end, "end")
+        if lo is not None and hi is not None and lo > hi:
+            raise InvalidArgumentError(f"approximate_size: begin {lo!r} > end {hi!r}")
+        self._check_open()
+        return approximate_size(self._sv.version, self._open_table, lo, hi)
 
     def items(self, start=None, stop=None, *, prefix=None, reverse=False, snapshot=None) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` for keys in ``[start, stop)`` (and with ``prefix``), ascending or not."""
@@ -739,11 +768,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
     def _items_mode(self, start, stop, prefix, reverse, snapshot, mode):
         lo = None if start is None else as_bytes(start, "start")
         hi = None if stop is None else as_bytes(stop, "stop")
-        if prefix is not None:
-            prefix = as_bytes(prefix, "prefix")
-            plo, phi = prefix, _prefix_successor(prefix)
-            lo = plo if lo is None or lo < plo else lo
-            hi = phi if hi is None or (phi is not None and phi < hi) else hi
+        lo, hi = _narrow_to_prefix(lo, hi, prefix)
         return self._view(snapshot).items(lo, hi, reverse, mode)
 
     def snapshot(self) -> Snapshot:
@@ -942,6 +967,17 @@ def _write_options(sync, disable_wal, write_options) -> tuple[bool, bool]:
     if not isinstance(write_options, WriteOptions):
         raise TypeError(f"write_options must be an antkv.WriteOptions, not {type(write_options).__name__}")
     return write_options.sync, write_options.disable_wal
+
+
+def _narrow_to_prefix(lo, hi, prefix):
+    """``[lo, hi)`` narrowed to the keys starting with ``prefix`` (unchanged when None)."""
+    if prefix is None:
+        return lo, hi
+    prefix = as_bytes(prefix, "prefix")
+    plo, phi = prefix, _prefix_successor(prefix)
+    lo = plo if lo is None or lo < plo else lo
+    hi = phi if hi is None or (phi is not None and phi < hi) else hi
+    return lo, hi
 
 
 def _prefix_successor(prefix: bytes) -> bytes | None:

@@ -6,6 +6,7 @@ Every failure that leaves the public API is an :class:`Error` subclass, except
 * :class:`InvalidArgumentError` -- a bad value (also a ``ValueError``).
 * :class:`CorruptionError` -- a checksum or format violation; names the file and offset.
 * :class:`DBClosedError` -- an operation on a closed database, iterator or snapshot.
+* :class:`ReadOnlyError` -- a write (or maintenance) call on a database opened read-only.
 * :class:`LockError` -- another opener holds the database's ``LOCK`` file.
 * :class:`MemoryLimitError` -- a strict cache could not make room for an insert.
 * :class:`IOError` -- an operating-system failure; wraps the ``OSError`` (as ``__cause__``
@@ -44,6 +45,10 @@ class DBClosedError(Error):
     """The database (or an iterator or snapshot of it) is closed."""
 
 
+class ReadOnlyError(Error):
+    """The database was opened with ``read_only=True``: it writes nothing."""
+
+
 class LockError(Error):
     """Another opener holds the database directory's LOCK file."""
 
@@ -69,4 +74,5 @@ class IOError(Error, OSError):  # noqa: A001 - the SPEC names it antkv.IOError
 
 
 class BackgroundError(IOError):
-    """An earlier write or background job failed; the database is read-only until reopened."""
+    """A write or background job failed; the database is read-only until ``db.resume()`` (once
+    the cause is gone) or until it is reopened."""

@@ -15,6 +15,13 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 
+# Options.wal_recovery_mode: RocksDB's WALRecoveryMode names (antkv/replay.py says what each keeps)
+TOLERATE_CORRUPTED_TAIL = "tolerate_corrupted_tail_records"
+ABSOLUTE_CONSISTENCY = "absolute_consistency"
+POINT_IN_TIME = "point_in_time_recovery"
+SKIP_ANY_CORRUPTED = "skip_any_corrupted_records"
+WAL_RECOVERY_MODES = (TOLERATE_CORRUPTED_TAIL, ABSOLUTE_CONSISTENCY, POINT_IN_TIME, SKIP_ANY_CORRUPTED)
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -28,6 +35,8 @@ class Options:
     create_if_missing: bool = True
     error_if_exists: bool = False
     paranoid_checks: bool = True
+    read_only: bool = False  # replay the WAL in memory; write, delete and lock nothing
+    wal_recovery_mode: str = TOLERATE_CORRUPTED_TAIL  # one of WAL_RECOVERY_MODES
 
     # --- memtables ---
     write_buffer_size: int = 64 * MiB
@@ -93,7 +102,26 @@ class WriteOptions:
                 raise InvalidArgumentError(f"WriteOptions.{name} must be a bool")
 
 
-_BOOLS = ("create_if_missing", "error_if_exists", "paranoid_checks", "enable_blob_files", "background_process")
+def resolve_open_args(path, options, overrides: dict) -> tuple[str, "Options"]:
+    """``(path, options)`` of an ``open``-like call: ``path`` a str, bytes or PathLike;
+    ``options`` an :class:`Options` or None, with keyword ``overrides`` applied."""
+    import os
+
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+    path = os.fspath(path)
+    if options is None:
+        options = Options(**overrides)
+    elif not isinstance(options, Options):
+        raise TypeError(f"options must be an antkv.Options, not {type(options).__name__}")
+    elif overrides:
+        options = options.replace(**overrides)
+    return path, options
+
+
+_BOOLS = ("create_if_missing", "error_if_exists", "paranoid_checks", "read_only", "enable_blob_files", "background_process")
 # field -> smallest allowed value
 _INTS = {
     "write_buffer_size": 1,
@@ -139,6 +167,8 @@ def _validate(o: Options) -> None:
     g = o.blob_gc_threshold
     if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0.0 < g <= 1.0:
         _fail("blob_gc_threshold", f"must be a number in (0, 1], got {g!r}")
+    if o.wal_recovery_mode not in WAL_RECOVERY_MODES:
+        _fail("wal_recovery_mode", f"must be one of {', '.join(WAL_RECOVERY_MODES)}; got {o.wal_recovery_mode!r}")
     for name in ("compression", "blob_compression"):
         if getattr(o, name) not in _COMPRESSIONS:
             _fail(name, f"must be 'zstd' or None, got {getattr(o, name)!r}")

@@ -6,16 +6,22 @@ Open, step by step:
 2. rebuild the version set from ``CURRENT`` and its MANIFEST;
 3. check every table the version lists exists with its recorded size (else ``CorruptionError``);
 4. cut back the torn tail of unsealed value-log files, and record their final size;
-5. replay every WAL numbered >= the MANIFEST's log number, oldest first, into memtables.
-   Replay stops at the first torn record, and also at a record whose value pointer reaches past
-   what survived of its value-log file (its large value was lost with the crash, so that write
-   and everything after it never became durable): the result is always a prefix of history;
+5. replay every WAL numbered >= the MANIFEST's log number, oldest first, into memtables, as
+   ``Options.wal_recovery_mode`` says (:mod:`antkv.replay`; by default replay stops at the first
+   torn record, and at a record whose value pointer reaches past what survived of its value-log
+   file: the result is a prefix of history);
 6. flush what was replayed to L0 tables, start a new WAL and value-log file, and write one
    MANIFEST edit recording all of it (the MANIFEST is rolled: a recovered MANIFEST is never
    appended to);
-7. delete files nothing refers to any more (old WALs, old MANIFESTs, tables and value-log files
-   left by an interrupted flush or compaction); each one is *reported* in ``db.stats()``
+7. delete the files that are provably debris (old WALs and MANIFESTs, outputs of interrupted
+   jobs) and move every other file the MANIFEST does not list to ``lost/`` (:mod:`antkv.hygiene`
+   says how debris is proven); each one is *reported* in ``db.stats()``
    (``files_removed_at_open``) and with a warning in the ``antkv`` logger.
+
+A directory with antkv files but no ``CURRENT`` is refused (CorruptionError; ``antkv.repair``
+rebuilds it).  With ``Options.read_only`` steps 1, 6 and 7 are skipped: the WAL is replayed into
+memtables that stay in memory, unsealed value-log files are read up to their valid length, and
+nothing is written, deleted or locked.
 """
 
 from __future__ import annotations
@@ -23,11 +29,9 @@ from __future__ import annotations
 import logging
 import os
 
-from .base.dbformat import RANGE_DELETION, VALUE_POINTER
-from .base.expiry import pointer_in
+from .base.dbformat import RANGE_DELETION
 from .base.filenames import (
     CURRENT_TMP,
-    MANIFEST,
     TABLE,
     VLOG,
     WAL,
@@ -40,37 +44,13 @@ from .base.filenames import (
 )
 from .compaction.flush import write_level0_table
 from .errors import CorruptionError, InvalidArgumentError
+from .hygiene import DELETE, check_without_current, data_files, keep_copy, move_aside, sort_unlisted
 from .manifest.version_edit import VersionEdit
 from .memtable.memtable import MemTable
-from .record.batch import decode_batch
-from .record.log_format import LogReader, LogWriter
+from .record.log_format import LogWriter
+from .replay import Replay, active_vlog_length
 
 log = logging.getLogger("antkv")
-
-
-def _pointers_survived(ops, vlog_lengths: dict[int, int], vlogs, wal_path: str, wal_offset: int) -> bool:
-    """False when a value pointer reaches past the recovered tail of the active value-log file
-    (lost in the crash).  Only that file can lose a tail: a pointer past the end of a sealed
-    file, or into a file the MANIFEST does not list, is damage (CorruptionError)."""
-    from .vlog.pointer import decode_pointer
-
-    for kind, _key, value in ops:
-        if kind >= VALUE_POINTER:  # a pointer, or an expiring entry that may wrap one
-            pointer = pointer_in(kind, value)
-            if pointer is None:
-                continue
-            fnum, offset, size = decode_pointer(pointer)
-            if offset + size > vlog_lengths.get(fnum, -1):
-                st = vlogs.get(fnum)
-                if st is None or st.sealed:
-                    raise CorruptionError(
-                        f"WAL record points to {size} bytes at {offset} of value-log file {fnum:06d}.vlog, "
-                        f"which is {'not in the MANIFEST' if st is None else 'sealed and shorter'}",
-                        wal_path,
-                        wal_offset,
-                    )
-                return False
-    return True
 
 
 class Recovery:
@@ -81,6 +61,17 @@ class Recovery:
         fs = self._fs
         path = self.path
         current = current_file_name(path)
+        if opts.read_only:
+            if not fs.exists(current):
+                if fs.is_dir(path) and data_files(fs, path):
+                    check_without_current(fs, path)  # raises: files, but no CURRENT naming them
+                raise InvalidArgumentError(f"no antkv database at {path} (read_only open creates nothing)")
+            try:
+                self._open_locked(fs, True)
+            except BaseException:
+                self._release_resources()
+                raise
+            return
         if not fs.is_dir(path):
             if fs.exists(path):
                 raise InvalidArgumentError(f"{path} exists and is not a directory")
@@ -90,7 +81,13 @@ class Recovery:
             fs.sync_dir(os.path.dirname(path) or ".")
         self._lock = fs.lock(lock_file_name(path))
         try:
-            self._open_locked(fs, fs.exists(current))
+            exists = fs.exists(current)
+            if not exists:
+                moved = check_without_current(fs, path)  # raises when the directory holds data
+                if moved:
+                    log.warning("%s: no CURRENT; moved the data-less files of an interrupted creation to lost/: %s",
+                                path, ", ".join(moved))
+            self._open_locked(fs, exists)
         except BaseException:
             self._release_resources()
             raise
@@ -103,8 +100,10 @@ class Recovery:
         if not exists and not opts.create_if_missing:
             raise InvalidArgumentError(f"database {path} does not exist (create_if_missing is False)")
         vs = self._versions
+        first_unused = 0  # the next file number the MANIFEST recorded (hygiene.sort_unlisted)
         if exists:
             vs.recover()  # InvalidArgumentError when the MANIFEST has more levels than num_levels
+            first_unused = vs.next_file_number
         names = fs.listdir(path)
         on_disk = {}
         for name in names:
@@ -132,30 +131,26 @@ class Recovery:
             # lost (a damaged last record taken for a torn tail), and with them acknowledged data.
             raise CorruptionError(f"WAL {vs.log_number:06d}.log named by the MANIFEST is missing", wal_file_name(path, vs.log_number))
         mem = self._new_memtable(0)
-        stopped = False
-        for number in wal_numbers:
-            wal_path = wal_file_name(path, number)
-            if stopped:
-                break
-            reader = LogReader(fs.read_all(wal_path), wal_path)
-            for offset, payload in reader:
-                seq, ops = decode_batch(payload, wal_path, offset)
-                if not _pointers_survived(ops, vlog_lengths, vs.vlogs, wal_path, offset):
-                    log.warning("%s: replay stops at offset %d: a value it points to was lost in the crash", wal_path, offset)
-                    stopped = True
-                    break
-                for i, (kind, key, value) in enumerate(ops):
-                    if kind == RANGE_DELETION:
-                        mem.add_range_deletion(seq + i, key, value)
-                    else:
-                        mem.add(seq + i, kind, key, value)
-                self._last_seq = max(self._last_seq, seq + len(ops) - 1)
-                if mem.memory >= opts.write_buffer_size:
-                    self._flush_recovered(mem, edit)
-                    mem = self._new_memtable(0)
-            if reader.torn_tail_offset is not None:
-                log.warning("%s: torn tail at offset %d dropped", wal_path, reader.torn_tail_offset)
-                stopped = True
+        replay = Replay(fs, path, wal_numbers, vlog_lengths, vs.vlogs, opts.wal_recovery_mode)
+        for seq, ops in replay:
+            for i, (kind, key, value) in enumerate(ops):
+                if kind == RANGE_DELETION:
+                    mem.add_range_deletion(seq + i, key, value)
+                else:
+                    mem.add(seq + i, kind, key, value)
+            self._last_seq = max(self._last_seq, seq + len(ops) - 1)
+            if mem.memory >= opts.write_buffer_size and not opts.read_only:
+                self._flush_recovered(mem, edit)
+                mem = self._new_memtable(0)
+        self._stats["recovery_dropped"] = replay.dropped + self._stats["recovery_dropped"]
+        if opts.read_only:
+            # everything stays in memory; nothing is written, deleted or locked
+            vs.last_sequence = self._last_seq = max(vs.last_sequence, self._last_seq)
+            self._mem = mem
+            self._imms = []
+            with self._mutex:
+                self._install_super_version()
+            return
         if not mem.is_empty():
             self._flush_recovered(mem, edit)
         self._count_unreferenced_vlog_records(vs, edit)
@@ -176,7 +171,7 @@ class Recovery:
         self._wal_files = {new_log}
         with self._mutex:
             self._install_super_version()
-        self._remove_obsolete_at_open(fs, on_disk)
+        self._remove_obsolete_at_open(fs, on_disk, first_unused)
         self._delete_obsolete_files()  # e.g. empty or fully-garbage value-log files sealed above
         if self._wbm is not None:
             self._wbm_token = self._wbm.register(self._wbm_flush_callback, self._wbm_oldest)
@@ -188,9 +183,8 @@ class Recovery:
 
     def _recover_vlogs(self, fs, vs, on_disk, edit) -> dict[int, int]:
         """Valid length of every value-log file; unsealed ones are cut back and sealed in ``edit``."""
-        from .vlog.reader import ValueLogScan
-
         lengths: dict[int, int] = {}
+        read_only = self.options.read_only
         for number, st in sorted(vs.vlogs.items()):
             p = vlog_file_name(self.path, number)
             if (VLOG, number) not in on_disk:
@@ -201,13 +195,24 @@ class Recovery:
             if st.sealed:
                 lengths[number] = fs.size(p)
                 continue
-            scan = ValueLogScan(fs, p).recover()  # cuts a torn tail back
+            length, record_bytes, dropped = active_vlog_length(fs, p, self.options.wal_recovery_mode)
+            lengths[number] = length
+            if dropped is not None:
+                self._stats["recovery_dropped"].append(dropped)
+                log.warning("recovery: %s", dropped)
+            if read_only:
+                st.total = record_bytes  # in memory only, for stats(); the file stays unsealed
+                continue
+            if length < fs.size(p):
+                if dropped is not None and "damaged" in dropped:
+                    # damage, not a torn tail: keep the whole file aside before cutting it back
+                    keep_copy(fs, self.path, os.path.basename(p))
+                fs.truncate(p, length)
             # after a process kill its unsynced tail is intact and WAL records replayed now may
             # point into it; they are about to be flushed into a synced table, so the bytes they
             # point at must become durable first
             fs.sync_file(p)
-            lengths[number] = scan.valid_length
-            edit.sealed_vlogs.append((number, scan.record_bytes))
+            edit.sealed_vlogs.append((number, record_bytes))
         return lengths
 
     def _count_unreferenced_vlog_records(self, vs, edit: VersionEdit) -> None:
@@ -248,25 +253,19 @@ class Recovery:
         self._vlog = ValueLogWriter.create_in(self._fs, self.path, number, compression=self.options.blob_compression)
         edit.new_vlogs.append(number)
 
-    def _remove_obsolete_at_open(self, fs, on_disk) -> None:
+    def _remove_obsolete_at_open(self, fs, on_disk, first_unused: int) -> None:
+        """Delete provable debris, move every other unlisted file to ``lost/`` (hygiene.py)."""
         vs = self._versions
-        live_tables = {f.number for _, f in vs.current.all_files()}
         removed = []
-        for (kind, number), name in sorted(on_disk.items()):
-            if kind == WAL and number < vs.log_number:
-                reason = "flushed WAL"
-            elif kind == MANIFEST and number != vs.manifest_number:
-                reason = "old MANIFEST"
-            elif kind == TABLE and number not in live_tables:
-                reason = "table not in the MANIFEST (left by an interrupted flush or compaction)"
-            elif kind == VLOG and number not in vs.vlogs:
-                reason = "value-log file not in the MANIFEST (unreferenced)"
+        for name, action, reason in sort_unlisted(on_disk, vs, first_unused, vs.recovered_deletions):
+            if action == DELETE:
+                fs.remove(os.path.join(self.path, name))
+                removed.append(f"{name}: {reason}")
             else:
-                continue
-            fs.remove(os.path.join(self.path, name))
-            removed.append(f"{name}: {reason}")
-            if kind in (TABLE, VLOG):
-                log.warning("removed %s at open: %s", name, reason)
+                target = move_aside(fs, self.path, name)
+                removed.append(f"{name}: {reason}; moved to {target}")
+            if parse_file_name(name)[0] in (TABLE, VLOG) or action != DELETE:
+                log.warning("%s at open: %s (%s)", "removed" if action == DELETE else "moved aside", name, reason)
         tmp = os.path.join(self.path, CURRENT_TMP)
         if fs.exists(tmp):
             fs.remove(tmp)
@@ -276,7 +275,7 @@ class Recovery:
             fs.sync_dir(self.path)
 
     def _release_resources(self) -> None:
-        for what, w in (("the WAL", self._wal), ("the value log", self._vlog)):
+        for what, w in (("the WAL", self._wal), ("the value log", self._vlog)):  # None when read-only
             if w is not None:
                 try:
                     w.close()
@@ -291,14 +290,13 @@ class Recovery:
     def _close_db(self) -> None:
         """Flush nothing (the WAL holds the memtable), sync the WAL, release files and the lock."""
         try:
-            if self._bg_error is None:
+            if self._bg_error is None and not self.options.read_only:
                 try:
                     if self._vlog is not None:
                         self._vlog.sync()
                     self._wal.sync()
                 except Exception as e:  # noqa: BLE001 - reported below, resources still released
                     log.warning("sync at close failed: %s", e)
-            if self._bg_error is None:
                 self._delete_obsolete_files(closing=True)
             self._table_cache.close()
             if self._pool is not None:

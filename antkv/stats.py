@@ -33,6 +33,7 @@ def new_stats() -> dict:
         "slowdowns": 0,
         "vlog_files_deleted": 0,
         "files_removed_at_open": [],
+        "recovery_dropped": [],  # what the WAL recovery mode dropped at open (antkv/replay.py)
     }
 
 
@@ -112,6 +113,7 @@ class Statistics:
         s["live_snapshots"] = len(self._snapshots)
         s["last_sequence"] = self._last_seq
         s["files_removed_at_open"] = list(s["files_removed_at_open"])
+        s["recovery_dropped"] = list(s["recovery_dropped"])
         return s
 
     def _bytes_on_disk(self) -> int:

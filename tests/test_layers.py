@@ -38,11 +38,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("flush and compaction", ("antkv.compaction",)),
     (
         "options and the parts of the DB class",
-        ("antkv.options", "antkv.obsolete", "antkv.background", "antkv.recovery", "antkv.checkpoint", "antkv.stats",
-         "antkv.external_file", "antkv.ingest"),
+        (
+            "antkv.options", "antkv.obsolete", "antkv.background", "antkv.recovery", "antkv.checkpoint",
+            "antkv.stats", "antkv.hygiene", "antkv.replay", "antkv.resume", "antkv.external_file", "antkv.ingest",
+        ),
     ),
     ("database", ("antkv.db",)),
-    ("public API and tools", ("antkv", "antkv.__main__", "antkv.tools", "antkv.demo", "antkv.spark")),
+    ("public API and tools", ("antkv", "antkv.__main__", "antkv.tools", "antkv.demo", "antkv.spark", "antkv.destroy", "antkv.repair")),
 ]
 
 # private names any module may use, and why

@@ -9,6 +9,7 @@
     CURRENT             one line, "MANIFEST-NNNNNN\\n": the live MANIFEST
     CURRENT.tmp         CURRENT while it is being replaced (write, sync, rename)
     LOCK                held (flock) by the process that has the database open
+    lost/               files the database could not account for, moved aside (never deleted)
 
     T.vlog              outside a database: the value-log file that travels with the external
                         table T (``antkv.SstFileWriter``), e.g. ``out.sst`` -> ``out.sst.vlog``
@@ -26,6 +27,7 @@ CURRENT = "CURRENT"
 CURRENT_TMP = "CURRENT.tmp"
 LOCK = "LOCK"
 MANIFEST_PREFIX = "MANIFEST-"
+LOST = "lost"
 
 # the kinds parse_file_name returns
 WAL = "log"
@@ -68,6 +70,11 @@ def lock_file_name(dbname: str) -> str:
 def external_vlog_path(table_path: str) -> str:
     """The value-log file written beside external table ``table_path`` (its large values)."""
     return table_path + "." + VLOG
+
+
+def lost_dir_name(dbname: str) -> str:
+    """The directory files are moved to when the database cannot account for them."""
+    return os.path.join(dbname, LOST)
 
 
 def parse_file_name(name: str) -> tuple[str, int] | None:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from ..base.filenames import (
     CURRENT_TMP,
     MANIFEST,
+    TABLE,
+    VLOG,
     current_file_name,
     manifest_file_name,
     manifest_name,
@@ -142,6 +144,9 @@ class VersionSet:
         self.vlogs: dict[int, VlogFileState] = {}
         self._manifest: LogWriter | None = None
         self.manifest_bytes_written = 0
+        # (kind, number) of the tables and value-log files the recovered MANIFEST records as
+        # deleted: a file still on disk was being deleted when the process stopped
+        self.recovered_deletions: set[tuple[str, int]] = set()
 
     # --- counters ---
 
@@ -278,13 +283,21 @@ class VersionSet:
         version = self.current
         n = 0
         for offset, payload in reader:
-            version = self.apply(VersionEdit.decode(payload, manifest_path, offset), version)
+            edit = VersionEdit.decode(payload, manifest_path, offset)
+            version = self.apply(edit, version)
+            self.recovered_deletions.update((TABLE, number) for _, number in edit.deleted_tables)
+            self.recovered_deletions.update((VLOG, number) for number in edit.deleted_vlogs)
             n += 1
         if n == 0:
             raise CorruptionError("MANIFEST holds no complete record", manifest_path, 0)
         self.current = version
         self.manifest_number = number
         self.mark_file_number_used(number)
+
+    def start_new_manifest(self) -> None:
+        """Continue in a fresh MANIFEST holding a snapshot of the current state (after a failed
+        edit, which may have left a partial record in the old one)."""
+        self._roll_manifest(self.current)
 
     def open_manifest_for_append(self) -> None:
         """After recovery: continue in a fresh MANIFEST (never append to a recovered one)."""

@@ -285,12 +285,17 @@ class DBIterator:
 
     ``lower_bound`` is inclusive, ``upper_bound`` exclusive.  ``key()``/``value()`` require
     ``valid()``.  The view (snapshot sequence and files) is fixed at creation.
+
+    Used as a Python iterator (``for k, v in it``), a cursor that was never positioned starts
+    at its first key (its last with ``reverse=True``), as plyvel's and rocksdict's do; a
+    positioned one continues from where it is, in its direction.
     """
 
-    def __init__(self, view, lower_bound: bytes | None, upper_bound: bytes | None):
+    def __init__(self, view, lower_bound: bytes | None, upper_bound: bytes | None, reverse: bool = False):
         self._view = view  # antkv.db._ReadView
         self._lower = lower_bound
         self._upper = upper_bound
+        self._reverse = reverse
         self._gen: Iterator | None = None
         self._forward = True
         self._key: bytes | None = None
@@ -401,10 +406,18 @@ class DBIterator:
         self.close()
 
     def __iter__(self):
-        """Iterate ``(key, value)`` from the current position forward."""
+        """Iterate ``(key, value)``: from the first key (last with ``reverse``) when the cursor
+        was never positioned, else from the current position, forward (backward with
+        ``reverse``)."""
+        if self._gen is None and self._key is None:
+            if self._reverse:
+                self.seek_to_last()
+            else:
+                self.seek_to_first()
+        step = self.prev if self._reverse else self.next
         while self.valid():
             yield self._key, self._value
-            self.next()
+            step()
 
     def __del__(self) -> None:
         self._gen = None

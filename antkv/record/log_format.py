@@ -82,13 +82,40 @@ class LogReader:
     Iterating yields ``(offset, payload)``.  After iteration, ``torn_tail_offset`` is the
     offset of a dropped torn tail (None when the file ended cleanly) and ``valid_length`` the
     length of the clean prefix.
+
+    Damage in the middle raises CorruptionError, unless ``skip_corrupted``: then the reader
+    resynchronises at the next offset where a whole record frames and checks (what RocksDB's
+    ``kSkipAnyCorruptedRecords`` recovery and a repair do), and ``skipped`` lists the
+    ``(offset, length)`` of every damaged stretch it stepped over.
     """
 
-    def __init__(self, data: bytes, path: str):
+    def __init__(self, data: bytes, path: str, *, skip_corrupted: bool = False):
         self.data = data
         self.path = path
         self.torn_tail_offset: int | None = None
         self.valid_length = 0
+        self.skip_corrupted = skip_corrupted
+        self.skipped: list[tuple[int, int]] = []
+
+    def _resync(self, p: int) -> int:
+        """The first offset after ``p`` where a whole, checked record starts (else the end)."""
+        data = self.data
+        end = len(data)
+        q = p + 1
+        while q + HEADER_SIZE <= end:
+            n, check, csum = HEADER.unpack_from(data, q)
+            if length_check(n) == check and q + HEADER_SIZE + n <= end and n > 0:
+                if checksum(data[q + HEADER_SIZE : q + HEADER_SIZE + n]) == csum:
+                    return q
+            q += 1
+        return end
+
+    def _corrupt(self, message: str, p: int) -> int:
+        if not self.skip_corrupted:
+            raise CorruptionError(message, self.path, p)
+        q = self._resync(p)
+        self.skipped.append((p, q - p))
+        return q
 
     def __iter__(self) -> Iterator[tuple[int, bytes]]:
         data, path = self.data, self.path
@@ -103,7 +130,8 @@ class LogReader:
                 if not any(data[p:]):
                     self.torn_tail_offset = p
                     break
-                raise CorruptionError("log record header checksum mismatch", path, p)
+                p = self._corrupt("log record header checksum mismatch", p)
+                continue
             start = p + HEADER_SIZE
             stop = start + n
             if stop > end:
@@ -114,7 +142,8 @@ class LogReader:
                 if stop == end:
                     self.torn_tail_offset = p
                     break
-                raise CorruptionError("log record checksum mismatch", path, p)
+                p = self._corrupt("log record checksum mismatch", p)
+                continue
             self.valid_length = stop
             yield p, payload
             p = stop

@@ -30,7 +30,7 @@ from bisect import bisect_left, bisect_right
 from operator import le, lt
 from typing import Iterator
 
-from ..base.dbformat import RANGE_DELETION
+from ..base.dbformat import DELETION, RANGE_DELETION, VALUE_POINTER
 from ..errors import CorruptionError, DBClosedError
 from ..errors import IOError as AntIOError
 from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment
@@ -39,6 +39,7 @@ from .bloom import decode_filter
 from .bloom import may_contain as bloom_may_contain
 from .format import BLOCK_HANDLE, BLOCK_TRAILER_SIZE, FOOTER_SIZE, BlockRun, decode_footer, read_block
 from .properties import TableProperties, decode_properties
+from ..vlog.pointer import decode_pointer
 
 # A scan's first blocks in a table go through the block cache; after that it reads ahead
 # READAHEAD bytes per pread and leaves the cache alone, so one long scan neither evicts the hot
@@ -451,8 +452,14 @@ def dump_table(fs, path: str) -> Iterator[str]:
             yield f"block {i} at offset {off}, {size} bytes, index key {key!r} @{-neg}"
             keys, negs, kinds, values = reader._data_block(off, size)
             for key, neg, kind, value in zip(keys, negs, kinds, values):
-                shown = value if len(value) <= 64 else value[:64] + b"..."
-                yield f"  {key!r} @{-neg} kind={kind} value={shown!r}"
+                if kind == VALUE_POINTER:
+                    fnum, voff, vsize = decode_pointer(value, f"{path} block at offset {off}")
+                    yield f"  {key!r} @{-neg} PUT -> value log {fnum:06d}.vlog offset {voff} size {vsize}"
+                elif kind == DELETION:
+                    yield f"  {key!r} @{-neg} DELETE"
+                else:
+                    shown = value if len(value) <= 64 else value[:64] + b"..."
+                    yield f"  {key!r} @{-neg} PUT {shown!r}"
     finally:
         reader.close()
 

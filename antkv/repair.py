@@ -1,0 +1,203 @@
+"""``antkv.repair(path)``: rebuild a database from the files that verify (RocksDB's ``RepairDB``).
+
+What it does, in order, holding the database's ``LOCK``:
+
+1. **Tables.** Every ``NNNNNN.sst`` is opened and read whole, every checksum checked
+   (``TableReader.verify``).  A table that verifies is kept, its metadata rebuilt from its
+   properties; one that does not is moved to ``lost/``.
+2. **Value-log files.** Every ``NNNNNN.vlog`` is scanned record by record.  An intact file is
+   kept (sealed if its footer is intact); a file damaged or torn after some intact records is
+   copied to ``lost/`` and cut back to its intact prefix; a file with no intact header is moved
+   to ``lost/``.
+3. **MANIFEST.** Every old ``MANIFEST-*`` and ``CURRENT`` is moved to ``lost/`` and a new
+   MANIFEST lists the kept tables (all in L0), the kept value-log files, the WALs (the lowest
+   WAL number as log number), a next file number above every file on disk and a last sequence
+   number above every table's.
+4. **Open** with ``wal_recovery_mode="skip_any_corrupted_records"``: every WAL record that
+   verifies is replayed (damaged ones and ones whose large value was lost are skipped) and
+   flushed.
+5. **Settle.** ``compact_range()`` merges the L0 tables by sequence number (what a newer entry
+   hides stays hidden); then every key is read, and a key whose value cannot be read any more
+   (it lived in a lost part of the value log) is deleted and reported; ``verify()`` closes.
+
+Nothing is deleted: what repair cannot use is in ``lost/``.  The :class:`RepairReport` lists
+every file moved or cut, every WAL record skipped and every key whose value was lost.  A
+repaired database holds every entry that was readable; an entry whose newer version was lost
+with a damaged table shows its older version (the MANIFEST levels that ordered them are gone).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+from .base.filenames import CURRENT, MANIFEST, TABLE, VLOG, WAL, lock_file_name, parse_file_name, table_file_name, vlog_file_name, wal_file_name
+from .errors import CorruptionError, InvalidArgumentError
+from .hygiene import keep_copy, move_aside
+from .manifest.version_edit import FileMetaData, VersionEdit
+from .manifest.version_set import VersionSet
+from .options import SKIP_ANY_CORRUPTED, Options, resolve_open_args
+from .sst.reader import TableReader
+from .vlog.format import FILE_HEADER_SIZE
+from .vlog.reader import ValueLogScan
+
+
+@dataclass
+class RepairReport:
+    """What a repair kept and lost (``antkv repair --json`` prints it)."""
+
+    path: str
+    tables_kept: int = 0
+    table_entries_kept: int = 0
+    vlog_files_kept: int = 0
+    wal_files: int = 0
+    manifests_replaced: list[str] = field(default_factory=list)  # old MANIFESTs, moved to lost/
+    moved_to_lost: list[str] = field(default_factory=list)  # "name: why", damaged files
+    cut_back: list[str] = field(default_factory=list)  # value-log files cut to their intact prefix
+    wal_records_dropped: list[str] = field(default_factory=list)
+    keys_lost: list[str] = field(default_factory=list)  # hex of each key whose value was lost
+
+    @property
+    def lost_anything(self) -> bool:
+        return bool(self.moved_to_lost or self.cut_back or self.wal_records_dropped or self.keys_lost)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        out = [
+            f"repaired {self.path}: kept {self.tables_kept} tables ({self.table_entries_kept} entries), "
+            f"{self.vlog_files_kept} value-log files, {self.wal_files} WALs"
+        ]
+        if self.manifests_replaced:
+            out.append(f"replaced (moved to lost/): {', '.join(self.manifests_replaced)}")
+        out += [f"moved to lost/: {m}" for m in self.moved_to_lost]
+        out += [f"cut back: {c}" for c in self.cut_back]
+        out += [f"WAL: {w}" for w in self.wal_records_dropped]
+        out += [f"value lost, key deleted: {k}" for k in self.keys_lost]
+        if not self.lost_anything:
+            out.append("nothing was lost")
+        return out
+
+
+def repair(path, options: Options | None = None, **overrides) -> RepairReport:
+    """Rebuild the database in ``path`` from what verifies; returns what was kept and lost."""
+    from .db import DB
+    from .fs import default_file_system
+
+    path, options = resolve_open_args(path, options, overrides)
+    options = options.replace(
+        read_only=False, create_if_missing=False, error_if_exists=False, max_background_jobs=0,
+        wal_recovery_mode=SKIP_ANY_CORRUPTED,
+    )
+    fs = options.file_system or default_file_system()
+    if not fs.is_dir(path):
+        raise InvalidArgumentError(f"no database directory at {path}")
+    report = RepairReport(path)
+    lock = fs.lock(lock_file_name(path))
+    try:
+        _rebuild_manifest(fs, path, options, report)
+    finally:
+        fs.unlock(lock)
+    db = DB(path, options)
+    try:
+        report.wal_records_dropped += db.stats()["recovery_dropped"]
+        db.compact_range()
+        lost = []
+        for key in db.keys():
+            try:
+                db.get(key)
+            except CorruptionError:
+                lost.append(key)
+        for key in lost:
+            db.delete(key)
+            report.keys_lost.append(key.hex())
+        if lost:
+            db.compact_range()
+        db.verify()
+    finally:
+        db.close()
+    return report
+
+
+def _rebuild_manifest(fs, path: str, options: Options, report: RepairReport) -> None:
+    files: dict[str, list[tuple[int, str]]] = {TABLE: [], VLOG: [], WAL: [], MANIFEST: []}
+    highest = 1
+    for name in sorted(fs.listdir(path)):
+        parsed = parse_file_name(name)
+        if parsed is not None:
+            files[parsed[0]].append((parsed[1], name))
+            highest = max(highest, parsed[1])
+    edit = VersionEdit()
+    last_seq = 0
+    for number, name in files[TABLE]:
+        meta = _check_table(fs, path, number, name, report)
+        if meta is not None:
+            edit.new_tables.append((0, meta))
+            last_seq = max(last_seq, meta.largest_seq)
+    for number, name in files[VLOG]:
+        _check_vlog(fs, path, number, name, edit, report)
+    for _, name in files[MANIFEST]:
+        move_aside(fs, path, name)
+        report.manifests_replaced.append(name)
+    if fs.exists(os.path.join(path, CURRENT)):
+        move_aside(fs, path, CURRENT)
+    report.wal_files = len(files[WAL])
+    vs = VersionSet(fs, path, options.num_levels, options.max_manifest_file_size)
+    vs.mark_file_number_used(highest)
+    if files[WAL]:
+        edit.log_number = files[WAL][0][0]
+    else:  # the MANIFEST's log number must name a WAL that exists: an empty one
+        edit.log_number = vs.new_file_number()
+        fs.write_all(wal_file_name(path, edit.log_number), b"", sync=True)
+        fs.sync_dir(path)
+    edit.last_sequence = last_seq
+    try:
+        vs.log_and_apply(edit)  # no MANIFEST yet: writes a new one and points CURRENT at it
+    finally:
+        vs.close()
+
+
+def _check_table(fs, path: str, number: int, name: str, report: RepairReport) -> FileMetaData | None:
+    p = table_file_name(path, number)
+    try:
+        r = TableReader.open(fs, p, number, cache=None, verify_checksums=True)
+        try:
+            entries = r.verify()
+            meta = FileMetaData.from_properties(number, r.properties)
+        finally:
+            r.close()
+    except CorruptionError as e:
+        move_aside(fs, path, name)
+        report.moved_to_lost.append(f"{name}: {e}")
+        return None
+    report.tables_kept += 1
+    report.table_entries_kept += entries
+    return meta
+
+
+def _check_vlog(fs, path: str, number: int, name: str, edit: VersionEdit, report: RepairReport) -> None:
+    p = vlog_file_name(path, number)
+    scan = ValueLogScan(fs, p)
+    damage = None
+    try:
+        scan.run()
+    except CorruptionError as e:
+        damage = str(e)
+    if scan.file_number is None or (damage is not None and scan.valid_length <= FILE_HEADER_SIZE):
+        move_aside(fs, path, name)
+        report.moved_to_lost.append(f"{name}: {damage or 'no intact file header'}")
+        return
+    size = fs.size(p)
+    edit.new_vlogs.append(number)
+    report.vlog_files_kept += 1
+    if damage is None and scan.valid_length == size and scan.sealed:
+        edit.sealed_vlogs.append((number, scan.record_bytes))
+        return
+    if scan.valid_length < size:
+        copy = keep_copy(fs, path, name)
+        fs.truncate(p, scan.valid_length)
+        fs.sync_file(p)
+        why = damage or f"torn tail at offset {scan.valid_length}"
+        report.cut_back.append(f"{name}: {size - scan.valid_length} bytes after offset {scan.valid_length} ({why}); the whole file is in {copy}")
+    # left unsealed: the open that follows seals it at its (now intact) length

@@ -1,0 +1,151 @@
+"""What recovery keeps of the WALs and of the active value-log file: the four recovery modes.
+
+``Options.wal_recovery_mode`` takes RocksDB's ``WALRecoveryMode`` names and meanings; they
+govern the WAL and the value-log files the MANIFEST lists as unsealed (the active one):
+
+==================================  ==========================================================
+``tolerate_corrupted_tail_records`` (default) a torn tail -- an incomplete last record, what a
+                                    crash leaves -- is dropped; damage followed by intact data
+                                    is a CorruptionError.
+``absolute_consistency``            nothing may be missing: a torn tail of a WAL or of the
+                                    active value-log file, or a WAL record pointing past what
+                                    the value-log file holds, is a CorruptionError.  For a
+                                    database that was closed cleanly (or synced every write).
+``point_in_time_recovery``          replay stops at the first damaged or torn record, in any
+                                    WAL; the database is the state just before it (a prefix of
+                                    history), later WALs are not replayed.
+``skip_any_corrupted_records``      every damaged record is skipped and replay goes on: the
+                                    most data, but not a prefix of history (what a repair uses).
+==================================  ==========================================================
+
+A WAL record whose value pointer reaches past what survived of the active value-log file lost
+its large value with the crash: it and every later record are dropped (``skip``: that record
+is skipped).  Everything dropped is listed in :attr:`Replay.dropped`, which recovery reports in
+``db.stats()["recovery_dropped"]`` and in the ``antkv`` logger.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .base.dbformat import VALUE_POINTER
+from .base.expiry import pointer_in
+from .base.filenames import wal_file_name
+from .errors import CorruptionError
+from .options import ABSOLUTE_CONSISTENCY, POINT_IN_TIME, SKIP_ANY_CORRUPTED
+from .record.batch import decode_batch
+from .record.log_format import LogReader
+from .vlog.pointer import decode_pointer
+from .vlog.reader import ValueLogScan
+
+log = logging.getLogger("antkv")
+
+
+def active_vlog_length(fs, path: str, mode: str) -> tuple[int, int, str | None]:
+    """``(valid length, record bytes, what was dropped or None)`` of an unsealed value-log
+    file under ``mode``; reads only (the caller decides whether to cut the file)."""
+    strict = mode == ABSOLUTE_CONSISTENCY
+    scan = ValueLogScan(fs, path, strict=strict)
+    try:
+        scan.run()
+    except CorruptionError as e:
+        if mode not in (POINT_IN_TIME, SKIP_ANY_CORRUPTED):
+            raise
+        return scan.valid_length, scan.record_bytes, f"{path}: damaged at offset {e.offset}; kept the {scan.valid_length} bytes before it"
+    dropped = None
+    if scan.valid_length < scan.file_size:
+        dropped = f"{path}: torn tail of {scan.file_size - scan.valid_length} bytes at offset {scan.valid_length}"
+    return scan.valid_length, scan.record_bytes, dropped
+
+
+class Replay:
+    """The batches recovery applies, oldest first: iterate for ``(seq, ops)``.
+
+    ``vlog_lengths`` maps every value-log file to the length that survived; ``vlogs`` is the
+    version set's value-log states (a pointer into a sealed or unlisted file past its end is
+    damage in every mode)."""
+
+    def __init__(self, fs, dbname: str, wal_numbers, vlog_lengths: dict[int, int], vlogs, mode: str):
+        self.fs = fs
+        self.dbname = dbname
+        self.wal_numbers = list(wal_numbers)
+        self.vlog_lengths = vlog_lengths
+        self.vlogs = vlogs
+        self.mode = mode
+        self.dropped: list[str] = []
+
+    def _drop(self, what: str) -> None:
+        self.dropped.append(what)
+        log.warning("recovery (%s): %s", self.mode, what)
+
+    def __iter__(self):
+        mode = self.mode
+        for number in self.wal_numbers:
+            path = wal_file_name(self.dbname, number)
+            reader = LogReader(self.fs.read_all(path), path, skip_corrupted=mode == SKIP_ANY_CORRUPTED)
+            try:
+                for offset, payload in reader:
+                    try:
+                        seq, ops = decode_batch(payload, path, offset)
+                    except CorruptionError:
+                        if mode != SKIP_ANY_CORRUPTED:
+                            raise
+                        self._drop(f"{path}: undecodable record at offset {offset} skipped")
+                        continue
+                    try:
+                        survived = self._pointers_survived(ops, path, offset)
+                    except CorruptionError:
+                        if mode != SKIP_ANY_CORRUPTED:
+                            raise
+                        self._drop(f"{path}: record at offset {offset} skipped: it points outside the value log")
+                        continue
+                    if not survived:
+                        if mode == ABSOLUTE_CONSISTENCY:
+                            raise CorruptionError(
+                                "WAL record points past the end of the active value-log file "
+                                "(absolute_consistency recovery: nothing may be missing)", path, offset
+                            )
+                        if mode == SKIP_ANY_CORRUPTED:
+                            self._drop(f"{path}: record at offset {offset} skipped: its large value was lost")
+                            continue
+                        self._drop(f"{path}: replay stops at offset {offset}: a value it points to was lost")
+                        return
+                    yield seq, ops
+            except CorruptionError as e:
+                if mode != POINT_IN_TIME:
+                    raise
+                self._drop(f"{path}: replay stops at the damage at offset {e.offset}")
+                return
+            for offset, length in reader.skipped:
+                self._drop(f"{path}: {length} damaged bytes at offset {offset} skipped")
+            if reader.torn_tail_offset is not None:
+                if mode == ABSOLUTE_CONSISTENCY:
+                    raise CorruptionError(
+                        "WAL ends in a torn record (absolute_consistency recovery: nothing may be missing)",
+                        path, reader.torn_tail_offset,
+                    )
+                self._drop(f"{path}: torn tail at offset {reader.torn_tail_offset} dropped")
+                if mode != SKIP_ANY_CORRUPTED:
+                    return  # a later WAL holds newer writes: keep the result a prefix of history
+
+    def _pointers_survived(self, ops, wal_path: str, wal_offset: int) -> bool:
+        """False when a value pointer reaches past the recovered tail of an unsealed value-log
+        file (lost in the crash).  A pointer past the end of a sealed file, or into a file the
+        MANIFEST does not list, is damage (CorruptionError)."""
+        for kind, _key, value in ops:
+            if kind >= VALUE_POINTER:  # a pointer, or an expiring entry that may wrap one
+                pointer = pointer_in(kind, value)
+                if pointer is None:
+                    continue
+                fnum, offset, size = decode_pointer(pointer)
+                if offset + size > self.vlog_lengths.get(fnum, -1):
+                    st = self.vlogs.get(fnum)
+                    if st is None or st.sealed:
+                        raise CorruptionError(
+                            f"WAL record points to {size} bytes at {offset} of value-log file {fnum:06d}.vlog, "
+                            f"which is {'not in the MANIFEST' if st is None else 'sealed and shorter'}",
+                            wal_path,
+                            wal_offset,
+                        )
+                    return False
+        return True

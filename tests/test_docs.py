@@ -1,0 +1,117 @@
+"""The documentation runs: every Python block of ``README.md`` and ``docs/**/*.md`` is extracted
+and executed, and so is every shell block made only of ``antkv`` commands (with ``printf`` /
+``echo`` / ``cat`` feeding them), so the docs cannot rot.
+
+Rules a documentation writer follows:
+
+* a Python block runs alone, as a reader would paste it: in a fresh interpreter whose working
+  directory is an empty temporary directory (so use relative paths), with its own imports;
+* the blocks of one file run in document order in one temporary directory (so a shell block
+  may use the database an earlier block made); each shell command line runs on its own and must
+  exit 0 unless the line ends with ``# exit N``;
+* a block that is not meant to run alone carries the marker line ``<!-- doc-test: not run:
+  REASON -->`` right before its fence; :data:`MAX_NOT_RUN` keeps that list tiny.
+
+Shell blocks with other commands (``make``, ``python -m bench``) are not run: they are listed
+by :func:`test_what_runs` so a new one is seen.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOT_RUN = "<!-- doc-test: not run:"
+MAX_NOT_RUN = 2
+SHELL_COMMANDS = {"antkv", "printf", "echo", "cat"}
+FENCE = re.compile(r"^```(\w*)\s*$")
+
+
+def _docs() -> list[str]:
+    files = [os.path.join(ROOT, "README.md")]
+    files += sorted(glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True))
+    return files
+
+
+def blocks(path: str) -> list[tuple[str, int, str, bool]]:
+    """``(language, line, code, marked not-run)`` of every fenced block of ``path``."""
+    out = []
+    lines = open(path, encoding="utf-8").read().splitlines()
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if m:
+            lang, start = m.group(1), i
+            marked = i > 0 and lines[i - 1].startswith(NOT_RUN)
+            i += 1
+            body = []
+            while i < len(lines) and not lines[i].startswith("```"):
+                body.append(lines[i])
+                i += 1
+            out.append((lang, start + 1, "\n".join(body) + "\n", marked))
+        i += 1
+    return out
+
+
+def _shell_lines(code: str) -> list[str] | None:
+    """The command lines of a shell block if every command in it is one we run, else None."""
+    cmds = [ln.split("#")[0].strip() if " # exit" not in ln else ln.strip() for ln in code.splitlines()]
+    cmds = [c for c in cmds if c]
+    for c in cmds:
+        body = c.split("# exit")[0]
+        for segment in re.split(r"\||>", body):
+            words = shlex.split(segment)
+            if words and words[0] not in SHELL_COMMANDS and not segment.strip().endswith((".jsonl", ".txt")):
+                return None
+    return cmds
+
+
+def _env() -> dict:
+    bindir = os.path.dirname(sys.executable)
+    return dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT)
+
+
+@pytest.mark.parametrize("path", _docs(), ids=lambda p: os.path.relpath(p, ROOT))
+def test_doc_blocks_run(path, tmp_path):
+    env = _env()
+    rel = os.path.relpath(path, ROOT)
+    for lang, line, code, marked in blocks(path):
+        if marked:
+            continue
+        if lang == "python":
+            script = tmp_path / f"block_{line}.py"
+            script.write_text(code)
+            r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, timeout=300)
+            assert r.returncode == 0, f"{rel}:{line}: the Python block failed:\n{r.stderr.decode(errors='replace')}"
+            continue
+        cmds = _shell_lines(code) if lang in ("sh", "bash", "console") else None
+        for cmd in cmds or ():
+            want = 0
+            m = re.search(r"# exit (\d+)\s*$", cmd)
+            if m:
+                want, cmd = int(m.group(1)), cmd[: m.start()].strip()
+            r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, timeout=120)
+            assert r.returncode == want, f"{rel}:{line}: `{cmd}` exited {r.returncode}: {r.stderr.decode(errors='replace')}"
+
+
+def test_what_runs():
+    """Every Python block runs; the not-run markers stay few and give a reason; the shell blocks
+    of the operator's guide all run."""
+    marked = [(p, line) for p in _docs() for lang, line, _, m in blocks(p) if m]
+    assert len(marked) <= MAX_NOT_RUN, marked
+    for p in _docs():
+        text = open(p, encoding="utf-8").read()
+        for m in re.finditer(re.escape(NOT_RUN) + r"(.*?)-->", text):
+            assert m.group(1).strip(), f"{p}: a not-run marker without a reason"
+    python = [(p, line) for p in _docs() for lang, line, _, m in blocks(p) if lang == "python" and not m]
+    assert len(python) >= 6, python
+    ops = os.path.join(ROOT, "docs", "operations.md")
+    shell = [code for lang, _, code, _ in blocks(ops) if lang == "sh"]
+    assert shell and all(_shell_lines(code) is not None for code in shell)

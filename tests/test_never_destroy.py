@@ -1,0 +1,171 @@
+"""Nothing is deleted that the database cannot account for; read-only open writes nothing.
+
+* a directory with antkv files but no ``CURRENT`` is refused (CorruptionError naming what is
+  missing, pointing to repair), by every way of opening it, and nothing in it changes;
+* a directory holding only the data-less debris of an interrupted creation opens, and that
+  debris is moved to ``lost/``;
+* a table or value-log file the MANIFEST does not list goes to ``lost/`` unless it is provably
+  debris (a number no MANIFEST edit handed out, or a deletion the MANIFEST records);
+* ``read_only=True`` replays the WAL in memory and makes no mutating file-system call: it works
+  beside a live writer (no LOCK) and sees what that writer's WAL holds.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import antkv
+from antkv.fs.fault import FaultInjectionFileSystem
+from antkv.fs.memory import MemoryFileSystem
+
+OPTS = dict(max_background_jobs=0, min_blob_size=64, write_buffer_size=1 << 20)
+READ_OPS = {"open", "read", "read_all", "listdir", "size"}
+
+
+def _contents(path) -> dict:
+    out = {}
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            p = os.path.join(root, name)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, path)] = f.read()
+    return out
+
+
+def _make(path) -> dict:
+    model = {}
+    with antkv.open(str(path), **OPTS) as db:
+        for i in range(200):
+            k, v = b"k%04d" % i, (b"v%d-" % i) * (1 + i % 40)
+            db.put(k, v)
+            model[k] = v
+        db.flush()
+        db.delete(b"k0001")
+        del model[b"k0001"]
+        db.put(b"k0002", b"in the WAL")
+        model[b"k0002"] = b"in the WAL"
+    return model
+
+
+def test_missing_current_is_refused_and_nothing_changes(tmp_path):
+    path = tmp_path / "db"
+    _make(path)
+    os.remove(path / "CURRENT")
+    before = _contents(path)
+    for kwargs in ({}, {"create_if_missing": True}, {"create_if_missing": False}, {"read_only": True}):
+        with pytest.raises(antkv.CorruptionError) as e:
+            antkv.open(str(path), **OPTS, **kwargs)
+        msg = str(e.value)
+        assert "no CURRENT" in msg and "repair" in msg and ".sst" in msg, msg
+        assert _contents(path) == before  # nothing moved, deleted or created (read_only: not even LOCK)
+
+
+def test_interrupted_creation_debris_is_moved_aside_not_deleted(tmp_path):
+    path = tmp_path / "db"
+    with antkv.open(str(path), **OPTS):
+        pass
+    os.remove(path / "CURRENT")  # the creation stopped before CURRENT: only empty files remain
+    names = sorted(n for n in os.listdir(path) if n != "LOCK")
+    with antkv.open(str(path), **OPTS) as db:
+        db.put(b"a", b"b")
+        assert db.get(b"a") == b"b"
+    assert sorted(os.listdir(path / "lost")) == names
+
+
+def test_unlisted_table_goes_to_lost_and_debris_is_deleted(tmp_path):
+    path = tmp_path / "db"
+    model = _make(path)
+    table = sorted(n for n in os.listdir(path) if n.endswith(".sst"))[0]
+    data = (path / table).read_bytes()
+    # a table numbered below the next file number that the MANIFEST does not list: unexplained
+    (path / "000001.sst").write_bytes(data)
+    # a table numbered far above it: the output of a job no MANIFEST edit ever named
+    (path / "999999.sst").write_bytes(data)
+    with antkv.open(str(path), **OPTS) as db:
+        removed = db.stats()["files_removed_at_open"]
+        assert dict(db.items()) == model
+    assert (path / "lost" / "000001.sst").read_bytes() == data
+    assert not (path / "000001.sst").exists() and not (path / "999999.sst").exists()
+    assert any(r.startswith("000001.sst") and "lost" in r for r in removed), removed
+    assert any(r.startswith("999999.sst") and "interrupted job" in r for r in removed), removed
+
+
+def test_unlisted_value_log_file_goes_to_lost(tmp_path):
+    path = tmp_path / "db"
+    model = _make(path)
+    vlog = sorted(n for n in os.listdir(path) if n.endswith(".vlog"))[0]
+    data = (path / vlog).read_bytes()
+    (path / "000001.vlog").write_bytes(data)
+    with antkv.open(str(path), **OPTS) as db:
+        assert dict(db.items()) == model
+    assert (path / "lost" / "000001.vlog").read_bytes() == data
+
+
+def test_read_only_open_replays_the_wal_and_writes_nothing(tmp_path):
+    path = tmp_path / "db"
+    model = _make(path)
+    before = _contents(path)
+    with antkv.open(str(path), read_only=True) as db:
+        assert dict(db.items()) == model
+        assert db.get(b"k0002") == b"in the WAL" and db.get(b"k0001") is None
+        assert db.verify()["tables"] >= 1
+        for write in (
+            lambda: db.put(b"x", b"y"), lambda: db.delete(b"x"), lambda: db.delete_range(b"a", b"b"),
+            lambda: db.flush(), lambda: db.compact_range(), lambda: db.gc_value_log(),
+            lambda: db.write(antkv.WriteBatch()),
+        ):
+            with pytest.raises(antkv.ReadOnlyError):
+                write()
+    assert _contents(path) == before  # the WAL is still there, nothing was flushed or rolled
+
+
+def test_read_only_beside_a_live_writer(tmp_path):
+    path = tmp_path / "db"
+    _make(path)
+    with antkv.open(str(path), **OPTS) as live:
+        live.put(b"live", b"unflushed" * 20)
+        with pytest.raises(antkv.LockError):
+            antkv.open(str(path), **OPTS)
+        with antkv.open(str(path), read_only=True) as ro:
+            assert ro.get(b"live") == b"unflushed" * 20
+        live.put(b"after", b"1")
+    with antkv.open(str(path), **OPTS) as db:
+        assert db.get(b"after") == b"1"
+
+
+def test_read_only_makes_only_reading_file_system_calls():
+    """Read-only media and a full disk: every call a read-only open makes is a read."""
+    mem = MemoryFileSystem()
+    fs = FaultInjectionFileSystem(mem)
+    with antkv.open("/db", file_system=fs, **OPTS) as db:
+        for i in range(50):
+            db.put(b"k%d" % i, b"x" * (i * 3))
+        db.flush()
+        db.put(b"wal-only", b"y" * 100)
+    fs.record_trace = True
+    fs.trace.clear()
+    with antkv.open("/db", file_system=fs, read_only=True, **OPTS) as db:
+        assert db.get(b"wal-only") == b"y" * 100
+        assert len(list(db.items())) == 51
+        db.verify()
+        db.stats()
+    ops = {op for _, op, _ in fs.trace}
+    assert ops and ops <= READ_OPS, ops - READ_OPS
+    with pytest.raises(antkv.InvalidArgumentError):
+        antkv.open("/nothing", file_system=fs, read_only=True)
+    assert not mem.exists("/nothing")
+
+
+def test_inline_mode_compacts_at_open_so_reopening_never_piles_up_l0(tmp_path):
+    """Each open flushes the WAL it replays to an L0 table; a short session (the CLI's) must
+    not leave them piling up past the stop trigger: open runs the compaction they call for."""
+    path = str(tmp_path / "db")
+    for i in range(45):
+        with antkv.open(path, max_background_jobs=0) as db:
+            db.put(b"k%d" % i, b"v")
+    with antkv.open(path, read_only=True) as db:
+        l0 = db.stats()["levels"][0]["files"]
+        assert l0 <= db.options.level0_file_num_compaction_trigger, l0
+        assert len(list(db.keys())) == 45

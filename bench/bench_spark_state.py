@@ -142,6 +142,7 @@ def rescale_phase(args) -> dict:
         spark.stop()
     return {"keys": args.keys, "batch_s": round(wall, 3),
             "open_s": [round(p.load_s, 3) for p in m.partition_metrics],
+            "commit_s": [round(p.commit_s, 3) for p in m.partition_metrics],
             "bytes_uploaded": m.bytes_uploaded, "bytes_reused": m.bytes_reused}
 
 
@@ -215,7 +216,8 @@ def main(argv=None) -> None:
                   f"Spark {spark_restart['trigger_ms']:,} ms")
     for r in rescale:
         report.append(f"rescale 2 -> 3 at {r['keys']:,} keys: slowest partition's state open "
-                      f"{max(r['open_s']):.3f} s (per partition {r['open_s']}), whole batch {r['batch_s']:.1f} s")
+                      f"{max(r['open_s']):.3f} s (per partition {r['open_s']}), commits {r['commit_s']} s, "
+                      f"whole batch {r['batch_s']:.1f} s")
     print("\n".join(report))
     if args.json:
         with open(args.json, "w") as f:

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 SECONDS ?= 60
 ARGS ?=
 
-.PHONY: venv test demo fuzz bench clean
+.PHONY: venv test demo demo-library fuzz bench clean
 
 venv: $(STAMP)
 
@@ -23,7 +23,13 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest tests
 
+# The Spark pipeline demo: a streaming query on antkv state, rescaled mid-stream, checked
+# against plain Spark (ARGS, e.g. ARGS="--users 10000", sizes it).
 demo: $(STAMP)
+	$(PY) -m antkv.spark.demo $(ARGS)
+
+# The embedded-library demo.
+demo-library: $(STAMP)
 	$(PY) -m antkv.demo
 
 # the differential fuzzer against RocksDB, then the multi-threaded stress test, SECONDS each

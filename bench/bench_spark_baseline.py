@@ -253,13 +253,18 @@ def child(workload: str, first: int, count: int, args, workdir: str) -> dict:
            "--first-batch", str(first), "--batches", str(count), "--keys", str(args.keys),
            "--value-size", str(args.value_size), "--partitions", str(args.partitions),
            "--workdir", workdir]
+    return run_child(cmd, workload, MARKER)
+
+
+def run_child(cmd: list[str], phase: str, marker: str) -> dict:
+    """Run a phase in a fresh process; its result is the JSON after ``marker`` on stdout."""
     done = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT)
     if done.returncode != 0:
-        raise SystemExit(f"{workload} phase failed with exit code {done.returncode}")
+        raise SystemExit(f"{phase} phase failed with exit code {done.returncode}")
     for line in done.stdout.splitlines():
-        if line.startswith(MARKER):
-            return json.loads(line[len(MARKER):])
-    raise SystemExit(f"{workload} phase printed no result")
+        if line.startswith(marker):
+            return json.loads(line[len(marker):])
+    raise SystemExit(f"{phase} phase printed no result")
 
 
 def summarise(name: str, batches: list[dict], restart: dict | None) -> list[str]:

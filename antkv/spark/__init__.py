@@ -1,5 +1,9 @@
 """antkv as the state engine of PySpark pipelines.
 
+Pipelines (``pipeline.py``): a vectorised, keyed state function over typed value, list and map
+state, run on batch DataFrames and streaming queries (``foreachBatch``), rescalable at any
+batch boundary.  Underneath:
+
 A state store is one versioned key-value store per ``(checkpoint location, operator,
 partition)``: tasks open it at the version the driver names, read and write it, and commit the
 next version to the checkpoint location (any ``pyarrow.fs`` URI) as uniquely named objects;
@@ -18,9 +22,18 @@ model, the layout of a location, the protocol and its guarantees.
 from .commit_message import CommitMessage
 from .commit_protocol import CleanupResult, CommitCoordinator, CommitError, ConcurrentWriterError, PublishResult
 from .location import Location
+from .pipeline import BatchMetrics, BatchResult, PartitionMetrics, PartitionState, StatefulPipeline, read_state
+from .sinks import ParquetBatchSink
 from .store import StateStore, StoreOptions, open_store, release_idle_stores
 
 __all__ = [
+    "StatefulPipeline",
+    "PartitionState",
+    "BatchResult",
+    "BatchMetrics",
+    "PartitionMetrics",
+    "ParquetBatchSink",
+    "read_state",
     "open_store",
     "StateStore",
     "StoreOptions",

@@ -108,15 +108,24 @@ class CommitCoordinator:
             self._markers[version] = m
         return m
 
-    def base_manifests(self, version: int) -> list[str | None]:
-        """Each partition's manifest of published ``version`` (``None`` for version 0)."""
+    def published_manifests(self, version: int) -> list[str]:
+        """The manifests of published ``version`` >= 1, one per partition *it* has (which may
+        differ from this query's ``num_partitions``: the input of a rescale)."""
         if check_version(version) == 0:
-            return [None] * self.num_partitions
+            raise antkv.InvalidArgumentError("version 0 is the empty state: it has no manifests")
         m = self.marker(version)
         if m.query_id != self.query_id:
             raise ConcurrentWriterError(
                 f"version {version} of {self.location.uri}/{self.operator} was published by query "
                 f"{m.query_id!r}, not {self.query_id!r}")
+        return list(m.manifests)
+
+    def base_manifests(self, version: int) -> list[str | None]:
+        """Each partition's manifest of published ``version`` (``None`` for version 0)."""
+        if check_version(version) == 0:
+            return [None] * self.num_partitions
+        m = self.marker(version)
+        self.published_manifests(version)
         if len(m.manifests) != self.num_partitions:
             raise antkv.InvalidArgumentError(
                 f"version {version} has {len(m.manifests)} partitions, this query has {self.num_partitions}")
@@ -129,12 +138,24 @@ class CommitCoordinator:
 
     # ------------------------------------------------------------------ publishing
 
-    def publish(self, version: int, messages) -> PublishResult:
-        """Publish version ``version`` from one commit message per partition (steps 3 above)."""
+    def publish(self, version: int, messages, *, bases=None) -> PublishResult:
+        """Publish version ``version`` from one commit message per partition (steps 3 above).
+
+        ``bases`` (one manifest name per partition of this query) is the base each partition
+        must have built on when it differs from ``base_manifests(version - 1)``: after a change
+        of the number of partitions, the old partition each new one started from (a rescale,
+        ``antkv.spark.rescale``); every name must be a manifest of published ``version - 1``."""
         version = check_version(version)
         if version < 1:
             raise antkv.InvalidArgumentError("the first version a batch makes is 1")
-        bases = self.base_manifests(version - 1)
+        if bases is None:
+            bases = self.base_manifests(version - 1)
+        else:
+            bases = list(bases)
+            published = set(self.published_manifests(version - 1)) if version > 1 else {None}
+            if len(bases) != self.num_partitions or not set(bases) <= published:
+                raise CommitError(f"{self.operator!r} version {version}: the bases given are not "
+                                  f"{self.num_partitions} manifests of published version {version - 1}")
         chosen: list[str | None] = [None] * self.num_partitions
         total = 0
         for msg in messages:

@@ -139,12 +139,17 @@ def read_manifest(location: Location, name: str) -> Manifest:
 
 
 def open_store(location, operator: str, partition: int, version: int, *, manifest=_UNSET,
-               options: StoreOptions | None = None) -> "StateStore":
+               options: StoreOptions | None = None, rescale_from: int | None = None) -> "StateStore":
     """Open the state of ``version`` of ``(location, operator, partition)``.
 
     ``manifest`` is the object name the published marker of ``version`` gives for this
     partition (the driver hands it to tasks: ``CommitCoordinator.base_manifests``); without
     it, the marker is read.  Version 0 is the empty state (``manifest=None``).
+
+    ``rescale_from=q`` opens, as partition ``partition``, the state of *old* partition ``q``
+    of ``version`` (``manifest`` is then q's manifest, required): the start of a rescale
+    (``antkv.spark.rescale``).  The version this store commits references q's files by name
+    and names q's manifest as its base; nothing of q's is copied or changed.
     """
     loc = as_location(location)
     operator = check_operator(operator)
@@ -154,6 +159,9 @@ def open_store(location, operator: str, partition: int, version: int, *, manifes
         options = StoreOptions()
     elif not isinstance(options, StoreOptions):
         raise TypeError(f"options must be a StoreOptions, not {type(options).__name__}")
+    source = partition if rescale_from is None else check_partition(rescale_from)
+    if rescale_from is not None and (manifest is _UNSET or manifest is None):
+        raise antkv.InvalidArgumentError("a rescale opens a published version: give the old partition's manifest")
     if manifest is _UNSET:
         if version == 0:
             manifest = None
@@ -167,10 +175,20 @@ def open_store(location, operator: str, partition: int, version: int, *, manifes
         raise antkv.InvalidArgumentError(f"version {version} needs {'no' if version == 0 else 'a'} manifest")
     if manifest is not None and not isinstance(manifest, str):
         raise TypeError(f"manifest must be an object name (str), not {type(manifest).__name__}")
-    copy = _registry.take(loc, operator, partition, manifest)
+    copy = _registry.take(loc, operator, source, manifest)
+    reused = copy is not None
     if copy is None:
-        copy = _build(loc, operator, partition, version, manifest, options)
-    return StateStore(loc, operator, partition, copy, options)
+        copy = _build(loc, operator, source, version, manifest, options)
+    store = StateStore(loc, operator, partition, copy, options)
+    store.reused_working_copy = reused
+    return store
+
+
+def local_cache_counters(options: StoreOptions | None = None) -> dict:
+    """This process's local-cache counters: ``hits`` (snapshot files found cached),
+    ``downloads`` and ``download_bytes`` (fetched from locations)."""
+    cache = _cache_for(options or StoreOptions())
+    return {"hits": cache.hits, "downloads": cache.downloads, "download_bytes": cache.download_bytes}
 
 
 def _build(loc, operator, partition, version, name, options) -> WorkingCopy:
@@ -210,6 +228,13 @@ class StateStore:
         self._ranges: list[tuple[bytes, bytes]] = []
         self._base_live: dict[bytes, bool] = {}  # keys read before first written: live in the base?
         self._done = False
+        self.reused_working_copy = False  # opened on a working copy this process held (no load)
+        self.bytes_referenced = 0  # after commit: bytes of every object the new version names
+
+    def engine_stats(self) -> dict:
+        """The working copy's ``antkv.DB.stats()`` (write amplification, levels, value log)."""
+        self._check_active()
+        return self._db.stats()
 
     # ------------------------------------------------------------------ reads
 
@@ -348,6 +373,8 @@ class StateStore:
             self._discard()
             raise
         self._finish()
+        self.bytes_referenced = sum(c.size for c in manifest.changelogs) + (
+            0 if manifest.snapshot is None else sum(f.size for f in manifest.snapshot.files))
         copy.advance(name, manifest)
         _registry.give_back(loc, self.operator, self.partition, copy, self.options.max_idle_stores)
         return CommitMessage(self.operator, self.partition, version, name, base_name, num_keys,

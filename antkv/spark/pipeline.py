@@ -1,0 +1,350 @@
+"""Stateful pipelines: a vectorised user function over keyed antkv state, for batch and streaming.
+
+::
+
+    def count_clicks(state, rows):                 # state: PartitionState, rows: pandas DataFrame
+        total = state.value_state("total", 1)
+        out = []
+        for key, group in state.groups(rows):      # sets the current key
+            n = (total.get() or (0,))[0] + len(group)
+            total.update((n,))
+            out.append((key[0], n))
+        yield pandas.DataFrame(out, columns=["user", "clicks"])
+
+    pipe = StatefulPipeline("file:///ckpt/state", "clicks", key=["user"], func=count_clicks,
+                            schema="user string, clicks long", partitions=4, query_id="clicks")
+    result = pipe.run(batch_df)                                  # a batch job: one version
+    stream.writeStream.foreachBatch(pipe.foreach_batch(sink)).start()   # a streaming query
+
+**One batch** (``run(df, batch_id)``) makes version ``batch_id + 1`` of the operator's state
+(``batch_id`` defaults to the newest published version, so successive batch jobs continue):
+
+1. on the driver: check ``K`` against the one recorded with the operator (``KeyGroupError``
+   before any task runs), read the published version ``batch_id`` and, if it has another
+   number of partitions, plan the rescale (:mod:`antkv.spark.rescale`);
+2. in the JVM: add each row's key group and route rows with ``repartitionById``
+   (:func:`antkv.spark.keygroups.route`);
+3. in each task (``mapInPandas``): open the partition's state, check every row's key group
+   belongs to the partition (a stray row fails the task at once: nothing is published), call
+   ``func(state, rows)`` once with all the partition's rows, commit, and return the output rows
+   plus one row carrying the commit message and the partition's metrics;
+4. on the driver: one Spark action (``toPandas``) collects those rows -- so ``func`` runs once
+   per partition and batch -- and the driver publishes the version (exactly once: the marker is
+   written once; a replayed batch keeps the first publication), cleans up, logs the metrics and
+   returns the output (a pandas DataFrame) with them.
+
+**Sinks are at-least-once.**  Under ``foreachBatch``, Spark reruns a batch whose end it did not
+record (a driver failure after the sink wrote).  The state is exactly-once (the rerun finds the
+version published and does not change it) but the sink is called again with the rerun's output.
+Make the sink idempotent by batch id: :class:`antkv.spark.sinks.ParquetBatchSink` writes one
+file per batch id, replaced whole by a rerun, so readers never see a batch twice.
+
+The output travels to the driver; it suits results of modest size per batch (per-key updates,
+alerts, aggregates), as ``foreachBatch`` sinks do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+
+import antkv
+
+from .commit_message import CommitMessage
+from .commit_protocol import CommitCoordinator
+from .keygroups import (
+    DEFAULT_KEY_GROUPS,
+    check_key_group_count,
+    check_partition_key_groups,
+    ensure_key_group_count,
+    key_group_range,
+    plan_rescale,
+    route,
+    validate_parallelism,
+)
+from .location import check_operator
+from .rescale import open_rescaled_store
+from .state_views import KeyedState, group_batch, read_keyed_state
+from .store import StoreOptions, as_location, local_cache_counters, open_store
+
+log = logging.getLogger("antkv.spark")
+
+KEY_GROUP_COLUMN = "__key_group"
+COMMIT_COLUMN = "_antkv_commit"
+METRICS_COLUMN = "_antkv_metrics"
+_PIPELINE_OBJECT = "pipeline.json"  # per operator: {"key_groups": K, "key": [...]}, written once
+
+
+class PartitionState(KeyedState):
+    """A task's keyed state for one batch: :class:`KeyedState` plus the batch and partition,
+    and the operator's key columns bound so that ``groups(rows)`` needs no more arguments."""
+
+    def __init__(self, store, owned, key_columns, batch_id: int, partition: int, partitions: int):
+        super().__init__(store, owned)
+        self.key_columns = list(key_columns)
+        self.batch_id = batch_id
+        self.partition = partition
+        self.partitions = partitions
+
+    def groups(self, frame, key_group_col: str = KEY_GROUP_COLUMN, key_cols=None):
+        """For each group of grouping-key values of ``frame``: set it as the current key and
+        yield ``(key tuple, rows)``."""
+        return super().groups(frame, key_group_col, self.key_columns if key_cols is None else key_cols)
+
+    def grouped(self, frame):
+        """The rows sorted by (key group, key) with their group boundaries
+        (:class:`antkv.spark.state_views.GroupedBatch`), for column-wise work over groups."""
+        return group_batch(frame, KEY_GROUP_COLUMN, self.key_columns)
+
+
+@dataclass(frozen=True)
+class PartitionMetrics:
+    """What one task did in one batch (times in seconds)."""
+
+    partition: int
+    rows: int  # input rows
+    output_rows: int
+    keys: int  # keys in the partition's state after the batch
+    bytes_uploaded: int
+    bytes_reused: int  # bytes of objects the new version names that were already in the location
+    snapshot: bool
+    load_s: float  # opening the state (incl. a rescale's clip and bring-in)
+    process_s: float  # the user function
+    commit_s: float
+    reused_working_copy: bool  # the state was already open in the executor: nothing loaded
+    cache_hits: int  # snapshot files found in the executor's local cache during the load
+    cache_downloads: int  # ... and fetched from the location
+    write_amplification: float  # the working copy's engine write amplification
+    rescaled: bool
+
+
+@dataclass(frozen=True)
+class BatchMetrics:
+    batch_id: int
+    version: int
+    partitions: int
+    previous_partitions: int
+    rows: int
+    output_rows: int
+    keys: int
+    bytes_uploaded: int
+    bytes_reused: int
+    seconds: float  # the whole batch, driver side
+    publish_s: float
+    replayed: bool  # the version was already published by an earlier run of this batch
+    cache_hit_ratio: float  # of snapshot-file loads and working-copy opens, the share served locally
+    partition_metrics: tuple[PartitionMetrics, ...] = field(default=())
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    output: object  # pandas DataFrame with the output schema's columns
+    metrics: BatchMetrics
+
+
+class StatefulPipeline:
+    """A keyed, stateful, vectorised operator over antkv state; see the module docstring.
+
+    ``func(state: PartitionState, rows: pandas.DataFrame)`` returns an iterable of pandas
+    DataFrames (or one DataFrame, or None) with at least the columns of ``schema`` (a DDL
+    string).  ``rows`` holds the partition's rows of the batch with the key-group column
+    ``__key_group``.  ``partitions`` may change between runs (a rescale at the next batch);
+    ``key_groups`` may not.  ``metrics_path`` (a local file) receives one JSON line per batch."""
+
+    def __init__(self, location, operator: str, key, func, schema: str, *, partitions: int,
+                 key_groups: int = DEFAULT_KEY_GROUPS, query_id: str | None = None,
+                 options: StoreOptions | None = None, metrics_path: str | None = None,
+                 min_versions_to_retain: int = 2):
+        from pyspark.sql.types import StructType
+
+        self.location = as_location(location)
+        self.operator = check_operator(operator)
+        self.key = [key] if isinstance(key, str) else list(key)
+        if not self.key or not all(isinstance(k, str) for k in self.key):
+            raise TypeError("key must be a column name or a non-empty list of column names")
+        if not callable(func):
+            raise TypeError("func must be callable: func(state, rows) -> DataFrames")
+        validate_parallelism(key_groups, partitions)
+        self.func, self.schema = func, schema
+        self.columns = [f.name for f in StructType.fromDDL(schema).fields]
+        clash = {COMMIT_COLUMN, METRICS_COLUMN} & set(self.columns)
+        if clash:
+            raise antkv.InvalidArgumentError(f"output columns {sorted(clash)} are reserved")
+        self.partitions, self.key_groups = partitions, key_groups
+        self.options = options
+        self.metrics_path = metrics_path
+        self.coordinator = CommitCoordinator(self.location, self.operator, partitions,
+                                             query_id=query_id or self.operator,
+                                             min_versions_to_retain=min_versions_to_retain)
+        self.history: list[BatchMetrics] = []
+
+    # ------------------------------------------------------------------ driver
+
+    def _check_pipeline_metadata(self) -> None:
+        """Record ``K`` and the key columns with the operator once; refuse another ``K``."""
+        name = f"{self.operator}/{_PIPELINE_OBJECT}"
+        doc = {"key_groups": self.key_groups, "key": self.key}
+        if not self.location.exists(name):
+            self.location.create_exclusive(name, json.dumps(doc).encode())
+        stored = json.loads(self.location.read(name))
+        check_key_group_count(stored["key_groups"], self.key_groups)
+
+    def run(self, df, batch_id: int | None = None) -> BatchResult:
+        """Run one batch of ``df`` (a batch DataFrame, or a micro-batch under ``foreachBatch``)
+        and publish version ``batch_id + 1``; returns the output and the metrics."""
+        import pandas as pd
+
+        started = time.perf_counter()
+        self._check_pipeline_metadata()
+        coord = self.coordinator
+        if batch_id is None:
+            batch_id = coord.latest_version()
+        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+            raise antkv.InvalidArgumentError(f"batch_id must be an int >= 0, got {batch_id!r}")
+        version = batch_id + 1
+        if batch_id == 0:
+            old, plans, bases = None, None, [None] * self.partitions
+        else:
+            old = coord.published_manifests(batch_id)
+            if len(old) == self.partitions:
+                plans, bases = None, old
+            else:
+                plans = plan_rescale(self.key_groups, len(old), self.partitions)
+                bases = [old[plan.base] for plan in plans]
+        previous = self.partitions if old is None else len(old)
+        routed = route(df, self.key, self.partitions, self.key_groups, KEY_GROUP_COLUMN)
+        rows = routed.mapInPandas(self._task(batch_id, bases, old, plans, list(routed.columns)),
+                                  f"{self.schema}, {COMMIT_COLUMN} string, {METRICS_COLUMN} string")
+        collected = rows.toPandas()  # the one Spark action of the batch
+        is_commit = collected[COMMIT_COLUMN].notna()
+        messages = [CommitMessage.from_json(j) for j in collected.loc[is_commit, COMMIT_COLUMN]]
+        parts = sorted((PartitionMetrics(**json.loads(j)) for j in collected.loc[is_commit, METRICS_COLUMN]),
+                       key=lambda m: m.partition)
+        t0 = time.perf_counter()
+        result = coord.publish(version, messages, bases=bases)
+        coord.cleanup(version)
+        publish_s = time.perf_counter() - t0
+        output = collected.loc[~is_commit, self.columns].reset_index(drop=True)
+        local = sum(m.cache_hits + m.reused_working_copy for m in parts)
+        total = local + sum(m.cache_downloads + (not m.reused_working_copy) for m in parts)
+        metrics = BatchMetrics(
+            batch_id=batch_id, version=version, partitions=self.partitions, previous_partitions=previous,
+            rows=sum(m.rows for m in parts), output_rows=len(output),
+            keys=sum(msg.num_keys for msg in messages),
+            bytes_uploaded=sum(m.bytes_uploaded for m in parts),
+            bytes_reused=sum(m.bytes_reused for m in parts),
+            seconds=time.perf_counter() - started, publish_s=publish_s, replayed=result.replayed,
+            cache_hit_ratio=local / total if total else 1.0, partition_metrics=tuple(parts))
+        self._record(metrics)
+        return BatchResult(pd.DataFrame(output), metrics)
+
+    def _record(self, metrics: BatchMetrics) -> None:
+        self.history.append(metrics)
+        log.info("antkv.spark %s batch %d: %d rows, %d keys, %d partitions%s, %.2f s, %d bytes uploaded, "
+                 "%d reused", self.operator, metrics.batch_id, metrics.rows, metrics.keys, metrics.partitions,
+                 "" if metrics.previous_partitions == metrics.partitions else
+                 f" (rescaled from {metrics.previous_partitions})", metrics.seconds,
+                 metrics.bytes_uploaded, metrics.bytes_reused)
+        if self.metrics_path is not None:
+            with open(self.metrics_path, "a", encoding="utf-8") as f:
+                f.write(metrics.to_json() + "\n")
+
+    def foreach_batch(self, sink=None):
+        """A function for ``DataStreamWriter.foreachBatch``: runs the batch, then calls
+        ``sink(output, batch_id)`` (at-least-once: see the module docstring)."""
+        def on_batch(df, batch_id):
+            result = self.run(df, int(batch_id))
+            if sink is not None:
+                sink(result.output, int(batch_id))
+        return on_batch
+
+    # ------------------------------------------------------------------ executors
+
+    def _task(self, batch_id, bases, old, plans, input_columns):
+        location, operator, options = self.location, self.operator, self.options
+        func, columns, key = self.func, self.columns, self.key
+        K, N = self.key_groups, self.partitions
+
+        def task(batches):
+            import pandas as pd
+            from pyspark import TaskContext
+
+            p = TaskContext.get().partitionId()
+            before = local_cache_counters(options)
+            t0 = time.perf_counter()
+            if plans is None:
+                store = open_store(location, operator, p, batch_id, manifest=bases[p], options=options)
+            else:
+                store = open_rescaled_store(location, operator, plans[p], batch_id, old, options)
+            try:
+                load_s = time.perf_counter() - t0
+                after = local_cache_counters(options)
+                ensure_key_group_count(store, K)
+                frames = list(batches)
+                rows = (pd.concat(frames, ignore_index=True) if frames
+                        else pd.DataFrame({c: [] for c in input_columns}))
+                check_partition_key_groups(rows[KEY_GROUP_COLUMN].to_numpy(), K, N, p)
+                state = PartitionState(store, key_group_range(K, N, p), key, batch_id, p, N)
+                t1 = time.perf_counter()
+                out_rows = 0
+                produced = func(state, rows)
+                if isinstance(produced, pd.DataFrame):
+                    produced = [produced]
+                for out in produced or ():
+                    if not isinstance(out, pd.DataFrame):
+                        raise TypeError(f"the state function must yield pandas DataFrames, not {type(out).__name__}")
+                    missing = [c for c in columns if c not in out.columns]
+                    if missing:
+                        raise antkv.InvalidArgumentError(f"the state function's output lacks columns {missing}")
+                    if len(out):
+                        out_rows += len(out)
+                        yield out[columns].assign(**{COMMIT_COLUMN: None, METRICS_COLUMN: None})
+                process_s = time.perf_counter() - t1
+                write_amp = store.engine_stats()["write_amplification"]
+                t2 = time.perf_counter()
+                msg = store.commit()
+                commit_s = time.perf_counter() - t2
+            except BaseException:
+                store.abort()
+                raise
+            metrics = PartitionMetrics(
+                partition=p, rows=len(rows), output_rows=out_rows, keys=msg.num_keys,
+                bytes_uploaded=msg.bytes_uploaded, bytes_reused=max(0, store.bytes_referenced - msg.bytes_uploaded),
+                snapshot=msg.snapshot, load_s=load_s, process_s=process_s, commit_s=commit_s,
+                reused_working_copy=store.reused_working_copy,
+                cache_hits=after["hits"] - before["hits"],
+                cache_downloads=after["downloads"] - before["downloads"],
+                write_amplification=float(write_amp), rescaled=plans is not None)
+            row = {c: [None] for c in columns}
+            row[COMMIT_COLUMN] = [msg.to_json()]
+            row[METRICS_COLUMN] = [json.dumps(asdict(metrics))]
+            yield pd.DataFrame(row)
+
+        return task
+
+
+def read_state(location, operator: str, version: int | None = None,
+               options: StoreOptions | None = None) -> dict:
+    """The whole state of published ``version`` (default: the newest) of a pipeline's
+    operator, every partition's, as :func:`antkv.spark.state_views.read_keyed_state` gives
+    it.  Runs on the driver; reads everything: for checks and small states."""
+    loc, operator = as_location(location), check_operator(operator)
+    probe = CommitCoordinator(loc, operator, 1, query_id="read-state")
+    if version is None:
+        version = probe.latest_version()
+    out: dict = {}
+    if version == 0:
+        return out
+    marker = probe.marker(version)
+    for p, manifest in enumerate(marker.manifests):
+        store = open_store(loc, operator, p, version, manifest=manifest, options=options)
+        try:
+            read_keyed_state(store, out)
+        finally:
+            store.abort()
+    return out

@@ -1,0 +1,228 @@
+"""The same stateful workload on antkv pipelines and on Spark's own state store, same run.
+
+Usage::
+
+    .venv/bin/python bench/bench_spark_state.py                  # 20,000 keys: a few minutes
+    .venv/bin/python bench/bench_spark_state.py --keys 100000    # the full size
+        [--batches 3] [--value-size 1024] [--partitions 4] [--rescale-keys 10000] [--dir /tmp]
+
+The workload (``bench_spark_baseline.write_batch_file``): every batch holds every one of
+``--keys`` keys once with a ``--value-size`` value of random bytes (incompressible, different
+per key and batch); the state of a key is its count and its latest value; each batch emits
+``(key, count)`` per key.  Both sides are streaming queries over the same kind of Parquet file
+source (one file per micro-batch) on ``local[2]`` with ``--partitions`` state partitions:
+
+* **Spark**: ``applyInPandasWithState`` with the RocksDB state store provider
+  (``bench_spark_baseline.py``, run as is);
+* **antkv**: :class:`antkv.spark.StatefulPipeline` under ``foreachBatch``, the state function
+  written column-wise (``PartitionState.grouped``: one sort per partition, then one state read
+  and one write per key).
+
+Reported per batch: rows/s (input rows over the micro-batch's ``triggerExecution``, the same
+figure for both), commit time (Spark: ``commitTimeMs`` of the state operator, summed over
+partitions; antkv: the stores' commit time summed over partitions), bytes the batch added to
+the checkpoint directory; then one batch in a restarted driver (a new process and JVM):
+**restore**, that batch's time.  Finally **rescale** (antkv only; Spark cannot change a
+query's state partitions): a batch job loads ``--rescale-keys`` and 10x as many keys on 2
+partitions, then a batch of 1,000 rows on 3 partitions rescales; reported: the slowest
+partition's state open time (base open + clip + bring-in) for both sizes.  Each phase runs in
+a fresh process.  Single runs on a shared 2-core machine: expect noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench.bench_spark_baseline import (  # noqa: E402
+    checkpoint_files,
+    run_child,
+    start_session,
+    write_batch_file,
+)
+from bench.bench_spark_baseline import child as spark_child  # noqa: E402
+
+MARKER = "BENCH-ANTKV-RESULT "
+
+
+def count_and_latest(state, rows):
+    """Per key: count += rows, latest = the last row's value; emits (key, count)."""
+    import pandas as pd
+
+    st = state.value_state("count_latest", 1)
+    g = state.grouped(rows)
+    values = g.frame["value"].tolist()
+    counts = []
+    for key_group, key, start, end in zip(g.key_groups.tolist(), g.keys, g.starts.tolist(), g.ends.tolist()):
+        state.set_current_key(key_group, key)
+        old = st.get()
+        n = (old[0] if old else 0) + end - start
+        st.update((n, values[end - 1]))
+        counts.append(n)
+    yield pd.DataFrame({"key": [k[0] for k in g.keys], "count": counts})
+
+
+def _pipeline(work: str, partitions: int, metrics: str | None = None):
+    from antkv.spark import StatefulPipeline, StoreOptions
+
+    return StatefulPipeline("file://" + os.path.join(work, "antkv-state"), "bench", ["key"], count_and_latest,
+                            "key string, count long", partitions=partitions, query_id="bench",
+                            options=StoreOptions(cache_dir=os.path.join(work, "antkv-cache")),
+                            metrics_path=metrics)
+
+
+def antkv_phase(args) -> dict:
+    """``args.batches`` batches from ``args.first_batch`` in this process (a streaming query)."""
+    work = args.workdir
+    input_dir = os.path.join(work, "input-antkv")
+    state_dir = os.path.join(work, "antkv-state")
+    os.makedirs(input_dir, exist_ok=True)
+    spark = start_session(args.partitions, os.path.join(work, "spark-local"))
+    pipe = _pipeline(work, args.partitions)
+    stream = spark.readStream.schema("key string, value binary, ts timestamp") \
+        .option("maxFilesPerTrigger", 1).parquet(input_dir)
+    query = stream.writeStream.foreachBatch(pipe.foreach_batch()) \
+        .option("checkpointLocation", os.path.join(work, "checkpoint-antkv")).start()
+    batches, last = [], -1
+    try:
+        for batch in range(args.first_batch, args.first_batch + args.batches):
+            before = checkpoint_files(state_dir)
+            write_batch_file(input_dir, batch, args.keys, args.value_size)
+            query.processAllAvailable()
+            after = checkpoint_files(state_dir)
+            progress = [p for p in query.recentProgress if p["batchId"] > last]
+            last = progress[-1]["batchId"]
+            trigger_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progress)
+            m = pipe.history[-1]
+            rows = sum(p["numInputRows"] for p in progress)
+            batches.append({
+                "batch": batch, "rows": rows, "trigger_ms": trigger_ms,
+                "rows_per_s": round(rows / (trigger_ms / 1000), 1) if trigger_ms else None,
+                "commit_ms": round(1000 * sum(p.commit_s for p in m.partition_metrics)),
+                "load_ms": round(1000 * sum(p.load_s for p in m.partition_metrics)),
+                "process_ms": round(1000 * sum(p.process_s for p in m.partition_metrics)),
+                "checkpoint_new_bytes": sum(s for p, s in after.items() if p not in before),
+                "checkpoint_total_bytes": sum(after.values()),
+                "bytes_uploaded": m.bytes_uploaded, "bytes_reused": m.bytes_reused,
+                "keys": m.keys, "cache_hit_ratio": m.cache_hit_ratio,
+                "write_amplification": max(p.write_amplification for p in m.partition_metrics),
+            })
+            b = batches[-1]
+            print(f"  antkv batch {batch}: {rows} rows in {trigger_ms} ms ({b['rows_per_s']} rows/s), "
+                  f"commit {b['commit_ms']} ms, +{b['checkpoint_new_bytes']:,} checkpoint bytes", file=sys.stderr)
+    finally:
+        query.stop()
+        spark.stop()
+    return {"batches": batches}
+
+
+def rescale_phase(args) -> dict:
+    """Load ``args.keys`` keys on 2 partitions (a batch job), then rescale to 3 with a small batch."""
+    work = args.workdir
+    input_dir = os.path.join(work, "input-rescale")
+    os.makedirs(input_dir, exist_ok=True)
+    spark = start_session(args.partitions, os.path.join(work, "spark-local"))
+    try:
+        write_batch_file(input_dir, 0, args.keys, args.value_size)
+        _pipeline(work, 2).run(spark.read.parquet(os.path.join(input_dir, "batch-00000.parquet")))
+        small = spark.read.parquet(os.path.join(input_dir, "batch-00000.parquet")).limit(1000)
+        t0 = time.perf_counter()
+        m = _pipeline(work, 3).run(small).metrics
+        wall = time.perf_counter() - t0
+    finally:
+        spark.stop()
+    return {"keys": args.keys, "batch_s": round(wall, 3),
+            "open_s": [round(p.load_s, 3) for p in m.partition_metrics],
+            "commit_s": [round(p.commit_s, 3) for p in m.partition_metrics],
+            "bytes_uploaded": m.bytes_uploaded, "bytes_reused": m.bytes_reused}
+
+
+def child(phase: str, args, workdir: str, **over) -> dict:
+    opts = {"first_batch": 0, "batches": args.batches, "keys": args.keys, **over}
+    cmd = [sys.executable, os.path.abspath(__file__), "--phase", phase, "--workdir", workdir,
+           "--first-batch", str(opts["first_batch"]), "--batches", str(opts["batches"]),
+           "--keys", str(opts["keys"]), "--value-size", str(args.value_size),
+           "--partitions", str(args.partitions)]
+    return run_child(cmd, phase, MARKER)
+
+
+def table(name: str, batches: list[dict], restart: dict) -> list[str]:
+    lines = [f"## {name}", "", "| batch | rows | time ms | rows/s | commit ms | checkpoint +bytes |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for b in batches + [restart]:
+        label = f"{b['batch']}" + (" (after restart)" if b is restart else "")
+        lines.append(f"| {label} | {b['rows']:,} | {b['trigger_ms']:,} | {b['rows_per_s']:,.0f} | "
+                     f"{b['commit_ms']:,} | {b['checkpoint_new_bytes']:,} |")
+    return lines + [""]
+
+
+def steady(batches: list[dict]) -> float:
+    return statistics.median(b["rows_per_s"] for b in (batches[1:] or batches))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--keys", type=int, default=20_000)
+    p.add_argument("--value-size", type=int, default=1024)
+    p.add_argument("--batches", type=int, default=3)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--rescale-keys", type=int, default=5_000)
+    p.add_argument("--dir", default=None)
+    p.add_argument("--json", default=None)
+    p.add_argument("--phase", choices=["antkv", "rescale"], help=argparse.SUPPRESS)
+    p.add_argument("--workdir", help=argparse.SUPPRESS)
+    p.add_argument("--first-batch", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.phase:
+        result = antkv_phase(args) if args.phase == "antkv" else rescale_phase(args)
+        print(MARKER + json.dumps(result), flush=True)
+        return
+    if min(args.keys, args.batches, args.partitions, args.rescale_keys) < 1 or args.value_size < 0:
+        p.error("sizes must be positive")
+    workdir = tempfile.mkdtemp(prefix="antkv-bench-state-", dir=args.dir)
+    results = {"keys": args.keys, "value_size": args.value_size, "batches": args.batches,
+               "partitions": args.partitions, "cores": os.cpu_count()}
+    try:
+        print(f"antkv: {args.batches} batches, then one in a restarted driver", file=sys.stderr)
+        ant = child("antkv", args, workdir)["batches"]
+        ant_restart = child("antkv", args, workdir, first_batch=args.batches, batches=1)["batches"][0]
+        print(f"Spark applyInPandasWithState (RocksDB): {args.batches} batches, then a restart", file=sys.stderr)
+        spark_args = argparse.Namespace(keys=args.keys, value_size=args.value_size, partitions=args.partitions)
+        spark = spark_child("apply", 0, args.batches, spark_args, workdir)["batches"]
+        spark_restart = spark_child("apply", args.batches, 1, spark_args, workdir)["batches"][0]
+        rescale = []
+        for keys in (args.rescale_keys, 10 * args.rescale_keys):
+            print(f"antkv rescale 2 -> 3 at {keys:,} keys", file=sys.stderr)
+            rescale.append(child("rescale", args, os.path.join(workdir, f"rescale-{keys}"), keys=keys))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    results.update(antkv=ant, antkv_restart=ant_restart, spark=spark, spark_restart=spark_restart, rescale=rescale)
+    report = [f"# antkv vs Spark state store: {args.keys:,} keys, {args.value_size} B values, every key "
+              f"updated every batch, {args.partitions} state partitions, local[2]", ""]
+    report += table("antkv StatefulPipeline (foreachBatch)", ant, ant_restart)
+    report += table("Spark applyInPandasWithState, RocksDB provider", spark, spark_restart)
+    a, s = steady(ant), steady(spark)
+    report.append(f"median rows/s after the first batch: antkv {a:,.0f}, Spark {s:,.0f}: {a / s:.1f}x")
+    report.append(f"restore (first batch in a restarted driver): antkv {ant_restart['trigger_ms']:,} ms, "
+                  f"Spark {spark_restart['trigger_ms']:,} ms")
+    for r in rescale:
+        report.append(f"rescale 2 -> 3 at {r['keys']:,} keys: slowest partition's state open "
+                      f"{max(r['open_s']):.3f} s (per partition {r['open_s']}), commits {r['commit_s']} s, "
+                      f"whole batch {r['batch_s']:.1f} s")
+    print("\n".join(report))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""StatefulPipeline on the real local Spark: batch jobs, a streaming query, rescale, refusals.
+
+The state function is the demo's (value, list and map state per user); every check compares
+the pipeline's published state and output with the same computation in plain Spark."""
+
+import os
+
+import pytest
+
+import antkv
+from antkv.spark import ParquetBatchSink, StatefulPipeline, read_state
+from antkv.spark.demo import (
+    OUTPUT_SCHEMA,
+    click_state,
+    expected_with_spark,
+    run_demo,
+    write_event_files,
+)
+from antkv.spark.keygroups import KeyGroupError
+
+
+def _pipeline(root, partitions, key_groups=64, func=click_state):
+    return StatefulPipeline("file://" + str(root / "state"), "clicks", ["user"], func, OUTPUT_SCHEMA,
+                            partitions=partitions, key_groups=key_groups, query_id="t")
+
+
+def test_batch_jobs_with_rescale_2_3_1_equal_plain_spark(spark, tmp_path):
+    events = tmp_path / "events"
+    write_event_files(str(events), 0, 4, users=60, events=150, payload_bytes=40)
+    outputs = []
+    for f, partitions in enumerate([2, 2, 3, 1]):
+        df = spark.read.parquet(str(events / f"events-{f:05d}.parquet"))
+        result = _pipeline(tmp_path, partitions).run(df)
+        m = result.metrics
+        assert (m.batch_id, m.version, m.partitions, m.rows) == (f, f + 1, partitions, 150)
+        assert m.previous_partitions == (2 if f == 2 else 3 if f == 3 else partitions)
+        assert len(m.partition_metrics) == partitions
+        assert sum(p.rows for p in m.partition_metrics) == 150
+        assert all(p.rescaled == (f >= 2) for p in m.partition_metrics)
+        outputs.append(result.output)
+    want_state, want_rows = expected_with_spark(spark, str(events))
+    got = read_state("file://" + str(tmp_path / "state"), "clicks")
+    assert got == want_state
+    import pandas as pd
+    out = pd.concat(outputs)
+    assert sorted(zip(out["user"], out["clicks"].astype(int), out["last_ts"].astype(int))) == want_rows
+    # the key count the driver reports is exact: one value, one list and the map entries per user
+    keys = len(want_state["clicks"]) * 2 + sum(len(v) for v in want_state["pages"].values())
+    assert result.metrics.keys == keys + 4  # + K and the three state names in the metadata area
+
+
+def test_streaming_demo_verdict_at_a_small_size(spark, tmp_path):
+    lines = []
+    verdict = run_demo(spark, str(tmp_path), users=80, events=200, batches=2, payload_bytes=64,
+                       key_groups=128, report=lines.append)
+    assert verdict.ok, str(verdict)
+    assert verdict.batches == 4 and verdict.users == 80
+    assert any("rescaled 2 -> 3" in line for line in lines)
+    with open(tmp_path / "metrics.jsonl") as f:
+        assert len(f.readlines()) == 4
+
+
+def test_a_changed_k_is_refused_before_any_task_and_publishes_nothing(spark, tmp_path):
+    events = tmp_path / "events"
+    write_event_files(str(events), 0, 2, users=20, events=40, payload_bytes=8)
+    _pipeline(tmp_path, 2, key_groups=64).run(spark.read.parquet(str(events / "events-00000.parquet")))
+    with pytest.raises(KeyGroupError, match="cannot change after the first batch.*64.*128"):
+        _pipeline(tmp_path, 2, key_groups=128).run(spark.read.parquet(str(events / "events-00001.parquet")))
+    assert _pipeline(tmp_path, 2).coordinator.latest_version() == 1
+
+
+def test_a_replayed_batch_keeps_the_state_and_the_sink_holds_it_once(spark, tmp_path):
+    events = tmp_path / "events"
+    write_event_files(str(events), 0, 2, users=30, events=60, payload_bytes=8)
+    sink = ParquetBatchSink(str(tmp_path / "out"))
+    run = _pipeline(tmp_path, 2).foreach_batch(sink)
+    for f in (0, 1):
+        run(spark.read.parquet(str(events / f"events-{f:05d}.parquet")), f)
+    before = read_state("file://" + str(tmp_path / "state"), "clicks")
+    pipe = _pipeline(tmp_path, 2)
+    again = pipe.foreach_batch(sink)
+    again(spark.read.parquet(str(events / "events-00001.parquet")), 1)  # Spark reruns batch 1
+    assert pipe.history[-1].replayed
+    assert read_state("file://" + str(tmp_path / "state"), "clicks") == before
+    assert sink.batch_ids() == [0, 1]
+    _, want_rows = expected_with_spark(spark, str(events))
+    out = sink.read()
+    assert sorted(zip(out["user"], out["clicks"].astype(int), out["last_ts"].astype(int))) == want_rows
+
+
+def test_a_failing_state_function_publishes_nothing_and_the_next_run_succeeds(spark, tmp_path):
+    events = tmp_path / "events"
+    write_event_files(str(events), 0, 2, users=20, events=40, payload_bytes=8)
+    first = spark.read.parquet(str(events / "events-00000.parquet"))
+
+    def broken(state, rows):
+        yield from click_state(state, rows)
+        raise ValueError("the user's function failed")
+
+    with pytest.raises(Exception, match="the user's function failed"):
+        _pipeline(tmp_path, 2, func=broken).run(first)
+    pipe = _pipeline(tmp_path, 2)
+    assert pipe.coordinator.latest_version() == 0
+    pipe.run(first)
+    want, _ = expected_with_spark(spark, str(events / "events-00000.parquet"))
+    assert read_state("file://" + str(tmp_path / "state"), "clicks") == want
+
+
+def test_bad_output_and_arguments_are_refused_clearly(spark, tmp_path):
+    events = tmp_path / "events"
+    write_event_files(str(events), 0, 1, users=10, events=20, payload_bytes=8)
+    df = spark.read.parquet(str(events))
+
+    def wrong_columns(state, rows):
+        import pandas as pd
+        yield pd.DataFrame({"user": ["x"]})
+
+    with pytest.raises(Exception, match=r"lacks columns \['clicks', 'last_ts'\]"):
+        _pipeline(tmp_path, 2, func=wrong_columns).run(df)
+    with pytest.raises(antkv.InvalidArgumentError, match="reserved"):
+        StatefulPipeline(str(tmp_path), "op", "user", click_state, "_antkv_commit string", partitions=1)
+    with pytest.raises(TypeError):
+        StatefulPipeline(str(tmp_path), "op", [], click_state, OUTPUT_SCHEMA, partitions=1)
+    with pytest.raises(KeyGroupError):
+        StatefulPipeline(str(tmp_path), "op", "user", click_state, OUTPUT_SCHEMA, partitions=5, key_groups=4)
+    assert not os.path.exists(tmp_path / "state" / "clicks" / "markers")

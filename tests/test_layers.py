@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "options and the parts of the DB class",
         (
             "antkv.options", "antkv.obsolete", "antkv.background", "antkv.recovery", "antkv.checkpoint",
-            "antkv.stats", "antkv.hygiene", "antkv.replay", "antkv.resume",
+            "antkv.stats", "antkv.hygiene", "antkv.replay", "antkv.resume", "antkv.lifetime", "antkv.info_log", "antkv.options_file",
         ),
     ),
     ("database", ("antkv.db",)),

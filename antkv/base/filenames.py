@@ -9,6 +9,9 @@
     CURRENT             one line, "MANIFEST-NNNNNN\\n": the live MANIFEST
     CURRENT.tmp         CURRENT while it is being replaced (write, sync, rename)
     LOCK                held (flock) by the process that has the database open
+    OPTIONS             the options of the last read-write open (checksummed JSON)
+    STATS               cumulative statistics of the database's life (checksummed JSON)
+    LOG, LOG.old.N      the info log (flushes, compactions, GC, stalls, recovery), rotated
     lost/               files the database could not account for, moved aside (never deleted)
 
 ``NNNNNN`` is a file number, at least six digits; one counter (the version set's next file
@@ -25,6 +28,10 @@ CURRENT_TMP = "CURRENT.tmp"
 LOCK = "LOCK"
 MANIFEST_PREFIX = "MANIFEST-"
 LOST = "lost"
+OPTIONS = "OPTIONS"
+STATS = "STATS"
+INFO_LOG = "LOG"
+INFO_LOG_OLD_PREFIX = "LOG.old."
 
 # the kinds parse_file_name returns
 WAL = "log"
@@ -62,6 +69,23 @@ def current_file_name(dbname: str) -> str:
 
 def lock_file_name(dbname: str) -> str:
     return os.path.join(dbname, LOCK)
+
+
+def options_file_name(dbname: str) -> str:
+    return os.path.join(dbname, OPTIONS)
+
+
+def stats_file_name(dbname: str) -> str:
+    return os.path.join(dbname, STATS)
+
+
+def info_log_name(dbname: str) -> str:
+    return os.path.join(dbname, INFO_LOG)
+
+
+def old_info_log_name(dbname: str, n: int) -> str:
+    """The ``n``-th most recent rotated info log (1 = the newest)."""
+    return os.path.join(dbname, f"{INFO_LOG_OLD_PREFIX}{n}")
 
 
 def lost_dir_name(dbname: str) -> str:

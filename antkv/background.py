@@ -12,6 +12,8 @@ moves forward); one compaction runs at a time (``_compaction_lock``: also taken 
 
 from __future__ import annotations
 
+import time
+
 import logging
 
 from .compaction import picker
@@ -58,6 +60,7 @@ class Background:
             if not self._imms:
                 return
             mem = self._imms[-1]
+        started = time.monotonic()
         snapshots = self._snapshots.sequences()
         meta, garbage = write_level0_table(self._jobs, self._vlog, mem, snapshots, self._stats)
         with self._mutex:
@@ -72,6 +75,11 @@ class Background:
                 self._wbm_reserved -= mem.memory
                 self._wbm.free_mem(mem.memory)
             self._bg_cv.notify_all()
+        self._event(
+            "flush", f"memtable of {mem.memory} B -> "
+            + (f"L0 {meta.number:06d}.sst {meta.size} B, {meta.num_entries} entries" if meta is not None else "no table")
+            + f", {time.monotonic() - started:.3f} s"
+        )
         self._delete_obsolete_files()
 
     def _compact_once(self) -> bool:
@@ -89,10 +97,15 @@ class Background:
     def _run_picked(self, c) -> None:
         """REQUIRES self._compaction_lock."""
         snapshots = self._snapshots.sequences()
+        started = time.monotonic()
         edit = run_compaction(self._compaction_env, self._versions.current, c, snapshots)
         with self._mutex:
             self._apply_edit(edit)
             self._bg_cv.notify_all()
+        self._event(
+            "compaction", f"L{c.level} -> L{c.output_level}: {len(edit.deleted_tables)} tables in, "
+            f"{len(edit.new_tables)} out ({sum(m.size for _, m in edit.new_tables)} B), {time.monotonic() - started:.3f} s"
+        )
         self._delete_obsolete_files()
 
     def _compact_range_levels(self, lo, hi) -> None:
@@ -134,10 +147,12 @@ class Background:
                         break
                 self._run_picked(c)
         self._delete_obsolete_files()
-        return {
+        result = {
             "bytes_relocated": self._stats["gc_bytes_relocated"] - before["gc_bytes_relocated"],
             "files_deleted": self._stats["vlog_files_deleted"] - before["vlog_files_deleted"],
         }
+        self._event("value-log-gc", f"relocated {result['bytes_relocated']} B, deleted {result['files_deleted']} files")
+        return result
 
     def _seal_active_vlog_if_due(self) -> None:
         """An explicit GC also collects the active value-log file when it reached the threshold:

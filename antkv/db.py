@@ -105,6 +105,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         self._wbm = options.write_buffer_manager
         self._min_blob_size = options.min_blob_size if options.enable_blob_files else 1 << 62  # never reached
         self._stats = new_stats()  # counters: each is written by one thread at a time
+        self._lifetime_base: dict = {}  # the STATS file's counters, loaded at open (lifetime.py)
+        self._info_log = None  # the LOG file (info_log.py); None when read-only; its own lock
         self._snapshots = SnapshotList()  # its own lock
         self._live_views: "weakref.WeakSet[SuperVersion]" = weakref.WeakSet()  # super versions in use
         self._jobs = JobRunner(  # flush and compaction jobs (recovery flushes too)
@@ -236,6 +238,12 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         if self._bg_error is None:
             self._bg_error = e if isinstance(e, Error) else AntIOError(str(e), None, self.path)
             self._write_blocked = True
+            self._event("background-error", f"{type(self._bg_error).__name__}: {self._bg_error}; writes refused until resume()")
+
+    def _event(self, what: str, details: str = "") -> None:
+        """One line in the info LOG (none when read-only)."""
+        if self._info_log is not None:
+            self._info_log.event(what, details)
 
     # ------------------------------------------------------------------ writes
 
@@ -481,6 +489,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             return
         # stalls: too many immutable memtables or L0 files
         stalled = False
+        started = time.monotonic()
         with self._mutex:
             while not self._closed and self._bg_error is None:
                 l0 = len(self._versions.current.levels[0])
@@ -491,6 +500,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
                 break
             if stalled:
                 self._stats["stalls"] += 1
+                self._event("stall", f"writes waited {time.monotonic() - started:.3f} s: {len(self._imms)} immutable memtables, {l0} L0 tables")
             elif l0 >= opts.level0_slowdown_writes_trigger:
                 self._stats["slowdowns"] += 1
                 self._bg_cv.wait(0.001)

@@ -2,7 +2,7 @@
 
 Takes the database's ``LOCK`` first (a database open elsewhere is a ``LockError``, and nothing
 is removed), then removes the files a database directory is made of -- every numbered file
-(``parse_file_name``), ``CURRENT``, ``CURRENT.tmp`` and the names :data:`EXTRA_FILES` lists --
+(``parse_file_name``), ``CURRENT``, ``CURRENT.tmp`` and the names :data:`EXTRA_FILES_PREFIXES` starts --
 and finally ``LOCK``, and the directory itself when nothing else is left.  Any other file
 (``lost/``, a file of the user's) is left where it is, and so is the directory.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 
-from .base.filenames import CURRENT, CURRENT_TMP, LOCK, lock_file_name, parse_file_name
+from .base.filenames import CURRENT, CURRENT_TMP, INFO_LOG, LOCK, OPTIONS, STATS, lock_file_name, parse_file_name
 from .errors import InvalidArgumentError
 
-# names a database directory holds besides numbered files (the info LOG, the options file)
-EXTRA_FILES_PREFIXES = ("LOG", "OPTIONS-")
+# names a database directory holds besides numbered files (with their .tmp and rotated forms)
+EXTRA_FILES_PREFIXES = (INFO_LOG, OPTIONS, STATS)
 
 
 def _owned(name: str) -> bool:

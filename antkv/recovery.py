@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
+from . import lifetime, options_file
 from .base.dbformat import RANGE_DELETION
 from .base.filenames import (
     CURRENT_TMP,
@@ -44,6 +46,7 @@ from .base.filenames import (
 )
 from .compaction.flush import write_level0_table
 from .errors import CorruptionError, InvalidArgumentError
+from .info_log import InfoLog
 from .hygiene import DELETE, check_without_current, data_files, keep_copy, move_aside, sort_unlisted
 from .manifest.version_edit import VersionEdit
 from .memtable.memtable import MemTable
@@ -81,13 +84,22 @@ class Recovery:
             fs.sync_dir(os.path.dirname(path) or ".")
         self._lock = fs.lock(lock_file_name(path))
         try:
+            started = time.monotonic()
             exists = fs.exists(current)
             if not exists:
                 moved = check_without_current(fs, path)  # raises when the directory holds data
                 if moved:
                     log.warning("%s: no CURRENT; moved the data-less files of an interrupted creation to lost/: %s",
                                 path, ", ".join(moved))
+            self._info_log = InfoLog(fs, path)  # after the checks: a refused open writes nothing
             self._open_locked(fs, exists)
+            s = self._stats
+            self._event(
+                "open", f"{'recovered' if exists else 'created'} in {time.monotonic() - started:.3f} s: last sequence "
+                f"{self._last_seq}, {len(self._versions.current.levels[0])} L0 tables; dropped by recovery: "
+                f"{s['recovery_dropped'] or 'nothing'}; files removed or moved aside: {s['files_removed_at_open'] or 'none'}; "
+                f"options changed: {s['options_changed'] or 'none'}"
+            )
         except BaseException:
             self._release_resources()
             raise
@@ -99,11 +111,15 @@ class Recovery:
             raise InvalidArgumentError(f"database {path} already exists (error_if_exists is True)")
         if not exists and not opts.create_if_missing:
             raise InvalidArgumentError(f"database {path} does not exist (create_if_missing is False)")
+        self._lifetime_base = lifetime.load(fs, path)
         vs = self._versions
         first_unused = 0  # the next file number the MANIFEST recorded (hygiene.sort_unlisted)
         if exists:
             vs.recover()  # InvalidArgumentError when the MANIFEST has more levels than num_levels
             first_unused = vs.next_file_number
+            used_levels = 1 + max((level for level, _ in vs.current.all_files()), default=0)
+            changed = options_file.check(options_file.load(fs, path), opts, used_levels)
+            self._stats["options_changed"] = changed
         names = fs.listdir(path)
         on_disk = {}
         for name in names:
@@ -172,6 +188,7 @@ class Recovery:
         with self._mutex:
             self._install_super_version()
         self._remove_obsolete_at_open(fs, on_disk, first_unused)
+        options_file.save(fs, path, opts)
         self._delete_obsolete_files()  # e.g. empty or fully-garbage value-log files sealed above
         if self._wbm is not None:
             self._wbm_token = self._wbm.register(self._wbm_flush_callback, self._wbm_oldest)
@@ -283,6 +300,9 @@ class Recovery:
                     log.debug("close of %s failed during a failed open", what)
         self._versions.close()
         self._vlog_reader.close()
+        if self._info_log is not None:
+            self._info_log.close()
+            self._info_log = None
         if self._lock is not None:
             self._fs.unlock(self._lock)
             self._lock = None
@@ -298,6 +318,12 @@ class Recovery:
                 except Exception as e:  # noqa: BLE001 - reported below, resources still released
                     log.warning("sync at close failed: %s", e)
                 self._delete_obsolete_files(closing=True)
+                try:
+                    life = self._collect_stats()["lifetime"]
+                    self._event("close", f"lifetime: {life['user_bytes_written']} user bytes, write amplification {life['write_amplification']:.3f}")
+                    lifetime.save(self._fs, self.path, life)
+                except Exception as e:  # noqa: BLE001 - statistics never fail a close
+                    log.warning("saving the lifetime statistics failed: %s", e)
             self._table_cache.close()
             if self._pool is not None:
                 self._pool.shutdown(wait=True)

@@ -68,6 +68,9 @@ class Resume:
                 self._bg_error = None
                 self._write_blocked = False
                 self._bg_cv.notify_all()
+        self._event("resume", f"after {type(err).__name__}: {err}")
+        if self._bg_thread is None:
+            self._run_inline_work()  # the memtables the error held back (no thread would flush them)
         self.flush(wait=True)
 
 

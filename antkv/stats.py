@@ -8,6 +8,8 @@ value log's non-garbage bytes.
 
 from __future__ import annotations
 
+from . import lifetime
+
 import os
 
 from .base.filenames import CURRENT, parse_file_name, table_file_name, vlog_file_name
@@ -34,6 +36,7 @@ def new_stats() -> dict:
         "vlog_files_deleted": 0,
         "files_removed_at_open": [],
         "recovery_dropped": [],  # what the WAL recovery mode dropped at open (antkv/replay.py)
+        "options_changed": [],  # compatible changes from the OPTIONS file at open (options_file.py)
     }
 
 
@@ -44,7 +47,10 @@ def format_stats(s: dict) -> str:
         "bytes written: wal {wal_bytes_written}, flush {flush_bytes_written}, compaction "
         "{compaction_bytes_written}, vlog {vlog_bytes_written}, manifest {manifest_bytes_written}".format(**s)
     )
-    lines.append(f"write amplification: {s['write_amplification']:.3f}")
+    lines.append(
+        f"write amplification: {s['write_amplification']:.3f} (this process), "
+        f"{s['lifetime']['write_amplification']:.3f} (the database's life, {s['lifetime']['user_bytes_written']} user bytes)"
+    )
     lines.append(f"bytes on disk: {s['bytes_on_disk']}  space amplification: {s['space_amplification']:.3f}")
     for lv in s["levels"]:
         if lv["files"]:
@@ -112,8 +118,10 @@ class Statistics:
         s["pending_compaction_bytes"] = self._pending_compaction_bytes(version)
         s["live_snapshots"] = len(self._snapshots)
         s["last_sequence"] = self._last_seq
+        s["lifetime"] = lifetime.figures(self._lifetime_base, s)
         s["files_removed_at_open"] = list(s["files_removed_at_open"])
         s["recovery_dropped"] = list(s["recovery_dropped"])
+        s["options_changed"] = list(s["options_changed"])
         return s
 
     def _bytes_on_disk(self) -> int:

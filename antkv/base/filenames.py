@@ -9,6 +9,9 @@
     CURRENT             one line, "MANIFEST-NNNNNN\\n": the live MANIFEST
     CURRENT.tmp         CURRENT while it is being replaced (write, sync, rename)
     LOCK                held (flock) by the process that has the database open
+    OPTIONS             the options of the last read-write open (checksummed JSON)
+    STATS               cumulative statistics of the database's life (checksummed JSON)
+    LOG, LOG.old.N      the info log (flushes, compactions, GC, stalls, recovery), rotated
     lost/               files the database could not account for, moved aside (never deleted)
 
     T.vlog              outside a database: the value-log file that travels with the external
@@ -28,6 +31,10 @@ CURRENT_TMP = "CURRENT.tmp"
 LOCK = "LOCK"
 MANIFEST_PREFIX = "MANIFEST-"
 LOST = "lost"
+OPTIONS = "OPTIONS"
+STATS = "STATS"
+INFO_LOG = "LOG"
+INFO_LOG_OLD_PREFIX = "LOG.old."
 
 # the kinds parse_file_name returns
 WAL = "log"
@@ -70,6 +77,23 @@ def lock_file_name(dbname: str) -> str:
 def external_vlog_path(table_path: str) -> str:
     """The value-log file written beside external table ``table_path`` (its large values)."""
     return table_path + "." + VLOG
+
+
+def options_file_name(dbname: str) -> str:
+    return os.path.join(dbname, OPTIONS)
+
+
+def stats_file_name(dbname: str) -> str:
+    return os.path.join(dbname, STATS)
+
+
+def info_log_name(dbname: str) -> str:
+    return os.path.join(dbname, INFO_LOG)
+
+
+def old_info_log_name(dbname: str, n: int) -> str:
+    """The ``n``-th most recent rotated info log (1 = the newest)."""
+    return os.path.join(dbname, f"{INFO_LOG_OLD_PREFIX}{n}")
 
 
 def lost_dir_name(dbname: str) -> str:

@@ -64,7 +64,13 @@ def options_from(args, **fixed):
     """The :class:`antkv.Options` of ``-o NAME=VALUE`` arguments, then ``fixed``."""
     from ..options import Options
 
-    fields = {"max_background_jobs": 0}
+    from .. import options_file
+
+    fields = {}
+    db = getattr(args, "db", None)
+    if db is not None and fs().is_dir(db):
+        fields.update(options_file.load(fs(), db) or {})  # the options the database last ran with
+    fields["max_background_jobs"] = 0
     for item in args.option or []:
         name, eq, value = item.partition("=")
         if not eq or not name:

@@ -2,7 +2,7 @@
 ``OPTIONS-NNNNNN``), checked at the next open.
 
 Every read-write open writes the options it ran with (``base/json_file.py`` format: checksummed,
-replaced atomically), except the per-open ones (:data:`NOT_PERSISTED`: objects such as the cache,
+replaced atomically), except the per-open ones (:data:`NOT_PERSISTED`: objects such as the cache and the clock,
 and flags such as ``read_only``).  At the next open :func:`check` compares them with the options
 given:
 
@@ -30,7 +30,7 @@ from .errors import CorruptionError, InvalidArgumentError
 log = logging.getLogger("antkv")
 
 NOT_PERSISTED = frozenset(
-    {"file_system", "block_cache", "write_buffer_manager", "create_if_missing", "error_if_exists", "read_only"}
+    {"file_system", "block_cache", "write_buffer_manager", "clock", "create_if_missing", "error_if_exists", "read_only"}
 )
 
 

@@ -186,9 +186,13 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         with self._mutex:
             self._schedule_work()
         if options.max_background_jobs == 0:
-            # as the background threads would: e.g. L0 over its trigger; a failure fails the open
+            # each open adds the replayed WAL as an L0 table: with no thread to compact them,
+            # a series of short sessions (the antkv command's) would pile L0 up past the stop
+            # trigger, so compact L0 once it reached its trigger.  A failure fails the open.
+            trigger = options.level0_file_num_compaction_trigger
             try:
-                self._run_inline_work()
+                while len(self._versions.current.levels[0]) >= trigger and self._compact_once():
+                    pass
             except BaseException as e:
                 self._set_bg_error(e)  # so that close() writes nothing more
                 self.close()

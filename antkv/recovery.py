@@ -39,6 +39,7 @@ from .base.filenames import (
     WAL,
     current_file_name,
     lock_file_name,
+    manifest_file_name,
     parse_file_name,
     table_file_name,
     vlog_file_name,
@@ -129,6 +130,14 @@ class Recovery:
                 vs.mark_file_number_used(parsed[1])
         for _, f in vs.current.all_files():
             if (TABLE, f.number) not in on_disk:
+                if vs.recovered_torn_tail is not None:
+                    # the MANIFEST lost its last edits (e.g. truncated): the table was most
+                    # likely deleted by one of them -- the damage is in the MANIFEST
+                    raise CorruptionError(
+                        f"the MANIFEST ends in a torn record, so its last edits are lost: it still lists table "
+                        f"{f.number:06d}.sst, which a lost edit had replaced. Run `antkv repair {path}`",
+                        manifest_file_name(path, vs.manifest_number), vs.recovered_torn_tail,
+                    )
                 raise CorruptionError(f"table {f.number:06d}.sst listed in the MANIFEST is missing", table_file_name(path, f.number))
             size = fs.size(table_file_name(path, f.number))
             if size != f.size:

@@ -147,6 +147,8 @@ class VersionSet:
         # (kind, number) of the tables and value-log files the recovered MANIFEST records as
         # deleted: a file still on disk was being deleted when the process stopped
         self.recovered_deletions: set[tuple[str, int]] = set()
+        # where the recovered MANIFEST's torn last record starts (None: it ended cleanly)
+        self.recovered_torn_tail: int | None = None
 
     # --- counters ---
 
@@ -290,6 +292,7 @@ class VersionSet:
             n += 1
         if n == 0:
             raise CorruptionError("MANIFEST holds no complete record", manifest_path, 0)
+        self.recovered_torn_tail = reader.torn_tail_offset
         self.current = version
         self.manifest_number = number
         self.mark_file_number_used(number)

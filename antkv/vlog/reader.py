@@ -110,7 +110,7 @@ class ValueLogReader:
     def _pin(self, fn: int) -> list:
         with self._lock:
             if self._closed:
-                raise DBClosedError("value-log reader is closed")
+                raise DBClosedError("the database is closed: its value log can no longer be read")
             h = self._handles.get(fn)
             if h is not None:
                 self._handles.move_to_end(fn)
@@ -144,7 +144,7 @@ class ValueLogReader:
         for s in stale:
             s.close()
         if h is None:
-            raise DBClosedError("value-log reader is closed")
+            raise DBClosedError("the database is closed: its value log can no longer be read")
         return h
 
     def _unpin(self, h: list) -> None:

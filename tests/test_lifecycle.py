@@ -105,8 +105,9 @@ def test_close_during_a_user_thread_job_leaves_the_next_opener_intact(tmp_path, 
     returns, the closed handle must write and delete nothing, so a second opener is safe."""
     fs = GateFileSystem()
     path = str(tmp_path / "db")
+    # inline mode: no background compaction relocates the files before the job under test does
     opts = dict(file_system=fs, write_buffer_size=32 * 1024, min_blob_size=200, blob_file_size=16 * 1024,
-                blob_gc_threshold=0.2)
+                blob_gc_threshold=0.2, max_background_jobs=0)
     # every third value overwritten and compacted with GC held off: the first value-log files
     # are a third garbage (GC has work); a fresh L0 table on top gives compact_range work too
     db = antkv.open(path, **{**opts, "blob_gc_threshold": 1.0})

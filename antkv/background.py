@@ -19,6 +19,8 @@ import logging
 from .compaction import picker
 from .compaction.flush import write_level0_table
 from .compaction.run import run_compaction
+from .errors import BackgroundError, DBClosedError
+from .errors import IOError as AntIOError
 from .manifest.version_edit import VersionEdit
 
 log = logging.getLogger("antkv")
@@ -26,6 +28,68 @@ log = logging.getLogger("antkv")
 
 class Background:
     """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): the background work."""
+
+    def _schedule_work(self) -> None:
+        """REQUIRES _mutex.  Wake the background thread if there is anything to do."""
+        self._bg_cv.notify_all()
+
+    def _run_inline_work(self) -> None:
+        """max_background_jobs == 0: flush and compact now, in the caller's thread."""
+        try:
+            self._do_all_work()
+        except AntIOError as e:
+            self._set_bg_error(e)
+            raise
+
+    def _warm_up_workers(self) -> None:
+        """Have the flushing background thread start its worker process now, ahead of the first
+        flush: a worker takes ~0.3 s of CPU to start, which the first flush would otherwise
+        wait for while the writers fill the next memtable (and stall when it is full)."""
+        with self._mutex:
+            self._warm_up_pending = True
+            self._bg_cv.notify_all()
+
+    def _bg_loop(self, role: str) -> None:
+        flushes = role != "compaction"  # the thread whose worker is started ahead of time
+        while True:
+            with self._mutex:
+                while not self._bg_shutdown and not self._has_work(role) and not (flushes and self._warm_up_pending):
+                    self._bg_cv.wait()
+                if self._bg_shutdown:
+                    return
+                warm_up = flushes and self._warm_up_pending
+                if warm_up:
+                    self._warm_up_pending = False
+                else:
+                    self._bg_running += 1
+            if warm_up:
+                self._jobs.start_worker()
+                continue
+            try:
+                self._do_one_step(role)
+            except BaseException as e:  # noqa: BLE001 - recorded; writers see it as BackgroundError
+                self._set_bg_error(e)
+            finally:
+                with self._mutex:
+                    self._bg_running -= 1
+                    self._bg_cv.notify_all()
+                if self._bg_error is not None:
+                    with self._mutex:
+                        while not self._bg_shutdown:
+                            self._bg_cv.wait()
+                        return
+
+    def _wait_for_background(self, condition) -> None:
+        with self._mutex:
+            while not condition():
+                if self._bg_error is not None:
+                    raise BackgroundError(
+                        f"database is read-only after an earlier error: {self._bg_error}", None, self.path
+                    ) from self._bg_error
+                if self._closed:
+                    raise DBClosedError(f"database {self.path} is closed")
+                self._bg_cv.wait(0.05)
+
 
     def _has_work(self, role: str = "all") -> bool:
         """REQUIRES self._mutex.  ``role``: "flush", "compaction" or "all"."""

@@ -38,6 +38,7 @@ from .compaction.run import CompactionEnv
 from .compaction.worker import JobRunner
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError, ReadOnlyError
 from .ingest import Ingestion, check_paths, check_range
+from .write_buffer_accounting import WriteBufferAccounting
 from .errors import IOError as AntIOError
 from .fs import default_file_system
 from .manifest.table_cache import TableCache
@@ -66,7 +67,6 @@ _SINGLE_RECORD_PACK = SINGLE_RECORD.pack  # a one-record write batch header (bat
 _FRAME_HEADER_PACK = HEADER.pack  # the log record header (log_format.py)
 _checksum = checksum
 DEFAULT_CACHE_CAPACITY = 32 * 1024 * 1024  # the private block cache when Options.block_cache is None
-WBM_REPORT_BYTES = 64 * 1024  # memtable growth reported to a write buffer manager at once
 
 
 def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A001
@@ -76,7 +76,7 @@ def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A0
     return DB(path, options)
 
 
-class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics, Resume):
+class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics, Resume, WriteBufferAccounting):
     """An open antkv database.  Thread-safe; use as a context manager to close on exit."""
 
     def __init__(self, path: str, options: Options):
@@ -449,27 +449,6 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             vs.log_and_apply(edit)
             self._vlog = new
 
-    def _wbm_account(self, added: int) -> None:
-        if self._wbm_mutable_since is None:
-            self._wbm_mutable_since = time.monotonic_ns()  # the memtable's first write
-        self._wbm_pending += added
-        if self._wbm_pending >= WBM_REPORT_BYTES:
-            n, self._wbm_pending = self._wbm_pending, 0
-            self._wbm_reserved += n
-            self._wbm.reserve_mem(n)
-            self._wbm.maybe_trigger_flush()
-            if self._must_make_room:
-                self._make_room()
-            wbm = self._wbm
-            if wbm.allow_stall or wbm.enabled and wbm.memory_usage > wbm.buffer_size + wbm.dummy_entry_size:
-                # wait for flushes with the write lock released (their memtable switches
-                # need it); without allow_stall only past the budget plus one unit
-                self._write_lock.release()
-                try:
-                    wbm.maybe_stall() if wbm.allow_stall else wbm.hold_budget(self._wbm_token)
-                finally:
-                    self._write_lock.acquire()
-
     # ------------------------------------------------------------------ memtable switch
 
     def _make_room(self) -> None:
@@ -540,30 +519,6 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         if self._bg_thread is None:
             self._run_inline_work()
 
-    def _wbm_pending_flush_account(self, old: MemTable) -> None:
-        n, self._wbm_pending = self._wbm_pending, 0
-        self._wbm_mutable_since = None
-        if n:
-            self._wbm_reserved += n
-            self._wbm.reserve_mem(n)
-        self._wbm.schedule_free_mem(old.memory)
-
-    def _wbm_flush_callback(self) -> None:
-        """The write buffer manager asks this database to flush its mutable memtable."""
-        self._flush_requested = True
-        self._must_make_room = True
-        if self._write_lock.acquire(blocking=False):
-            try:
-                if not self._closed and self._bg_error is None:
-                    self._make_room()
-            finally:
-                self._write_lock.release()
-
-    def _wbm_oldest(self) -> int | None:
-        """When the mutable memtable took its first write (None: it is empty).  Stamped at the
-        first write, not when the memtable was created: an idle database's memtable is not old."""
-        return None if self._mem.is_empty() else self._wbm_mutable_since
-
     def _apply_edit(self, edit, on_success=None) -> None:
         """REQUIRES _mutex.  Log ``edit`` to the MANIFEST, run ``on_success`` (only if that
         worked), then publish the new version."""
@@ -610,69 +565,6 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         sv = SuperVersion(self._mem, tuple(self._imms), self._versions.current)
         self._sv = sv
         self._live_views.add(sv)
-
-    # ------------------------------------------------------------------ background work
-
-    def _schedule_work(self) -> None:
-        """REQUIRES _mutex.  Wake the background thread if there is anything to do."""
-        self._bg_cv.notify_all()
-
-    def _run_inline_work(self) -> None:
-        """max_background_jobs == 0: flush and compact now, in the caller's thread."""
-        try:
-            self._do_all_work()
-        except AntIOError as e:
-            self._set_bg_error(e)
-            raise
-
-    def _warm_up_workers(self) -> None:
-        """Have the flushing background thread start its worker process now, ahead of the first
-        flush: a worker takes ~0.3 s of CPU to start, which the first flush would otherwise
-        wait for while the writers fill the next memtable (and stall when it is full)."""
-        with self._mutex:
-            self._warm_up_pending = True
-            self._bg_cv.notify_all()
-
-    def _bg_loop(self, role: str) -> None:
-        flushes = role != "compaction"  # the thread whose worker is started ahead of time
-        while True:
-            with self._mutex:
-                while not self._bg_shutdown and not self._has_work(role) and not (flushes and self._warm_up_pending):
-                    self._bg_cv.wait()
-                if self._bg_shutdown:
-                    return
-                warm_up = flushes and self._warm_up_pending
-                if warm_up:
-                    self._warm_up_pending = False
-                else:
-                    self._bg_running += 1
-            if warm_up:
-                self._jobs.start_worker()
-                continue
-            try:
-                self._do_one_step(role)
-            except BaseException as e:  # noqa: BLE001 - recorded; writers see it as BackgroundError
-                self._set_bg_error(e)
-            finally:
-                with self._mutex:
-                    self._bg_running -= 1
-                    self._bg_cv.notify_all()
-                if self._bg_error is not None:
-                    with self._mutex:
-                        while not self._bg_shutdown:
-                            self._bg_cv.wait()
-                        return
-
-    def _wait_for_background(self, condition) -> None:
-        with self._mutex:
-            while not condition():
-                if self._bg_error is not None:
-                    raise BackgroundError(
-                        f"database is read-only after an earlier error: {self._bg_error}", None, self.path
-                    ) from self._bg_error
-                if self._closed:
-                    raise DBClosedError(f"database {self.path} is closed")
-                self._bg_cv.wait(0.05)
 
     # ------------------------------------------------------------------ reads
 

@@ -128,9 +128,14 @@ class ValueState(StateVariable):
     """One row per grouping key."""
 
     kind = b"v"
+    _last = (None, None)  # (stored key, its value): exists() then get() read the store once
 
     def _read(self):
-        raw = self._handle.store.get(self._key())
+        key = self._key()
+        last_key, raw = self._last
+        if last_key != key:
+            raw = self._handle.store.get(key)
+            self._last = (key, raw)
         if raw is None:
             return None
         expiry, row = decode_row(raw)
@@ -146,18 +151,19 @@ class ValueState(StateVariable):
         row = _row(newValue, self._arity, f"value state {self._name!r}")
         expiry = self._expiry()
         key = self._key()
-        self._handle.store.put(key, encode_row((expiry, row)))
+        raw = encode_row((expiry, row))
+        self._handle.store.put(key, raw)
+        self._last = (key, raw)
         self._index(key, expiry)
 
     def clear(self) -> None:
-        self._handle.store.delete(self._key())
+        key = self._key()
+        self._handle.store.delete(key)
+        self._last = (key, None)
 
     def expire(self, key: bytes, now: int) -> None:
-        raw = self._handle.store.get(key)
-        if raw is not None:
-            expiry = decode_row(raw)[0]
-            if expiry is not None and now >= expiry:
-                self._handle.store.delete(key)
+        self._last = (None, None)
+        _expire_single(self._handle.store, key, now)
 
 
 class ListState(StateVariable):
@@ -275,7 +281,16 @@ class MapState(StateVariable):
             self._handle.store.delete(stored)
 
     def expire(self, key: bytes, now: int) -> None:
-        ValueState.expire(self, key, now)
+        _expire_single(self._handle.store, key, now)
+
+
+def _expire_single(store, key: bytes, now: int) -> None:
+    """Delete the value or map entry at ``key`` if its expiry is at or before ``now``."""
+    raw = store.get(key)
+    if raw is not None:
+        expiry = decode_row(raw)[0]
+        if expiry is not None and now >= expiry:
+            store.delete(key)
 
 
 def expired_index_entries(store, key_groups, now: int):

@@ -354,3 +354,28 @@ def test_refusals_are_clear_and_publish_nothing(spark, tmp_path):
                            partitions=1)
     with pytest.raises(TypeError, match="StatefulProcessor"):
         TransformWithState(f"file://{tmp_path}/s", "x", "key", object(), "key string", partitions=1)
+
+
+def test_timers_and_state_move_with_their_keys_when_the_partitions_change(spark, tmp_path):
+    """The session window over partitions 2 -> 3 -> 1 gives what it gives on 2 throughout:
+    timers live in their keys' key groups, so a rescale carries them along."""
+    def at(minutes):
+        return T0 + minutes * MINUTE
+    batches = [[(f"u{i}", at(i % 3)) for i in range(30)], [(f"u{i}", at(4 + i % 2)) for i in range(0, 30, 2)],
+               [("u0", at(20))], []]
+
+    def run(name, partitions):
+        out = []
+        for b, (rows, n) in enumerate(zip(batches, partitions)):
+            runner = TransformWithState(f"file://{tmp_path}/s", name, "key", session_processor_class()(),
+                                        "key string, start long, end long, events long", time_mode="EventTime",
+                                        event_time_column="ts", partitions=n, key_groups=16)
+            df = spark.createDataFrame(rows, "key string, ts long")
+            out += [tuple(r) for r in runner.run(df, b).output.itertuples(index=False)]
+        return sorted(out)
+
+    fixed = run("fixed", [2, 2, 2, 2])
+    # 30 sessions close: u0's first one in handleInputRows (a gap), the 29 others by their timers
+    # in the last batch (watermark 20 min); u0's second session stays open
+    assert len(fixed) == 30 and ("u0", T0, T0 + 4 * MINUTE, 2) in fixed
+    assert run("rescaled", [2, 3, 1, 1]) == fixed

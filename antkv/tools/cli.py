@@ -130,11 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", metavar="NAME", help="e.g. antkv.stats, antkv.num-files-at-level0")
     add("list-files", c.cmd_list_files, "list the live tables, value-log files and WALs", opening)
     add("verify", c.cmd_verify, "read every table and value-log file, check every checksum (exit 4: a "
-        "torn tail recovery would drop)", opening)
-    p = add("checkpoint", c.cmd_checkpoint, "write a consistent, openable copy of DB to DIR", opening)
+        "torn tail recovery would drop)", opening, quiet)
+    p = add("checkpoint", c.cmd_checkpoint, "write a consistent, openable copy of DB to DIR", opening, quiet)
     p.add_argument("dir", metavar="DIR", help="must not exist")
-    add("compact", c.cmd_compact, "compact every table down to the bottom level", opening)
-    add("gc", c.cmd_gc, "run value-log garbage collection now", opening)
+    add("compact", c.cmd_compact, "compact every table down to the bottom level", opening, quiet)
+    add("gc", c.cmd_gc, "run value-log garbage collection now", opening, quiet)
     add("repair", c.cmd_repair, "rebuild DB from the files that verify; damaged files go to DB/lost/ "
         "(exit 4 if anything was lost)", opening)
 

@@ -17,7 +17,7 @@ from .. import errors
 from ..base.filenames import current_file_name, parse_file_name
 from .codec import Codec, UsageError
 from .dumps import dump_manifest, dump_wal
-from .progress import progress
+from .progress import progress, step_bar
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -380,8 +380,8 @@ def cmd_list_files(args, out: Output) -> int:
 
 
 def cmd_verify(args, out: Output) -> int:
-    with open_db(args, read_only=True) as db:
-        r = db.verify()
+    with open_db(args, read_only=True) as db, step_bar("verify", "files", args.no_progress) as bar:
+        r = db.verify(progress=bar)
         dropped = db.stats()["recovery_dropped"]
     r = dict(r, recovery_would_drop=dropped)
     text = (
@@ -395,22 +395,22 @@ def cmd_verify(args, out: Output) -> int:
 
 
 def cmd_checkpoint(args, out: Output) -> int:
-    with open_db(args) as db:
-        db.checkpoint(args.dir)
+    with open_db(args) as db, step_bar("checkpoint", "files", args.no_progress) as bar:
+        db.checkpoint(args.dir, progress=bar)
     return _done(args, out, {"checkpoint": args.dir}, f"checkpoint of {args.db} written to {args.dir}")
 
 
 def cmd_compact(args, out: Output) -> int:
-    with open_db(args) as db:
-        db.compact_range()
+    with open_db(args) as db, step_bar("compact", "levels", args.no_progress) as bar:
+        db.compact_range(progress=bar)
         levels = db.stats()["levels"]
     shape = ", ".join(f"L{lv['level']}: {lv['files']} tables {lv['bytes']} B" for lv in levels if lv["files"])
     return _done(args, out, {"levels": levels}, f"compacted {args.db}: {shape or 'no tables'}")
 
 
 def cmd_gc(args, out: Output) -> int:
-    with open_db(args) as db:
-        r = db.gc_value_log()
+    with open_db(args) as db, step_bar("gc", "files", args.no_progress) as bar:
+        r = db.gc_value_log(progress=bar)
     return _done(args, out, r, "value-log GC: " + ", ".join(f"{k} {v}" for k, v in sorted(r.items())))
 
 

@@ -75,10 +75,10 @@ class Background:
                     self._bg_running -= 1
                     self._bg_cv.notify_all()
                 if self._bg_error is not None:
+                    # idle until resume() clears the error (then go on) or the database closes
                     with self._mutex:
-                        while not self._bg_shutdown:
+                        while not self._bg_shutdown and self._bg_error is not None:
                             self._bg_cv.wait()
-                        return
 
     def _wait_for_background(self, condition) -> None:
         with self._mutex:

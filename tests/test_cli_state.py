@@ -78,6 +78,14 @@ def test_state_info_names_versions_partitions_and_keys(run, location):
     assert code == 1 and "no published version 7" in err and "1..2" in err
     code, _, err = run("state-info", loc, "--operator", "nope")
     assert code == 1 and "no published version" in err
+    code, _, err = run("state-info", os.path.dirname(loc))  # not a location
+    assert code == 1 and "no operator has a published version" in err
+    code, _, err = run("state-info", os.path.join(os.path.dirname(loc), "missing"))
+    assert code == 1 and err
+    code, _, err = run("state-show", loc, "nope")
+    assert code == 1 and "'nope' has no published version" in err and "None" not in err
+    code, _, err = run("state-show", loc, "clicks", "--version", "abc")
+    assert code == 2 and "invalid int" in err
 
 
 def test_state_show_prints_the_decoded_state(run, location):

@@ -63,6 +63,9 @@ def describe_location(location, operator: str | None = None, version: int | None
     """One dict per operator (or only ``operator``): see the module docstring."""
     loc = as_location(location)
     names = operators(loc) if operator is None else [check_operator(operator)]
+    if not names:
+        raise antkv.InvalidArgumentError(
+            f"{loc.uri}: no operator has a published version here (not a pipeline's checkpoint location?)")
     out = []
     for op in names:
         versions = published_versions(loc, op)
@@ -102,7 +105,9 @@ def _stores(location, operator: str, version: int | None, options: StoreOptions 
     store is aborted after its turn."""
     loc, operator = as_location(location), check_operator(operator)
     versions = published_versions(loc, operator)
-    v = versions[-1] if version is None and versions else version
+    if not versions:
+        raise antkv.InvalidArgumentError(f"{loc.uri}: operator {operator!r} has no published version")
+    v = versions[-1] if version is None else version
     if v not in versions:
         raise antkv.InvalidArgumentError(
             f"{loc.uri}: operator {operator!r} has no published version {v} (published: {_span(versions)})")

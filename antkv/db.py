@@ -725,29 +725,30 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             if wait and target is not None:
                 self._wait_for_background(lambda: target not in self._imms)
 
-    def compact_range(self, begin=None, end=None) -> None:
-        """Compact every table overlapping ``[begin, end]`` down to the bottom level."""
+    def compact_range(self, begin=None, end=None, *, progress=None) -> None:
+        """Compact every table overlapping ``[begin, end]`` down to the bottom level.  ``progress``
+        (here and in ``gc_value_log``, ``checkpoint``, ``verify``): ``progress(done, total)``."""
         lo = None if begin is None else as_bytes(begin, "begin")
         hi = None if end is None else as_bytes(end, "end")
         if lo is not None and hi is not None and lo > hi:
             raise InvalidArgumentError(f"compact_range: begin {lo!r} > end {hi!r}")
         with self._maintenance():
             self.flush(wait=True)
-            self._compact_range_levels(lo, hi)
+            self._compact_range_levels(lo, hi, progress)
 
-    def gc_value_log(self) -> dict:
+    def gc_value_log(self, *, progress=None) -> dict:
         """Run value-log garbage collection now; returns what it did."""
         with self._maintenance():
             self._check_writable()
-            return self._collect_value_log()
+            return self._collect_value_log(progress)
 
-    def checkpoint(self, directory) -> None:
+    def checkpoint(self, directory, *, progress=None) -> None:
         """Write a consistent, openable copy of the database to ``directory`` (must not exist)."""
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory must be a str or os.PathLike, not {type(directory).__name__}")
         with self._maintenance():
             self._check_writable()
-            self._create_checkpoint(os.fspath(directory))
+            self._create_checkpoint(os.fspath(directory), progress)
 
     def ingest(self, paths, *, move: bool = False) -> dict:
         """Add external tables (:class:`antkv.SstFileWriter` files) atomically, each newer than
@@ -773,10 +774,10 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             raise InvalidArgumentError("ingest_database: a database cannot ingest itself")
         return self._ingest_database(path, lo, hi)
 
-    def verify(self) -> dict:
+    def verify(self, *, progress=None) -> dict:
         """Read every file and check every checksum; returns counts, raises CorruptionError."""
         with self._maintenance():
-            return self._verify_files()
+            return self._verify_files(progress)
 
     def stats(self) -> dict:
         self._check_open()

@@ -421,6 +421,20 @@ class TableReader:
             )
         return count
 
+    def readable_blocks(self) -> Iterator[tuple[int, tuple[list, list, list, list] | CorruptionError]]:
+        """For repair: every data block in file order, read and checked on its own, as
+        ``(offset, (keys, neg_seqs, kinds, values))``, or ``(offset, error)`` for a block that
+        cannot be read (a checksum or decoding failure); one bad block does not stop the rest."""
+        if self._file is None:
+            raise DBClosedError(f"table {self.path} is closed")
+        _, _, offsets, sizes = self._index
+        for off, size in zip(offsets, sizes):
+            try:
+                buf, n = read_block(self._file, off, size, True, self.path)
+                yield off, decode_block(buf, n, self.path, off)
+            except (CorruptionError, AntIOError) as e:
+                yield off, e if isinstance(e, CorruptionError) else CorruptionError(str(e), self.path, off)
+
     def close(self) -> None:
         f, self._file = self._file, None
         handles, self._handles = self._handles, []

@@ -49,8 +49,7 @@ def open_rescaled_store(location, operator: str, plan: PartitionRescale, version
             source = open_store(location, operator, source_partition, version,
                                 manifest=old_manifests[source_partition], options=options)
             try:
-                for key, value in source.items(begin, end):
-                    store.put(key, value)
+                store.ingest_range(source, begin, end)
             finally:
                 source.abort()  # read only: nothing of the source's version changes
     except BaseException:

@@ -227,6 +227,8 @@ class StateStore:
         self._overflow = False  # values dropped from _changes: this batch commits a snapshot
         self._ranges: list[tuple[bytes, bytes]] = []
         self._base_live: dict[bytes, bool] = {}  # keys read before first written: live in the base?
+        self._base_keys = 0 if copy.manifest is None else copy.manifest.num_keys  # keys at _base_snapshot
+        self._ingested = False  # ranges were ingested: this batch commits a snapshot
         self._done = False
         self.reused_working_copy = False  # opened on a working copy this process held (no load)
         self.bytes_referenced = 0  # after commit: bytes of every object the new version names
@@ -308,16 +310,15 @@ class StateStore:
     def num_keys(self) -> int:
         """The exact number of keys now (the base version's count plus this batch's effect)."""
         self._check_active()
-        base = 0 if self._copy.manifest is None else self._copy.manifest.num_keys
-        return base + self._key_delta()
+        return self._base_keys + self._key_delta()
 
     def _key_delta(self) -> int:
         db, snap, known = self._db, self._base_snapshot, self._base_live
-        if self._copy.manifest is None or self._copy.manifest.num_keys == 0:
+        if self._base_keys == 0:
             return sum(v is not None for v in self._changes.values())  # an empty base: nothing to read
         changes = self._changes
         unknown = [k for k in changes if k not in known]
-        if len(unknown) * _SCAN_FACTOR > self._copy.manifest.num_keys:
+        if len(unknown) * _SCAN_FACTOR > self._base_keys:
             # most of the base is touched: one scan of it costs less than a read per key
             live = {k for k in db.keys(snapshot=snap) if k in changes}
             known = dict(known)
@@ -335,6 +336,49 @@ class StateStore:
                     delta -= 1  # live in the base, deleted by the range, not written again
         return delta
 
+    # ------------------------------------------------------------------ ingest
+
+    def ingest_range(self, source: "StateStore", begin, end) -> int:
+        """Replace this state's keys in ``[begin, end)`` by ``source``'s (an open store of any
+        partition, only read) by adding ``source``'s files, not by copying keys
+        (:meth:`WorkingCopy.ingest`: tables wholly inside the range and the value-log files
+        they point into are hard-linked; only tables straddling a bound are rewritten).
+        Returns the number of keys brought in.
+
+        The ingested keys are in no changelog, so this batch commits a snapshot; its files
+        ingested unchanged name ``source``'s objects and are not uploaded again.
+
+        The key count stays exact: it is settled first (the base count plus this batch's
+        effect so far, the usual rule), then the keys of ``[begin, end)`` here are subtracted
+        and ``source``'s keys there added -- each counted by one ordered scan of keys in the
+        range (the engine's ingest reports files, not keys; a scan of live keys counts each key
+        once, exactly, and the checkpoint ingested holds exactly ``source``'s state).  The batch
+        then counts from the state after the ingest, as from a new base."""
+        self._check_active()
+        if not isinstance(source, StateStore):
+            raise TypeError(f"source must be a StateStore, not {type(source).__name__}")
+        source._check_active()
+        if source is self:
+            raise antkv.InvalidArgumentError("a state store cannot ingest from itself")
+        for name, bound in (("begin", begin), ("end", end)):
+            if not isinstance(bound, (bytes, bytearray, memoryview)):
+                raise TypeError(f"{name} must be bytes, not {type(bound).__name__}")
+        begin, end = bytes(begin), bytes(end)
+        if begin > end:
+            raise antkv.InvalidArgumentError(f"ingest_range: begin {begin!r} > end {end!r}")
+        settled = self._base_keys + self._key_delta()
+        replaced = sum(1 for _ in self._db.keys(begin, end))
+        brought = sum(1 for _ in source._db.keys(begin, end))
+        self._copy.ingest(source._copy, begin, end)
+        self._base_snapshot.release()
+        self._base_snapshot = self._db.snapshot()
+        self._base_keys = settled - replaced + brought
+        self._changes, self._ranges, self._base_live = {}, [], {}
+        self._change_bytes = 0
+        self._overflow = True  # a snapshot is committed: the changed values need not be kept
+        self._ingested = True
+        return brought
+
     # ------------------------------------------------------------------ commit / abort
 
     def commit(self) -> CommitMessage:
@@ -345,12 +389,12 @@ class StateStore:
         attempt = new_attempt_id()
         base_name, base = copy.manifest_name, copy.manifest
         try:
-            num_keys = (0 if base is None else base.num_keys) + self._key_delta()
+            num_keys = self._base_keys + self._key_delta()
             snapshot = None if base is None else base.snapshot
             chain = () if base is None else base.changelogs
             nbytes = nobjects = 0
             wrote_snapshot = False
-            if self._changes or self._ranges:
+            if self._changes or self._ranges or self._ingested:
                 log = None if self._overflow else encode_changelog(_merge_ranges(self._ranges), self._changes)
                 if log is None or self._needs_snapshot(snapshot, chain, len(log)):
                     snapshot, nbytes, nobjects = copy.write_snapshot(

@@ -9,14 +9,24 @@ applied in order.  It then *is* that version; the store writes the next batch in
 location.  Invariant: every entry names an object a retained version references, with the
 exact bytes of the local file of that name.  It holds because an engine file is immutable and
 its number is never reused within one database's life, and because the map starts from the
-loaded snapshot and only gains files this copy uploaded itself.  A snapshot commit therefore
-uploads exactly the engine files missing from the map.
+loaded snapshot and only gains
+
+* files this copy uploaded itself, and
+* files it ingested from another working copy (:meth:`WorkingCopy.ingest`) that are *the same
+  file* (same device and inode, hence the same bytes) as a file of that copy's own map, whose
+  object a retained version (the source's) references.  The check is made while the checkpoint
+  holding the source's links still exists, so the inode cannot have been reused; the size is
+  checked too.  No hash is needed (identity is a stronger proof), and none is computed: a
+  value-log file the ingest links may be much larger than the part of it brought in.
+
+A snapshot commit therefore uploads exactly the engine files missing from the map.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import uuid
 
 import antkv
 import xxhash
@@ -93,6 +103,39 @@ class WorkingCopy:
                 batch, n = antkv.WriteBatch(), 0
         if n:
             self.db.write(batch)
+
+    def ingest(self, source: "WorkingCopy", begin: bytes, end: bytes) -> None:
+        """Replace ``[begin, end)`` of this copy's database by what ``source``'s holds there,
+        by adding ``source``'s files: a checkpoint of ``source`` (hard links, in a temporary
+        directory of this copy's work area, removed whatever happens) is ingested with
+        ``antkv.DB.ingest_database``.  Files ingested unchanged that ``source`` holds as objects
+        join :attr:`file_map` under their new names (the module docstring says why that keeps
+        its invariant), so a snapshot commit names those objects instead of uploading them."""
+        tmp = os.path.join(self.work.path, f"ingest-{uuid.uuid4().hex}")
+        try:
+            source.db.checkpoint(tmp)
+            with os_errors(tmp):
+                shared = {}  # (device, inode) of a checkpoint file -> the source's object
+                for name in os.listdir(tmp):
+                    ref = source.file_map.get(name)
+                    if ref is not None:
+                        st = os.stat(os.path.join(tmp, name))
+                        if st.st_size == ref.size:
+                            shared[(st.st_dev, st.st_ino)] = ref
+                self.db.ingest_database(tmp, begin, end)
+                for name in os.listdir(self.work.db_path):
+                    if not name.endswith(_SNAPSHOT_SUFFIXES) or name in self.file_map:
+                        continue
+                    try:
+                        st = os.stat(os.path.join(self.work.db_path, name))
+                    except FileNotFoundError:
+                        continue  # removed meanwhile (a compaction): nothing to name
+                    ref = shared.get((st.st_dev, st.st_ino))
+                    if ref is not None and st.st_size == ref.size:
+                        self.file_map[name] = FileRef(ref.object, ref.size, ref.xxh3, local=name)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.rmtree(tmp + ".tmp", ignore_errors=True)  # a checkpoint interrupted midway
 
     def write_snapshot(self, location: Location, operator: str, partition: int, version: int,
                        attempt: str) -> tuple[Snapshot, int, int]:

@@ -21,9 +21,12 @@ from the change set; "live in v" is learned for free when the batch read the key
 writing it (the read-modify-write of every state update), and otherwise read at commit, in one
 pass, from a snapshot taken when the batch began (a point read per key, or one scan of the
 base's keys when the batch blind-wrote more than 1/8 of them; none when the base is empty).
-A range deletion adds the keys of ``v`` in the range (one scan of the range at commit).
-Cost: at most one point read per *distinct blind-written* key per batch, none per write.
-The snapshot keeps the base's versions through compactions that run during the batch.
+A range deletion removes the keys of ``v`` in the range: read from the manifest's counts per
+key prefix when the range is aligned to prefixes (a key-group range is), else by one scan of
+the range at commit (:mod:`antkv.spark.key_counts`).  Cost: at most one point read per
+*distinct blind-written* key per batch, none per write.  The snapshot keeps the base's
+versions through compactions that run during the batch.  ``ingest_range`` (a rescale's
+bring-in) settles the count and restarts it from the state after the ingest.
 
 **Commit** writes, under names carrying the new version and a random attempt id:
 
@@ -67,6 +70,7 @@ from .location import (
     new_attempt_id,
 )
 from .memory import worker_memory
+from .key_counts import aligned, count_changes, in_range, scan_counts
 from .objects import FileRef, Manifest, Marker, encode_changelog
 from .working_copy import WorkingCopy
 
@@ -228,6 +232,7 @@ class StateStore:
         self._ranges: list[tuple[bytes, bytes]] = []
         self._base_live: dict[bytes, bool] = {}  # keys read before first written: live in the base?
         self._base_keys = 0 if copy.manifest is None else copy.manifest.num_keys  # keys at _base_snapshot
+        self._base_counts = {} if copy.manifest is None else copy.manifest.key_counts  # ... per prefix
         self._ingested = False  # ranges were ingested: this batch commits a snapshot
         self._done = False
         self.reused_working_copy = False  # opened on a working copy this process held (no load)
@@ -310,31 +315,12 @@ class StateStore:
     def num_keys(self) -> int:
         """The exact number of keys now (the base version's count plus this batch's effect)."""
         self._check_active()
-        return self._base_keys + self._key_delta()
+        return self._count()[0]
 
-    def _key_delta(self) -> int:
-        db, snap, known = self._db, self._base_snapshot, self._base_live
-        if self._base_keys == 0:
-            return sum(v is not None for v in self._changes.values())  # an empty base: nothing to read
-        changes = self._changes
-        unknown = [k for k in changes if k not in known]
-        if len(unknown) * _SCAN_FACTOR > self._base_keys:
-            # most of the base is touched: one scan of it costs less than a read per key
-            live = {k for k in db.keys(snapshot=snap) if k in changes}
-            known = dict(known)
-            for k in unknown:
-                known[k] = k in live
-        delta = 0
-        for k, v in changes.items():
-            was = known.get(k)
-            if was is None:
-                was = db.get(k, snapshot=snap) is not None
-            delta += (v is not None) - was
-        for b, e in _merge_ranges(self._ranges):
-            for k in db.keys(b, e, snapshot=snap):
-                if k not in self._changes:
-                    delta -= 1  # live in the base, deleted by the range, not written again
-        return delta
+    def _count(self) -> tuple[int, dict | None]:
+        """``(keys now, keys per prefix now or None)``: :func:`key_counts.count_changes`."""
+        return count_changes(self._db, self._base_snapshot, self._base_keys, self._base_counts, self._changes,
+                             self._base_live, _merge_ranges(self._ranges), _SCAN_FACTOR)
 
     # ------------------------------------------------------------------ ingest
 
@@ -348,12 +334,13 @@ class StateStore:
         The ingested keys are in no changelog, so this batch commits a snapshot; its files
         ingested unchanged name ``source``'s objects and are not uploaded again.
 
-        The key count stays exact: it is settled first (the base count plus this batch's
-        effect so far, the usual rule), then the keys of ``[begin, end)`` here are subtracted
-        and ``source``'s keys there added -- each counted by one ordered scan of keys in the
-        range (the engine's ingest reports files, not keys; a scan of live keys counts each key
-        once, exactly, and the checkpoint ingested holds exactly ``source``'s state).  The batch
-        then counts from the state after the ingest, as from a new base."""
+        The key count stays exact: it is settled first (the usual rule), then the keys of
+        ``[begin, end)`` here are replaced by ``source``'s there.  Both are read from the key
+        counts per prefix when the range is aligned to prefixes (every key-group range is) and
+        the counts are known -- nothing is read per key -- and otherwise counted by one ordered
+        scan of keys in the range (a scan of live keys counts each key once; the checkpoint
+        ingested holds exactly ``source``'s state).  The batch then counts from the state
+        after the ingest, as from a new base."""
         self._check_active()
         if not isinstance(source, StateStore):
             raise TypeError(f"source must be a StateStore, not {type(source).__name__}")
@@ -366,18 +353,31 @@ class StateStore:
         begin, end = bytes(begin), bytes(end)
         if begin > end:
             raise antkv.InvalidArgumentError(f"ingest_range: begin {begin!r} > end {end!r}")
-        settled = self._base_keys + self._key_delta()
-        replaced = sum(1 for _ in self._db.keys(begin, end))
-        brought = sum(1 for _ in source._db.keys(begin, end))
+        total, counts = self._count()
+        source_counts = source._count()[1]
+        by_counts = aligned(begin, end)
+        replaced = in_range(counts, begin, end) if by_counts and counts is not None else scan_counts(self._db, begin, end)
+        brought = (in_range(source_counts, begin, end) if by_counts and source_counts is not None
+                   else scan_counts(source._db, begin, end))
         self._copy.ingest(source._copy, begin, end)
         self._base_snapshot.release()
         self._base_snapshot = self._db.snapshot()
-        self._base_keys = settled - replaced + brought
+        self._base_keys = total - sum(replaced.values()) + sum(brought.values())
+        if counts is not None:
+            counts = dict(counts)
+            for p, n in replaced.items():
+                if counts.get(p, 0) == n:
+                    counts.pop(p, None)
+                else:
+                    counts[p] -= n
+            for p, n in brought.items():
+                counts[p] = counts.get(p, 0) + n
+        self._base_counts = counts
         self._changes, self._ranges, self._base_live = {}, [], {}
         self._change_bytes = 0
         self._overflow = True  # a snapshot is committed: the changed values need not be kept
         self._ingested = True
-        return brought
+        return sum(brought.values())
 
     # ------------------------------------------------------------------ commit / abort
 
@@ -389,7 +389,7 @@ class StateStore:
         attempt = new_attempt_id()
         base_name, base = copy.manifest_name, copy.manifest
         try:
-            num_keys = self._base_keys + self._key_delta()
+            num_keys, key_counts = self._count()
             snapshot = None if base is None else base.snapshot
             chain = () if base is None else base.changelogs
             nbytes = nobjects = 0
@@ -407,7 +407,7 @@ class StateStore:
                     chain = chain + (FileRef(name, len(log), xxhash.xxh3_128_hexdigest(log), version=version),)
                     nbytes, nobjects = len(log), 1
             manifest = Manifest(self.operator, self.partition, version, attempt, base_name, num_keys,
-                                snapshot, chain)
+                                snapshot, chain, key_counts)
             name = manifest_name(self.operator, self.partition, version, attempt)
             data = manifest.encode()
             loc.write(name, data)

@@ -40,6 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -51,6 +52,8 @@ from antkv.spark.rescale import open_rescaled_store  # noqa: E402
 
 K = DEFAULT_KEY_GROUPS
 KEY_LEN = 2 + 2 + 13
+VERSION = 3  # the version rescaled
+SETTLED = b"\xff\xffbench-settled"  # a metadata key (above every key group): kept by every partition
 
 
 def _key(i: int) -> bytes:
@@ -59,13 +62,27 @@ def _key(i: int) -> bytes:
 
 
 def load(loc: str, options: StoreOptions, keys: int, value_size: int) -> None:
-    """Publish version 1 of 2 partitions holding ``keys`` keys between them."""
+    """Publish version 1 of 2 partitions holding ``keys`` keys between them, then versions 2
+    and 3, each adding one metadata key with a snapshot commit: version 3 is committed once the
+    compactions the load called for are done (the working copies stay open in between), so
+    the rescale of version 3 measures the rescale, not a compaction the load left over."""
     coord = CommitCoordinator(loc, "bench", 2, query_id="bench")
     stores = [open_store(loc, "bench", p, 0, options=options) for p in range(2)]
     for i in range(keys):
         k = _key(i)
         stores[int.from_bytes(k[:2], "big") * 2 // K].put(k, os.urandom(value_size))
     coord.publish(1, [s.commit() for s in stores])
+    settle = replace(options, max_changelog_chain=1)  # any change commits a snapshot
+    for version in (1, 2):
+        stores = [open_store(loc, "bench", p, version, options=settle) for p in range(2)]
+        for s in stores:
+            while True:
+                st = s.engine_stats()
+                if st["levels"][0]["files"] < 4 and not st["pending_compaction_bytes"]:
+                    break
+                time.sleep(0.05)
+            s.put(SETTLED, b"%d" % version)
+        coord.publish(version + 1, [s.commit() for s in stores])
     release_idle_stores()
 
 
@@ -76,11 +93,12 @@ def _engine_written(store) -> int:
 
 def _copy_rescaled(loc, plan, old, options):
     """The bring-in by copying keys (the mode ingestion replaced), for comparison."""
-    store = open_store(loc, "bench", plan.partition, 1, manifest=old[plan.base], options=options,
+    store = open_store(loc, "bench", plan.partition, VERSION, manifest=old[plan.base], options=options,
                        rescale_from=plan.base)
     clip_to_key_groups(store, plan)
     for source_partition, groups in plan.bring_in:
-        source = open_store(loc, "bench", source_partition, 1, manifest=old[source_partition], options=options)
+        source = open_store(loc, "bench", source_partition, VERSION, manifest=old[source_partition],
+                            options=options)
         for k, v in source.items(*groups.key_bounds()):
             store.put(k, v)
         source.abort()
@@ -88,13 +106,13 @@ def _copy_rescaled(loc, plan, old, options):
 
 
 def rescale_once(loc: str, options: StoreOptions, mode: str) -> list[dict]:
-    old = CommitCoordinator(loc, "bench", 3, query_id="bench").published_manifests(1)
+    old = CommitCoordinator(loc, "bench", 3, query_id="bench").published_manifests(VERSION)
     out = []
     for plan in plan_rescale(K, 2, 3):
         release_idle_stores()
         t0 = time.perf_counter()
         if mode == "ingest":
-            store = open_rescaled_store(loc, "bench", plan, 1, old, options)
+            store = open_rescaled_store(loc, "bench", plan, VERSION, old, options)
         else:
             store = _copy_rescaled(loc, plan, old, options)
         t1 = time.perf_counter()
@@ -121,14 +139,17 @@ def shares(keys: int, value_size: int) -> list[dict]:
         dropped = sum(counts[g] for g in base) - kept
         brought = sum(counts[g] for _, r in plan.bring_in for g in r)
         out.append({"kept": kept * per_key, "dropped": dropped * per_key, "brought_in": brought * per_key,
-                    "keys": kept + brought})
+                    "keys": kept + brought + 1})  # + the metadata key SETTLED
     return out
 
 
 def one_size(root: str, keys: int, args) -> dict:
     work = os.path.join(root, f"state-{keys}")
     loc = "file://" + os.path.join(work, "loc")
-    options = StoreOptions(cache_dir=os.path.join(work, "cache"), engine=dict(min_blob_size=args.min_blob_size))
+    engine = dict(min_blob_size=args.min_blob_size)
+    if args.target_file_size:
+        engine["target_file_size_base"] = args.target_file_size
+    options = StoreOptions(cache_dir=os.path.join(work, "cache"), engine=engine)
     t0 = time.perf_counter()
     load(loc, options, keys, args.value_size)
     print(f"  loaded {keys:,} keys in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
@@ -152,8 +173,9 @@ def one_size(root: str, keys: int, args) -> dict:
 
 def report(results: list[dict], args) -> list[str]:
     mb = 1e6
+    target = f"{args.target_file_size:,}" if args.target_file_size else "default"
     lines = [f"# rescale 2 -> 3, K = {K}, {args.value_size} B values, min_blob_size {args.min_blob_size}, "
-             f"median of {args.reps}", "",
+             f"target_file_size_base {target}, median of {args.reps}", "",
              "| state keys | new partition | kept MB | dropped MB | brought in MB | mode | open s | commit s "
              "| uploaded MB | engine wrote MB |", "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in results:
@@ -171,6 +193,8 @@ def main(argv=None) -> int:
     ap.add_argument("--keys", type=int, default=20_000)
     ap.add_argument("--value-size", type=int, default=1024)
     ap.add_argument("--min-blob-size", type=int, default=4096)
+    ap.add_argument("--target-file-size", type=int, default=0, help="the engine's target_file_size_base "
+                    "(0: its default, 64 MiB)")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--json", default=None)

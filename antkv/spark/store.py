@@ -69,8 +69,8 @@ from .location import (
     marker_name,
     new_attempt_id,
 )
-from .memory import worker_memory
 from .key_counts import aligned, count_changes, in_range, scan_counts
+from .memory import worker_memory
 from .objects import FileRef, Manifest, Marker, encode_changelog
 from .working_copy import WorkingCopy
 
@@ -356,7 +356,8 @@ class StateStore:
         total, counts = self._count()
         source_counts = source._count()[1]
         by_counts = aligned(begin, end)
-        replaced = in_range(counts, begin, end) if by_counts and counts is not None else scan_counts(self._db, begin, end)
+        replaced = (in_range(counts, begin, end) if by_counts and counts is not None
+                    else scan_counts(self._db, begin, end))
         brought = (in_range(source_counts, begin, end) if by_counts and source_counts is not None
                    else scan_counts(source._db, begin, end))
         self._copy.ingest(source._copy, begin, end)

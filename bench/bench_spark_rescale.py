@@ -18,7 +18,7 @@ published: every repetition starts from the same version).  The plan (``K = 4096
 
 Modes, alternated in the same run (``--reps`` times each, the median reported):
 
-* ``ingest``: the bring-in adds old 0's files (``StateStore.ingest_range``);
+* ``ingest``: the bring-in adds old 0's files (``StateStore.ingest_version``);
 * ``copy``: the bring-in reads old 0's range and ``put``s every key (what a rescale did
   before ingestion).
 

@@ -281,3 +281,27 @@ def test_key_counts_per_prefix_stay_exact_through_ranges_aligned_or_not(tmp_path
         coord.publish(version + 1, [msg])
         assert read_manifest(loc, msg.manifest).key_counts == collections.Counter(k[:2] for k in model)
         assert msg.num_keys == len(model)
+
+
+def test_a_source_with_changelogs_brings_in_its_snapshot_files_and_the_changes_in_the_range(tmp_path):
+    loc, options = Location(str(tmp_path / "loc")), _options(tmp_path, target_file_size_base=8 << 10)
+    want = _two_partitions(loc, options, per_group=300, size_of=lambda i: SMALL)  # version 1: snapshots
+    coord = CommitCoordinator(loc, "op", 2, query_id="q")
+    bases = coord.base_manifests(1)
+    stores = [open_store(loc, "op", p, 1, manifest=bases[p], options=options) for p in range(2)]
+    s0 = stores[0]
+    s0.delete_range(_key(5, 50), _key(6, 30))  # across the bring-in range's lower bound
+    s0.delete(_key(7, 3))
+    for k in (_key(6, 500), _key(7, 1), _key(1, 1)):
+        s0.put(k, b"new " + k)
+    msgs = [s.commit() for s in stores]
+    assert not msgs[0].snapshot and msgs[0].objects_uploaded == 2  # a changelog and the manifest
+    coord.publish(2, msgs)
+    want = {k: v for k, v in want.items() if not _key(5, 50) <= k < _key(6, 30) and k != _key(7, 3)}
+    want.update({k: b"new " + k for k in (_key(6, 500), _key(7, 1), _key(1, 1))})
+    source = read_manifest(loc, msgs[0].manifest)
+    assert source.changelogs and source.snapshot
+    _rescale(loc, options, 2, 3)
+    _check_state(loc, options, 3, 3, want)
+    new1 = read_manifest(loc, CommitCoordinator(loc, "op", 3, query_id="q").published_manifests(3)[1])
+    assert set(_objects(new1)) & set(_objects(source))  # the snapshot's files, named again

@@ -10,13 +10,15 @@ version ``v + 1`` from the plan of :func:`antkv.spark.keygroups.plan_rescale`.  
 2. **clips** the base's key groups it does not own: at most two ``delete_range`` calls (a head
    and a tail), no key read;
 3. **brings in** the rest of its range from each other overlapping old partition by adding
-   that partition's files (:meth:`StateStore.ingest_range`): the source's version ``v`` is
-   opened as a working copy (linked from the local cache, like any load), checkpointed into a
-   temporary directory of the new partition's work area (hard links), and the key range is
-   ingested with ``antkv.DB.ingest_database``: tables wholly inside the range and the
-   value-log files they point into are hard-linked; only tables straddling a bound of the
-   range are rewritten (their entries inside it).  The temporary directory is removed
-   whatever happens; the source's version is only read;
+   that partition's files (:meth:`StateStore.ingest_version`), without opening that
+   partition's database: its version ``v``'s snapshot files are hard-linked from the local
+   cache (downloaded if absent) into a temporary directory of the new partition's work area
+   -- a snapshot is a checkpoint as uploaded -- and the key range is ingested from there with
+   ``antkv.DB.ingest_database``: tables wholly inside the range and the value-log files they
+   point into are hard-linked; only tables straddling a bound of the range are rewritten
+   (their entries inside it).  Then the records of the source's changelogs that fall in the
+   range are applied (what a load of the source would replay).  The temporary directory is
+   removed whatever happens; the source's objects are only read;
 4. runs the batch and commits a **snapshot** (ingested keys are in no changelog).  Files
    ingested unchanged are the very objects the source partition uploaded: the working copy
    maps them to those objects (its ``file_map``), so the commit uploads only what is new --
@@ -68,13 +70,7 @@ def open_rescaled_store(location, operator: str, plan: PartitionRescale, version
     try:
         clip_to_key_groups(store, plan)
         for source_partition, groups in plan.bring_in:
-            begin, end = groups.key_bounds()
-            source = open_store(location, operator, source_partition, version,
-                                manifest=old_manifests[source_partition], options=options)
-            try:
-                store.ingest_range(source, begin, end)
-            finally:
-                source.abort()  # read only: nothing of the source's version changes
+            store.ingest_version(old_manifests[source_partition], *groups.key_bounds())
     except BaseException:
         store.abort()
         raise

@@ -25,7 +25,7 @@ A range deletion removes the keys of ``v`` in the range: read from the manifest'
 key prefix when the range is aligned to prefixes (a key-group range is), else by one scan of
 the range at commit (:mod:`antkv.spark.key_counts`).  Cost: at most one point read per
 *distinct blind-written* key per batch, none per write.  The snapshot keeps the base's
-versions through compactions that run during the batch.  ``ingest_range`` (a rescale's
+versions through compactions that run during the batch.  ``ingest_version`` (a rescale's
 bring-in) settles the count and restarts it from the state after the ingest.
 
 **Commit** writes, under names carrying the new version and a random attempt id:
@@ -324,43 +324,45 @@ class StateStore:
 
     # ------------------------------------------------------------------ ingest
 
-    def ingest_range(self, source: "StateStore", begin, end) -> int:
-        """Replace this state's keys in ``[begin, end)`` by ``source``'s (an open store of any
-        partition, only read) by adding ``source``'s files, not by copying keys
-        (:meth:`WorkingCopy.ingest`: tables wholly inside the range and the value-log files
-        they point into are hard-linked; only tables straddling a bound are rewritten).
-        Returns the number of keys brought in.
+    def ingest_version(self, manifest: str, begin, end) -> int:
+        """Replace this state's keys in ``[begin, end)`` by what committed version ``manifest``
+        (an object name in this store's location and operator, typically another partition's
+        published version) holds there, by adding that version's files, not by copying keys:
+        :meth:`WorkingCopy.ingest_version` links its snapshot files from the local cache and
+        ingests the range (tables wholly inside it and the value-log files they point into are
+        hard-linked; only tables straddling a bound are rewritten), then applies the records of
+        its changelogs inside the range.  That version is never opened as a database.  Returns
+        the number of keys brought in.
 
         The ingested keys are in no changelog, so this batch commits a snapshot; its files
-        ingested unchanged name ``source``'s objects and are not uploaded again.
+        ingested unchanged name that version's objects and are not uploaded again.
 
-        The key count stays exact: it is settled first (the usual rule), then the keys of
-        ``[begin, end)`` here are replaced by ``source``'s there.  Both are read from the key
-        counts per prefix when the range is aligned to prefixes (every key-group range is) and
-        the counts are known -- nothing is read per key -- and otherwise counted by one ordered
-        scan of keys in the range (a scan of live keys counts each key once; the checkpoint
-        ingested holds exactly ``source``'s state).  The batch then counts from the state
-        after the ingest, as from a new base."""
+        The key count stays exact: it is settled first (the usual rule); the keys of ``[begin,
+        end)`` here before, and brought in after, are read from the key counts per prefix when
+        the range is aligned to prefixes (every key-group range is) and the counts are known
+        -- nothing is read per key -- and are otherwise counted by one ordered scan of the
+        range's keys here (a scan of live keys counts each key once).  The batch then counts
+        from the state after the ingest, as from a new base."""
         self._check_active()
-        if not isinstance(source, StateStore):
-            raise TypeError(f"source must be a StateStore, not {type(source).__name__}")
-        source._check_active()
-        if source is self:
-            raise antkv.InvalidArgumentError("a state store cannot ingest from itself")
+        if not isinstance(manifest, str):
+            raise TypeError(f"manifest must be an object name (str), not {type(manifest).__name__}")
         for name, bound in (("begin", begin), ("end", end)):
             if not isinstance(bound, (bytes, bytearray, memoryview)):
                 raise TypeError(f"{name} must be bytes, not {type(bound).__name__}")
         begin, end = bytes(begin), bytes(end)
         if begin > end:
-            raise antkv.InvalidArgumentError(f"ingest_range: begin {begin!r} > end {end!r}")
+            raise antkv.InvalidArgumentError(f"ingest_version: begin {begin!r} > end {end!r}")
+        source = read_manifest(self.location, manifest)
+        if source.operator != self.operator:
+            raise antkv.InvalidArgumentError(
+                f"manifest {manifest} is operator {source.operator!r}'s state, not {self.operator!r}'s")
         total, counts = self._count()
-        source_counts = source._count()[1]
         by_counts = aligned(begin, end)
         replaced = (in_range(counts, begin, end) if by_counts and counts is not None
                     else scan_counts(self._db, begin, end))
-        brought = (in_range(source_counts, begin, end) if by_counts and source_counts is not None
-                   else scan_counts(source._db, begin, end))
-        self._copy.ingest(source._copy, begin, end)
+        self._copy.ingest_version(self.location, source, begin, end)
+        brought = (in_range(source.key_counts, begin, end) if by_counts and source.key_counts is not None
+                   else scan_counts(self._db, begin, end))
         self._base_snapshot.release()
         self._base_snapshot = self._db.snapshot()
         self._base_keys = total - sum(replaced.values()) + sum(brought.values())

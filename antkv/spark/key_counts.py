@@ -102,6 +102,20 @@ def count_changes(db, snap, base_keys: int, base_counts: dict | None, changes: d
     return base_keys + delta, _limited(counts)
 
 
+def add_counts(counts: dict, removed: dict, added: dict) -> dict | None:
+    """``counts`` minus ``removed`` plus ``added``, prefix by prefix (zero counts dropped)."""
+    out = dict(counts)
+    for p, n in removed.items():
+        left = out.get(p, 0) - n
+        if left:
+            out[p] = left
+        else:
+            out.pop(p, None)
+    for p, n in added.items():
+        out[p] = out.get(p, 0) + n
+    return _limited(out)
+
+
 def scan_counts(db, begin: bytes, end: bytes) -> dict:
     """The counts of the keys of ``db`` in ``[begin, end)``, by one ordered scan of keys."""
     counts: dict = {}

@@ -69,7 +69,7 @@ from .location import (
     marker_name,
     new_attempt_id,
 )
-from .key_counts import aligned, count_changes, in_range, scan_counts
+from .key_counts import add_counts, aligned, count_changes, in_range, scan_counts
 from .memory import worker_memory
 from .objects import FileRef, Manifest, Marker, encode_changelog
 from .working_copy import WorkingCopy
@@ -366,16 +366,7 @@ class StateStore:
         self._base_snapshot.release()
         self._base_snapshot = self._db.snapshot()
         self._base_keys = total - sum(replaced.values()) + sum(brought.values())
-        if counts is not None:
-            counts = dict(counts)
-            for p, n in replaced.items():
-                if counts.get(p, 0) == n:
-                    counts.pop(p, None)
-                else:
-                    counts[p] -= n
-            for p, n in brought.items():
-                counts[p] = counts.get(p, 0) + n
-        self._base_counts = counts
+        self._base_counts = None if counts is None else add_counts(counts, replaced, brought)
         self._changes, self._ranges, self._base_live = {}, [], {}
         self._change_bytes = 0
         self._overflow = True  # a snapshot is committed: the changed values need not be kept

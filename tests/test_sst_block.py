@@ -249,3 +249,17 @@ def test_a_layout_is_not_reused_for_the_same_ends_bytes_at_another_width():
         assert decode_block(y, len(y), "t", 0) == expect
         assert search_block(y, len(y), expect[0][0], -9, "t", 0) == (9, VALUE, expect[3][0])
         assert decode_block(x, len(x), "t", 0) == ([b"a", b"b"], [-1, -2], [VALUE, VALUE], [b"vv", b"ww"])
+
+
+def test_random_keys_store_no_group_prefixes():
+    # 16-byte random keys share a byte or two per group: not worth a concatenation per key on
+    # every decode, so the block stores empty prefixes (and still decodes and searches)
+    rng = random.Random(3)
+    keys = sorted({b"\x07" + rng.randbytes(15) for _ in range(40)})  # groups share >= 1 byte
+    assert all(group_prefix_lengths(keys, 16))
+    n = len(keys)
+    raw = encode_block(keys, list(range(n)), [VALUE] * n, [b"v"] * n)
+    assert raw.startswith(keys[0] + keys[1])  # no prefix before the first suffix: whole keys
+    assert decode_block(raw, len(raw), "t", 0)[0] == keys
+    for i, k in enumerate(keys):
+        assert search_block(raw, len(raw), k, -(1 << 56), "t", 0) == (i, VALUE, b"v")

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import struct
 from itertools import accumulate, chain, repeat
-from operator import concat, getitem, neg, sub
+from operator import concat, eq, getitem, neg, sub
 
 from ..base.dbformat import MAX_KIND
 from ..errors import CorruptionError
@@ -187,12 +187,23 @@ def _compile_splitter(ends: tuple) -> struct.Struct:
 # The layouts of recently read blocks, keyed by the raw bytes of a block's ``ends`` column:
 # blocks of entries of the same sizes (the common case: fixed-size keys and values) share one,
 # so reading them skips unpacking the ends (a tuple of g + 2n ints) and, to decode, building a
-# format.  A value is the list ``[splitter or None, n, R, E, ends offset, has_prefix, ends]``:
-# what it was validated against (a hit must match the block's n, R, E and the offset where its
-# columns start), the ends, and the compiled splitter once a decode needed one (a point read
-# only searches: it never pays for compiling one).
+# format.  A value is the list ``[splitter or None, n, R, E, ends offset, has_prefix, ends,
+# key width]``: what it was validated against (a hit must match the block's n, R, E and the
+# offset where its columns start), the ends, the compiled splitter once a decode needed one (a
+# point read only searches: it never pays for compiling one), and the key width (below).
 _layouts: dict[bytes, list] = {}
-_SPLITTER, _HAS_PREFIX, _ENDS = 0, 5, 6
+_SPLITTER, _HAS_PREFIX, _ENDS, _KEY_WIDTH = 0, 5, 6, 7
+
+
+def _key_width(ends: tuple, g: int, n: int) -> int:
+    """``L`` when every prefix of the block is empty and every key is ``L > 0`` bytes long (the
+    key column is then ``n`` keys of ``L`` bytes end to end), else 0."""
+    if ends[g - 1]:
+        return 0
+    width = ends[g]
+    if not width or ends[g + n - 1] != n * width:
+        return 0
+    return width if all(map(eq, map(sub, ends[g : g + n], ends[g - 1 : g + n - 1]), repeat(width))) else 0
 
 
 def _block_layout(buf: bytes, size: int) -> tuple:
@@ -221,7 +232,7 @@ def _block_layout(buf: bytes, size: int) -> tuple:
     ends = _array_struct(g + 2 * n, _WIDTH_CODES[ew]).unpack_from(buf, ends_off)
     if ends[-1] != ends_off:
         raise ValueError("pieces do not end where the columns start")
-    hit = [None, n, r, ew, ends_off, ends[g - 1] != 0, ends]
+    hit = [None, n, r, ew, ends_off, ends[g - 1] != 0, ends, _key_width(ends, g, n)]
     if len(_layouts) >= _MAX_LAYOUTS:
         _layouts.clear()
     _layouts[column] = hit
@@ -260,8 +271,12 @@ def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, off
     """``(seq, kind, value)`` of the first entry >= ``(key, neg_seq)`` if its key is ``key``
     (a *found entry*: the sequence number positive, as memtables return it).
 
-    Binary search straight on the block's bytes: builds only the keys it compares (one slice of
-    the group prefix, one of the suffix), never the whole decoded block.  None when absent.
+    Straight on the block's bytes, never decoding the whole block.  When the keys are all of
+    one width ``L`` with no prefixes (fixed-size keys, the common case), the key column is
+    ``n`` keys of ``L`` bytes end to end, and ``bytes.find`` (a C loop) finds the first
+    occurrence of ``key`` that starts on a multiple of ``L`` -- the first entry of ``key``, the
+    newest version; later versions follow it.  Otherwise a binary search that builds only the
+    keys it compares (one slice of the group prefix, one of the suffix).  None when absent.
     """
     try:
         layout, g, seqs_off, qw, kinds_off = _block_layout(buf, size)
@@ -269,6 +284,29 @@ def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, off
             return None
         n, r, ends = layout[1], layout[2], layout[_ENDS]
         seq_at = _array_struct(1, _WIDTH_CODES[qw]).unpack_from
+        width = layout[_KEY_WIDTH]
+        if width:
+            if len(key) != width:
+                return None
+            end = n * width  # the key column is buf[0:end]: the prefixes are empty
+            pos = buf.find(key, 0, end)
+            while pos > 0 and pos % width:  # a match across two keys: go on from the next key
+                pos = buf.find(key, pos - pos % width + width, end)
+            if pos < 0:
+                return None
+            i = pos // width
+            while True:  # the versions of key, newest first: the first visible at neg_seq
+                seq = seq_at(buf, seqs_off + i * qw)[0]
+                if -seq >= neg_seq:
+                    break
+                i += 1
+                if i == n or buf[i * width : i * width + width] != key:
+                    return None
+            v = g + n + i
+            kind = buf[kinds_off + i]
+            if kind > MAX_KIND:
+                raise ValueError("unknown entry kind")
+            return seq, kind, buf[ends[v - 1] : ends[v]]
         prefixed = layout[_HAS_PREFIX]
         lo, hi = 0, n
         found = None

@@ -429,7 +429,10 @@ def _resolve_chunk(chunk: list, npointers: int, resolve, pool: ThreadPoolExecuto
         idx = [i for i, e in enumerate(chunk) if e[1] == VALUE_POINTER]
         workers = max(1, min(threads, len(idx) // 2))
         parts = [idx[w::workers] for w in range(workers)]
-        futures = [pool.submit(_resolve_many, resolve, [chunk[i][2] for i in part]) for part in parts]
+        try:
+            futures = [pool.submit(_resolve_many, resolve, [chunk[i][2] for i in part]) for part in parts]
+        except RuntimeError as e:  # the pool refuses work only once close() has shut it down
+            raise DBClosedError("the database was closed during the scan") from e
         values: dict[int, bytes] = {}
         for part, fut in zip(parts, futures):
             values.update(zip(part, fut.result()))

@@ -18,6 +18,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
+from itertools import chain
 from typing import Iterator
 
 from ..base.dbformat import MAX_SEQUENCE, VALUE_POINTER
@@ -329,11 +330,14 @@ class ReadView:
 
 
 def _drop_key(gen: Iterator, key: bytes) -> Iterator:
-    for e in gen:
-        if e[0] != key:
-            yield e
-        break
-    yield from gen
+    """``gen`` without its first entry if that is ``key``'s (an exclusive start).  Reads the
+    first entry at once; the rest is ``gen`` itself, with no frame of its own per entry."""
+    first = next(gen, None)
+    if first is None:
+        return iter(())
+    if first[0] == key:
+        return gen
+    return chain((first,), gen)
 
 
 def _below(entries: Iterator, key: bytes) -> Iterator:

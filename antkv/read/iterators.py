@@ -37,6 +37,7 @@ from ..base.dbformat import DELETION, EXPIRING, VALUE_POINTER
 from ..base.expiry import live_inner
 from ..errors import DBClosedError, InvalidArgumentError
 from ..memtable.rangedel import FragmentedRangeTombstones
+from ..record.batch import as_bytes
 
 Entry = tuple  # (user_key, neg_seq, kind, value)
 
@@ -431,8 +432,8 @@ class _ClosedView:
 
 
 def _key_arg(key) -> bytes:
-    from ..record.batch import as_bytes
-
+    if type(key) is bytes:  # a seek's hot path: no call
+        return key
     return as_bytes(key, "key")
 
 

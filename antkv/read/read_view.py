@@ -18,6 +18,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
+from itertools import chain
 from typing import Iterator
 
 from ..base.dbformat import MAX_SEQUENCE, VALUE_POINTER
@@ -329,11 +330,14 @@ class ReadView:
 
 
 def _drop_key(gen: Iterator, key: bytes) -> Iterator:
-    for e in gen:
-        if e[0] != key:
-            yield e
-        break
-    yield from gen
+    """``gen`` without its first entry if that is ``key``'s (an exclusive start).  Reads the
+    first entry at once; the rest is ``gen`` itself, with no frame of its own per entry."""
+    first = next(gen, None)
+    if first is None:
+        return iter(())
+    if first[0] == key:
+        return gen
+    return chain((first,), gen)
 
 
 def _below(entries: Iterator, key: bytes) -> Iterator:
@@ -429,7 +433,10 @@ def _resolve_chunk(chunk: list, npointers: int, resolve, pool: ThreadPoolExecuto
         idx = [i for i, e in enumerate(chunk) if e[1] == VALUE_POINTER]
         workers = max(1, min(threads, len(idx) // 2))
         parts = [idx[w::workers] for w in range(workers)]
-        futures = [pool.submit(_resolve_many, resolve, [chunk[i][2] for i in part]) for part in parts]
+        try:
+            futures = [pool.submit(_resolve_many, resolve, [chunk[i][2] for i in part]) for part in parts]
+        except RuntimeError as e:  # the pool refuses work only once close() has shut it down
+            raise DBClosedError("the database was closed during the scan") from e
         values: dict[int, bytes] = {}
         for part, fut in zip(parts, futures):
             values.update(zip(part, fut.result()))

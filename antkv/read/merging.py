@@ -1,0 +1,126 @@
+"""Visibility with merge operands: what a reader sees of a key whose versions include MERGE
+entries (``db.merge``; :mod:`antkv.base.merge_operator`).
+
+A reader at ``read_seq`` takes a key's visible versions newest first and collects MERGE
+operands down to the first version that is not one -- the *base*:
+
+* a VALUE or VALUE_POINTER (resolved from the value log), or a live EXPIRING entry: its value;
+* a DELETION, an expired EXPIRING entry, a version covered by a visible range tombstone newer
+  than it, or no version at all: ``None``.
+
+The key then reads as ``full_merge(base, operands oldest first)``: a merge onto a deleted,
+range-deleted or expired key starts from nothing.  A key with no operand on top reads exactly as
+:func:`antkv.read.iterators.visible_forward` shows it.  A database with a merge operator scans
+through these functions (the per-entry path): the batched scans of :mod:`antkv.read.runs` see
+only a key's newest version.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from ..base.dbformat import DELETION, EXPIRING, MERGE, VALUE, VALUE_POINTER
+from ..base.expiry import live_inner
+from ..base.merge_operator import full_merge
+from ..memtable.rangedel import FragmentedRangeTombstones
+
+
+def show_key(
+    key: bytes, versions: list[tuple], tomb: int, now: int, op, resolve: Callable[[bytes], bytes]
+) -> tuple[int, bytes] | None:
+    """``(kind, value)`` a reader sees of ``key`` (kind VALUE or an unresolved VALUE_POINTER),
+    or None when it is hidden.  ``versions`` are the key's visible ``(neg_seq, kind, value)``,
+    newest first, ending at the base or earlier; ``tomb`` the newest visible range tombstone
+    covering the key (0: none)."""
+    operands = []
+    base = None
+    for nseq, kind, value in versions:
+        if tomb > -nseq:
+            break
+        if kind == MERGE:
+            operands.append(value)
+            continue
+        if kind == EXPIRING:
+            live = live_inner(value, now)
+            if live is None:
+                break
+            kind, value = live
+        if kind == DELETION:
+            break
+        if not operands:
+            return kind, value
+        base = resolve(value) if kind == VALUE_POINTER else value
+        break
+    if not operands:
+        return None
+    operands.reverse()
+    return VALUE, full_merge(op, key, base, operands)
+
+
+def merging_forward(
+    merged: Iterator[tuple],
+    read_seq: int,
+    frags: FragmentedRangeTombstones | None,
+    upper: bytes | None,
+    now: int,
+    op,
+    resolve: Callable[[bytes], bytes],
+) -> Iterator[tuple[bytes, int, bytes]]:
+    """:func:`antkv.read.iterators.visible_forward` with merge operands applied."""
+    neg_read = -read_seq
+    cur = None
+    versions: list = []
+    complete = False  # the current key's base is collected: its older versions do not matter
+    for key, nseq, kind, value in merged:
+        if nseq < neg_read:
+            continue
+        if key != cur:
+            if cur is not None:
+                shown = show_key(cur, versions, frags.max_covering_seq(cur, read_seq) if frags else 0, now, op, resolve)
+                if shown is not None:
+                    yield cur, shown[0], shown[1]
+            if upper is not None and key >= upper:
+                return
+            cur, versions, complete = key, [], False
+        if complete:
+            continue
+        versions.append((nseq, kind, value))
+        complete = kind != MERGE
+    if cur is not None:
+        shown = show_key(cur, versions, frags.max_covering_seq(cur, read_seq) if frags else 0, now, op, resolve)
+        if shown is not None:
+            yield cur, shown[0], shown[1]
+
+
+def merging_backward(
+    merged: Iterator[tuple],
+    read_seq: int,
+    frags: FragmentedRangeTombstones | None,
+    lower: bytes | None,
+    now: int,
+    op,
+    resolve: Callable[[bytes], bytes],
+) -> Iterator[tuple[bytes, int, bytes]]:
+    """:func:`antkv.read.iterators.visible_backward` with merge operands applied (a key's
+    versions arrive oldest first)."""
+    neg_read = -read_seq
+    cur = None
+    versions: list = []
+    for key, nseq, kind, value in merged:
+        if nseq < neg_read:
+            continue
+        if key != cur:
+            if cur is not None:
+                versions.reverse()
+                shown = show_key(cur, versions, frags.max_covering_seq(cur, read_seq) if frags else 0, now, op, resolve)
+                if shown is not None:
+                    yield cur, shown[0], shown[1]
+            if lower is not None and key < lower:
+                return
+            cur, versions = key, []
+        versions.append((nseq, kind, value))
+    if cur is not None:
+        versions.reverse()
+        shown = show_key(cur, versions, frags.max_covering_seq(cur, read_seq) if frags else 0, now, op, resolve)
+        if shown is not None:
+            yield cur, shown[0], shown[1]

@@ -1,8 +1,9 @@
 """Merge (``db.merge(key, operand)``, ``Options.merge_operator``): a model test under extreme
 option sets (with snapshots, iterators both ways, TTL, range deletes, reopen, flush, compaction
 and value-log GC), compaction combining operands per snapshot stripe and fully at the bottom,
-a crash at every file-system call of a merge workload, a user-defined operator (run in-process)
-and the built-in one in worker processes, and refusals."""
+a user-defined operator (run in-process) and the built-in one in worker processes, and
+refusals.  Crashes: the "merges" configuration of ``tests/test_crash.py`` (``fuzz/crash.py``)
+kills and power-fails a history of merges at every file-system call."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import random
 import pytest
 
 import antkv
-from antkv.fs.fault import FaultInjectionFileSystem, SimulatedCrash
 from antkv.fs.memory import MemoryFileSystem
 from model_configs import CONFIGS
 
@@ -295,89 +295,3 @@ def test_merge_refusals(tmp_path):
             db.get(b"k")
     with antkv.open(path, merge_operator="append") as db:
         assert db.get(b"k") == b"v"  # nothing was lost
-
-
-def _crash_workload(seed: int) -> list[tuple]:
-    rng = random.Random(seed)
-    ops = []
-    for _ in range(40):
-        r = rng.random()
-        k = rng.choice(KEYS[:6])
-        v = bytes([97 + rng.randrange(26)]) * rng.choice([2, 150])
-        if r < 0.5:
-            ops.append(("merge", k, v, rng.random() < 0.3))
-        elif r < 0.65:
-            ops.append(("put", k, v, rng.random() < 0.3))
-        elif r < 0.75:
-            ops.append(("delete", k, False))
-        elif r < 0.88:
-            ops.append(("flush",))
-        else:
-            ops.append(("compact",))
-    return ops
-
-
-def _run(ops, fs, progress=None):
-    db = antkv.open("db", file_system=fs, merge_operator="append:2c", **CONFIGS["mid-blobs"])
-    acked = 0
-    for op in ops:
-        if op[0] == "merge":
-            db.merge(op[1], op[2], sync=op[3])
-        elif op[0] == "put":
-            db.put(op[1], op[2], sync=op[3])
-        elif op[0] == "delete":
-            db.delete(op[1])
-        elif op[0] == "flush":
-            db.flush()
-        else:
-            db.compact_range()
-        acked += 1
-        if progress is not None:
-            progress.append(acked)
-    db.close()
-
-
-def _states(ops) -> list[dict]:
-    model = Model()
-    out = [{}]
-    for op in ops:
-        if op[0] == "merge":
-            model.merge(op[1], op[2])
-        elif op[0] == "put":
-            model.put(op[1], op[2])
-        elif op[0] == "delete":
-            model.delete(op[1])
-        out.append(model.state(0))
-    return out
-
-
-@pytest.mark.parametrize("seed", [1, 2])
-def test_crash_at_every_call_keeps_acknowledged_merges(seed, quiet_recovery):
-    """A kill or power loss at any file-system call: the recovered database is the state of a
-    prefix of the history that holds everything acknowledged before the last durable point."""
-    ops = _crash_workload(seed)
-    inner = MemoryFileSystem()
-    fs = FaultInjectionFileSystem(inner, seed=seed)
-    _run(ops, fs)
-    total = fs.calls
-    states = _states(ops)
-    for n in range(1, total + 1, max(1, total // 150)):
-        for mode in ("kill", "power"):
-            inner = MemoryFileSystem()
-            fs = FaultInjectionFileSystem(inner, seed=seed)
-            fs.crash_at(n)
-            progress = [0]
-            try:
-                _run(ops, fs, progress)
-                raise AssertionError("no crash")
-            except SimulatedCrash:
-                pass
-            acked = progress[-1]
-            inner.crash(mode, random.Random(n))
-            with antkv.open("db", file_system=inner, merge_operator="append:2c", **CONFIGS["mid-blobs"]) as db:
-                got = dict(db.items())
-                db.verify()
-            durable = max([i + 1 for i, op in enumerate(ops[:acked])
-                           if op[0] in ("flush", "compact") or (op[0] in ("put", "merge") and op[-1])] + [0])
-            allowed = [acked, acked + 1] if mode == "kill" else range(durable, acked + 2)
-            assert got in [states[i] for i in allowed if i < len(states)], f"call {n} mode {mode}"

@@ -295,3 +295,20 @@ def test_merge_refusals(tmp_path):
             db.get(b"k")
     with antkv.open(path, merge_operator="append") as db:
         assert db.get(b"k") == b"v"  # nothing was lost
+
+
+def test_ingest_database_with_operands_needs_the_same_operator(tmp_path):
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    with antkv.open(src, merge_operator="append:2c", max_background_jobs=0) as db:
+        db.put(b"k", b"a")
+        db.flush()
+        db.merge(b"k", b"b")
+        db.flush()  # an L0 table holding the operand
+        db.checkpoint(str(tmp_path / "cp"))
+    with antkv.open(dst, max_background_jobs=0) as db:
+        with pytest.raises(antkv.InvalidArgumentError, match="merge operator"):
+            db.ingest_database(str(tmp_path / "cp"))
+        assert db.get(b"k") is None
+    with antkv.open(dst, merge_operator="append:2c", max_background_jobs=0) as db:
+        db.ingest_database(str(tmp_path / "cp"))
+        assert db.get(b"k") == b"a,b"

@@ -72,6 +72,8 @@ def merging_forward(
     versions: list = []
     complete = False  # the current key's base is collected: its older versions do not matter
     for key, nseq, kind, value in merged:
+        if upper is not None and key >= upper:
+            break
         if nseq < neg_read:
             continue
         if key != cur:
@@ -79,8 +81,6 @@ def merging_forward(
                 shown = show_key(cur, versions, frags.max_covering_seq(cur, read_seq) if frags else 0, now, op, resolve)
                 if shown is not None:
                     yield cur, shown[0], shown[1]
-            if upper is not None and key >= upper:
-                return
             cur, versions, complete = key, [], False
         if complete:
             continue
@@ -107,6 +107,8 @@ def merging_backward(
     cur = None
     versions: list = []
     for key, nseq, kind, value in merged:
+        if lower is not None and key < lower:
+            break
         if nseq < neg_read:
             continue
         if key != cur:
@@ -115,8 +117,6 @@ def merging_backward(
                 shown = show_key(cur, versions, frags.max_covering_seq(cur, read_seq) if frags else 0, now, op, resolve)
                 if shown is not None:
                     yield cur, shown[0], shown[1]
-            if lower is not None and key < lower:
-                return
             cur, versions = key, []
         versions.append((nseq, kind, value))
     if cur is not None:

@@ -17,6 +17,7 @@ only a key's newest version.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Callable, Iterator
 
 from ..base.dbformat import DELETION, EXPIRING, MERGE, VALUE, VALUE_POINTER
@@ -66,27 +67,38 @@ def merging_forward(
     op,
     resolve: Callable[[bytes], bytes],
 ) -> Iterator[tuple[bytes, int, bytes]]:
-    """:func:`antkv.read.iterators.visible_forward` with merge operands applied."""
+    """:func:`antkv.read.iterators.visible_forward` with merge operands applied.  A key whose
+    newest visible version is not an operand is decided by that version alone, with no list."""
     neg_read = -read_seq
     cur = None
-    versions: list = []
-    complete = False  # the current key's base is collected: its older versions do not matter
+    versions: list | None = None  # the current key's versions while collecting operands
     for key, nseq, kind, value in merged:
         if upper is not None and key >= upper:
             break
         if nseq < neg_read:
             continue
-        if key != cur:
-            if cur is not None:
-                shown = show_key(cur, versions, frags.max_covering_seq(cur, read_seq) if frags else 0, now, op, resolve)
-                if shown is not None:
-                    yield cur, shown[0], shown[1]
-            cur, versions, complete = key, [], False
-        if complete:
+        if key == cur:
+            if versions is not None and versions[-1][1] == MERGE:
+                versions.append((nseq, kind, value))
             continue
-        versions.append((nseq, kind, value))
-        complete = kind != MERGE
-    if cur is not None:
+        if versions is not None:
+            shown = show_key(cur, versions, frags.max_covering_seq(cur, read_seq) if frags else 0, now, op, resolve)
+            if shown is not None:
+                yield cur, shown[0], shown[1]
+            versions = None
+        cur = key
+        if kind == MERGE:
+            versions = [(nseq, kind, value)]
+            continue
+        if kind == DELETION or (frags and frags.max_covering_seq(key, read_seq) > -nseq):
+            continue
+        if kind == EXPIRING:
+            live = live_inner(value, now)
+            if live is None:
+                continue
+            kind, value = live
+        yield key, kind, value
+    if versions is not None:
         shown = show_key(cur, versions, frags.max_covering_seq(cur, read_seq) if frags else 0, now, op, resolve)
         if shown is not None:
             yield cur, shown[0], shown[1]
@@ -101,26 +113,54 @@ def merging_backward(
     op,
     resolve: Callable[[bytes], bytes],
 ) -> Iterator[tuple[bytes, int, bytes]]:
-    """:func:`antkv.read.iterators.visible_backward` with merge operands applied (a key's
-    versions arrive oldest first)."""
+    """:func:`antkv.read.iterators.visible_backward` with merge operands applied.  A key's
+    versions arrive oldest first: only the newest non-operand version and the operands above
+    it are kept."""
     neg_read = -read_seq
     cur = None
-    versions: list = []
-    for key, nseq, kind, value in merged:
-        if lower is not None and key < lower:
-            break
-        if nseq < neg_read:
+    base = None  # the current key's newest visible version that is not an operand
+    operands: list | None = None  # the operand versions above ``base``, oldest first
+    for e in chain(merged, _END):
+        key = e[0]
+        if key is not None:
+            if lower is not None and key < lower:
+                key = None
+            elif e[1] < neg_read:
+                continue
+        if key == cur and key is not None:
+            if e[2] == MERGE:
+                if operands is None:
+                    operands = [e[1:]]
+                else:
+                    operands.append(e[1:])
+            else:
+                base, operands = e, None
             continue
-        if key != cur:
-            if cur is not None:
-                versions.reverse()
-                shown = show_key(cur, versions, frags.max_covering_seq(cur, read_seq) if frags else 0, now, op, resolve)
+        if cur is not None:
+            if operands is not None:
+                operands.reverse()
+                if base is not None:
+                    operands.append(base[1:])
+                tomb = frags.max_covering_seq(cur, read_seq) if frags else 0
+                shown = show_key(cur, operands, tomb, now, op, resolve)
                 if shown is not None:
                     yield cur, shown[0], shown[1]
-            cur, versions = key, []
-        versions.append((nseq, kind, value))
-    if cur is not None:
-        versions.reverse()
-        shown = show_key(cur, versions, frags.max_covering_seq(cur, read_seq) if frags else 0, now, op, resolve)
-        if shown is not None:
-            yield cur, shown[0], shown[1]
+            elif base is not None:
+                _, nseq, kind, value = base
+                if kind != DELETION and not (frags and frags.max_covering_seq(cur, read_seq) > -nseq):
+                    if kind == EXPIRING:
+                        live = live_inner(value, now)
+                        if live is not None:
+                            yield cur, live[0], live[1]
+                    else:
+                        yield cur, kind, value
+        if key is None:
+            return
+        cur = key
+        if e[2] == MERGE:
+            base, operands = None, [e[1:]]
+        else:
+            base, operands = e, None
+
+
+_END = ((None, 0, DELETION, b""),)

@@ -31,8 +31,8 @@ BASE = {"write_buffer_size": 64 * KiB, "max_background_jobs": 0}
 # The merge operator of the sets that have one: the built-in append with a "," between
 # operands.  The RocksDB side (rocksdict has no merge operator) applies a merge as the read of
 # the current value and the write of the appended one (fuzz/oracle.py), the model every merge
-# is checked against.  Sets without one skip the merge operations on both sides, so the batched
-# scans (used only without a merge operator) stay covered.
+# is checked against.  Sets without one skip the merge operations on both sides, so the paths
+# a merge operator turns off (the columnar compaction, the flush shortcut) stay covered.
 MERGE_OPERATOR = "append:2c"
 MERGE_DELIMITER = b","
 _MERGE = {"merge_operator": MERGE_OPERATOR}

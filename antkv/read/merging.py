@@ -11,8 +11,8 @@ operands down to the first version that is not one -- the *base*:
 The key then reads as ``full_merge(base, operands oldest first)``: a merge onto a deleted,
 range-deleted or expired key starts from nothing.  A key with no operand on top reads exactly as
 :func:`antkv.read.iterators.visible_forward` shows it.  A database with a merge operator scans
-through these functions (the per-entry path): the batched scans of :mod:`antkv.read.runs` see
-only a key's newest version.
+through these functions on the per-entry path; its batched scans (:mod:`antkv.read.runs`, which
+see only a key's newest version) hand over to them at the first operand.
 """
 
 from __future__ import annotations

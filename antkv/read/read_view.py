@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
 from typing import Iterator
 
-from ..base.dbformat import MAX_SEQUENCE, VALUE_POINTER
+from ..base.dbformat import MAX_SEQUENCE, MERGE, VALUE_POINTER
 from ..base.expiry import now_ms
 from ..errors import DBClosedError
 from ..manifest.version_set import find_file
@@ -321,27 +321,50 @@ class ReadView:
             return _drop_key(gen, start)
         return gen
 
+    def _emit_rest(self, rest: Iterator, mode: str, bound: bytes | None, reverse: bool) -> Iterator:
+        """The output of the batched scan's hand-over: ``rest`` triples (see
+        :func:`antkv.read.runs.shaped`), with EXPIRING entries unwrapped and, from the first
+        merge operand on, the per-entry scan from that key to ``bound``."""
+        rest = live_triples(rest, self.now)
+        if self.merge_op is not None:
+            if reverse:
+                rest = _until_operand(rest, lambda key: self.scan_backward(key, bound, False))
+            else:
+                rest = _until_operand(rest, lambda key: self.scan_forward(key, bound, False))
+        return _emit(self, rest, mode)
+
     def items(self, lo: bytes | None, hi: bytes | None, reverse: bool, mode: str) -> Iterator:
         """``db.items()``/``keys()``/``values()`` over ``[lo, hi)`` in ``mode``.  Scans with no
-        range tombstone in view and no merge operator take the batched paths (:mod:`antkv.read.runs`); the
+        range tombstone in view take the batched paths (:mod:`antkv.read.runs`), handing over to
+        the per-entry path at the first merge operand; the
         ``on_pointer`` closure holds ``self``, which pins the super version while the returned
         iterator lives."""
         if lo is not None and hi is not None and lo >= hi:
             return iter(())
         frags, _ = self.sv.fragments(self.db._open_table, self.read_seq)
-        batched = not frags and self.merge_op is None  # runs see only a key's newest version
+        merges = self.merge_op is not None
         if reverse:
-            if batched:
+            if not frags:
                 merged = merge_runs_backward(self._backward_runs(hi, True))
                 visible = visible_runs_backward(merged, lo)
-                return shaped_backward(visible, mode, lambda rest: _emit(self, live_triples(rest, self.now), mode))
+                return shaped_backward(visible, mode, lambda rest: self._emit_rest(rest, mode, lo, True), merges)
             gen = self.scan_backward(hi, lo, True) if hi is not None else self.scan_backward(None, lo, False)
         else:
-            if batched:
-                return shaped(self._visible_runs(lo, hi), mode,
-                              lambda rest: _emit(self, live_triples(rest, self.now), mode))
+            if not frags:
+                return shaped(self._visible_runs(lo, hi), mode, lambda rest: self._emit_rest(rest, mode, hi, False),
+                              merges)
             gen = self.scan_forward(lo, hi, False)
         return _emit(self, gen, mode)
+
+
+def _until_operand(triples: Iterator, restart) -> Iterator:
+    """``triples`` up to the first MERGE one; from its key on, ``restart(key)``'s (the batched
+    runs show only a key's newest version, an operand needs the ones below it)."""
+    for t in triples:
+        if t[1] == MERGE:
+            yield from restart(t[0])
+            return
+        yield t
 
 
 def _drop_key(gen: Iterator, key: bytes) -> Iterator:

@@ -327,10 +327,10 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
 
     def merge(self, key, operand, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:
         """Merge ``operand`` into ``key`` with ``Options.merge_operator`` (RocksDB's Merge)."""
-        if self.options.merge_operator is None:
-            raise InvalidArgumentError("db.merge needs a merge operator: open with Options(merge_operator=...)")
         key, operand = as_bytes(key, "key"), as_bytes(operand, "operand")
         sync, disable_wal = _write_options(sync, False, write_options)
+        if self.options.merge_operator is None:
+            raise InvalidArgumentError("db.merge needs a merge operator: open with Options(merge_operator=...)")
         self._write_ops([(MERGE, key, operand)], sync, disable_wal)
 
     def delete_range(self, begin, end, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:

@@ -272,6 +272,8 @@ def test_merge_refusals(tmp_path):
     with antkv.open(path) as db:
         with pytest.raises(antkv.InvalidArgumentError, match="merge operator"):
             db.merge(b"k", b"v")
+        with pytest.raises(TypeError):
+            db.merge("k", b"v")
         with pytest.raises(antkv.InvalidArgumentError, match="merge operator"):
             db.write(antkv.WriteBatch().merge(b"k", b"v"))
         assert db.get(b"k") is None

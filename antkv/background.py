@@ -196,7 +196,8 @@ class Background:
 
     def _table_has_deletions(self, f) -> bool:
         props = (f.reader or self._open_table(f)).properties
-        return props.num_deletions > 0 or props.num_range_deletions > 0 or props.num_expiring > 0
+        # merge operands too: at the bottom they become one value
+        return props.num_deletions > 0 or props.num_range_deletions > 0 or props.num_expiring > 0 or props.num_merges > 0
 
     def _collect_value_log(self, progress=None) -> dict:
         """Collect every sealed value-log file at or over the GC threshold now (a step of

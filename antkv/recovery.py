@@ -31,7 +31,8 @@ import os
 import time
 
 from . import lifetime, options_file
-from .base.dbformat import RANGE_DELETION
+from .base.dbformat import MERGE, RANGE_DELETION
+from .base.merge_operator import missing_operator
 from .base.filenames import (
     CURRENT_TMP,
     TABLE,
@@ -169,6 +170,8 @@ class Recovery:
                 if kind == RANGE_DELETION:
                     mem.add_range_deletion(seq + i, key, value)
                 else:
+                    if kind == MERGE and opts.merge_operator is None:
+                        raise missing_operator(f"the WAL of database {path}")
                     mem.add(seq + i, kind, key, value)
             self._last_seq = max(self._last_seq, seq + len(ops) - 1)
             if mem.memory >= opts.write_buffer_size and not opts.read_only:

@@ -437,8 +437,33 @@ def _key_arg(key) -> bytes:
     return as_bytes(key, "key")
 
 
+def narrow_to_prefix(lo, hi, prefix):
+    """``[lo, hi)`` narrowed to the keys starting with ``prefix`` (unchanged when None)."""
+    if prefix is None:
+        return lo, hi
+    from ..record.batch import as_bytes
+
+    prefix = as_bytes(prefix, "prefix")
+    plo, phi = prefix, prefix_successor(prefix)
+    lo = plo if lo is None or lo < plo else lo
+    hi = phi if hi is None or (phi is not None and phi < hi) else hi
+    return lo, hi
+
+
+def prefix_successor(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: unbounded)."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        return None
+    p[-1] += 1
+    return bytes(p)
+
+
 __all__ = [
     "DBIterator",
+    "narrow_to_prefix",
     "LevelSource",
     "merge_forward",
     "merge_backward",

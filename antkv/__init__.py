@@ -22,6 +22,7 @@ from .errors import (
     MemoryLimitError,
     ReadOnlyError,
 )
+from .base.merge_operator import AppendOperator
 from .external_file import SstFileWriter
 from .memory.cache import Cache
 from .memory.write_buffer_manager import WriteBufferManager, shared_memory
@@ -37,6 +38,7 @@ __all__ = [
     "RepairReport",
     "DB",
     "WriteBatch",
+    "AppendOperator",
     "SstFileWriter",
     "Snapshot",
     "DBIterator",

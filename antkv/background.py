@@ -16,6 +16,7 @@ import time
 
 import logging
 
+from .base.progress import progress_callback
 from .compaction import picker
 from .compaction.flush import write_level0_table
 from .compaction.run import run_compaction
@@ -74,10 +75,10 @@ class Background:
                     self._bg_running -= 1
                     self._bg_cv.notify_all()
                 if self._bg_error is not None:
+                    # idle until resume() clears the error (then go on) or the database closes
                     with self._mutex:
-                        while not self._bg_shutdown:
+                        while not self._bg_shutdown and self._bg_error is not None:
                             self._bg_cv.wait()
-                        return
 
     def _wait_for_background(self, condition) -> None:
         with self._mutex:
@@ -172,33 +173,41 @@ class Background:
         )
         self._delete_obsolete_files()
 
-    def _compact_range_levels(self, lo, hi) -> None:
-        """Compact ``[lo, hi]`` level by level down to the last level holding data."""
+    def _compact_range_levels(self, lo, hi, progress=None) -> None:
+        """Compact ``[lo, hi]`` level by level down to the last level holding data (a step of
+        ``progress``: one level)."""
+        report = progress_callback(progress)
+        nlevels = len(self._versions.current.levels)
+        report(0, nlevels)
         level = 0
-        while True:
+        while level < nlevels:
             with self._compaction_lock:
                 with self._mutex:
                     self._stop_if_closing()
                     version = self._versions.current
-                    nlevels = len(version.levels)
-                    if level >= nlevels:
-                        return
                     c = picker.manual_compactions(version, lo, hi, level, lambda f: self._table_has_deletions(f))
                 if c is not None:
                     self._run_picked(c)
                     if c.output_level == level:
-                        return
+                        break
             level += 1
+            report(level, nlevels)
+        report(nlevels, nlevels)
 
     def _table_has_deletions(self, f) -> bool:
         props = (f.reader or self._open_table(f)).properties
-        return props.num_deletions > 0 or props.num_range_deletions > 0 or props.num_expiring > 0
+        # merge operands too: at the bottom they become one value
+        return props.num_deletions > 0 or props.num_range_deletions > 0 or props.num_expiring > 0 or props.num_merges > 0
 
-    def _collect_value_log(self) -> dict:
-        """Collect every sealed value-log file at or over the GC threshold now."""
+    def _collect_value_log(self, progress=None) -> dict:
+        """Collect every sealed value-log file at or over the GC threshold now (a step of
+        ``progress``: a file no longer needing collection; the total grows if more files pass
+        the threshold meanwhile)."""
+        report = progress_callback(progress)
         self.flush(wait=True)
         before = dict(self._stats)
         self._seal_active_vlog_if_due()
+        seen: set[int] = set()  # every file found over the threshold so far
         with self._compaction_lock:
             while True:
                 with self._mutex:
@@ -207,8 +216,10 @@ class Background:
                     active = self._vlog.file_number if self._vlog is not None else None
                     gc = picker.gc_candidate_files(vs.vlogs, active, self.options.blob_gc_threshold)
                     c = picker.gc_compaction(vs.current, gc) if gc else None
-                    if c is None:
-                        break
+                seen |= gc
+                report(len(seen) if c is None else len(seen - gc), len(seen))
+                if c is None:
+                    break
                 self._run_picked(c)
         self._delete_obsolete_files()
         result = {

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 
 from .base.filenames import manifest_file_name, table_file_name, vlog_file_name, wal_file_name
+from .base.progress import progress_callback
 from .errors import InvalidArgumentError
 from .manifest.version_set import VersionSet, set_current_file
 from .record.log_format import LogWriter
@@ -32,11 +33,13 @@ from .record.log_format import LogWriter
 class Checkpoints:
     """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): consistent copies."""
 
-    def _create_checkpoint(self, directory: str) -> None:
+    def _create_checkpoint(self, directory: str, progress=None) -> None:
+        report = progress_callback(progress)
         with self._checkpoint_lock:
-            self._create_checkpoint_locked(directory)
+            self._create_checkpoint_locked(directory, report)
 
-    def _create_checkpoint_locked(self, directory: str) -> None:
+    def _create_checkpoint_locked(self, directory: str, report) -> None:
+        """A step of ``report``: one table or value-log file linked (or copied)."""
         fs = self._fs
         directory = os.path.normpath(directory)
         if fs.exists(directory):
@@ -61,10 +64,15 @@ class Checkpoints:
                 last_sequence = self._last_seq  # >= every sequence number in the pinned tables
                 next_file = vs.next_file_number
         fs.mkdirs(tmp)
-        for _, f in sv.version.all_files():
-            fs.link_or_copy(table_file_name(self.path, f.number), table_file_name(tmp, f.number))
-        for n in vlogs:
+        tables = [f.number for _, f in sv.version.all_files()]
+        total = len(tables) + len(vlogs)
+        report(0, total)
+        for i, number in enumerate(tables, 1):
+            fs.link_or_copy(table_file_name(self.path, number), table_file_name(tmp, number))
+            report(i, total)
+        for i, n in enumerate(vlogs, len(tables) + 1):
             fs.link_or_copy(vlog_file_name(self.path, n), vlog_file_name(tmp, n))
+            report(i, total)
         # a MANIFEST for exactly this state
         cvs = VersionSet(fs, tmp, len(sv.version.levels), self.options.max_manifest_file_size)
         cvs.current = sv.version

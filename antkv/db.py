@@ -30,9 +30,10 @@ import weakref
 from typing import Iterator
 
 from .background import Background
-from .base.dbformat import CHECK_INVARIANTS, DELETION, EXPIRING, RANGE_DELETION, VALUE, VALUE_POINTER
+from .base.dbformat import CHECK_INVARIANTS, DELETION, EXPIRING, MERGE, RANGE_DELETION, VALUE, VALUE_POINTER
 from .base.expiry import HEAD_SIZE, encode_expiring, live_inner, now_ms
 from .base.filenames import wal_file_name
+from .base.merge_operator import missing_operator
 from .checkpoint import Checkpoints
 from .compaction.run import CompactionEnv
 from .compaction.worker import JobRunner
@@ -50,7 +51,7 @@ from .memtable.memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
 from .memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
 from .obsolete import ObsoleteFiles
 from .options import Options, WriteOptions, resolve_open_args
-from .read.iterators import DBIterator
+from .read.iterators import DBIterator, narrow_to_prefix
 from .read.read_view import ReadView, SuperVersion, prefetch_threads
 from .read.sizes import approximate_size
 from .read.snapshot import Snapshot, SnapshotList
@@ -324,6 +325,14 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         sync, disable_wal = _write_options(sync, False, write_options)
         self._write_ops([(DELETION, key, b"")], sync, disable_wal)
 
+    def merge(self, key, operand, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:
+        """Merge ``operand`` into ``key`` with ``Options.merge_operator`` (RocksDB's Merge)."""
+        key, operand = as_bytes(key, "key"), as_bytes(operand, "operand")
+        sync, disable_wal = _write_options(sync, False, write_options)
+        if self.options.merge_operator is None:
+            raise InvalidArgumentError("db.merge needs a merge operator: open with Options(merge_operator=...)")
+        self._write_ops([(MERGE, key, operand)], sync, disable_wal)
+
     def delete_range(self, begin, end, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:
         """Remove every key in ``[begin, end)``; ``begin == end`` is a no-op."""
         begin = as_bytes(begin, "begin")
@@ -350,6 +359,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         sync, disable_wal = _write_options(sync, disable_wal, write_options)
         if not isinstance(sync, bool) or not isinstance(disable_wal, bool):
             raise TypeError("sync and disable_wal must be bools")
+        if batch.num_merges and self.options.merge_operator is None:
+            raise InvalidArgumentError("a batch with merges needs a merge operator: open with Options(merge_operator=...)")
         ops = batch.ops()
         if not ops:
             self._check_writable()
@@ -583,6 +594,13 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             return default
         return self._vlog_reader.get(live[1]) if live[0] == VALUE_POINTER else live[1]
 
+    def _merged_value(self, key: bytes, sv, read_seq: int, default):
+        """A point read that found a MERGE entry: the key's operands merged onto its base."""
+        if self.options.merge_operator is None:
+            raise missing_operator(f"database {self.path}")
+        value = ReadView(self, sv, read_seq).merged_value(key)
+        return default if value is None else value
+
     def _read_seq(self, snapshot) -> int:
         if snapshot is None:
             return self._last_seq
@@ -615,6 +633,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
                 if e[1] != VALUE:
                     if e[1] == VALUE_POINTER:
                         return self._vlog_reader.get(e[2])
+                    if e[1] == MERGE:
+                        return self._merged_value(key, sv, read_seq, default)
                     return self._expiring_value(e[2], default)
                 return e[2]
             if tomb:
@@ -625,6 +645,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         if e[1] != VALUE:
             if e[1] == VALUE_POINTER:
                 return self._vlog_reader.get(e[2])
+            if e[1] == MERGE:
+                return self._merged_value(key, sv, read_seq, default)
             return self._expiring_value(e[2], default)
         return e[2]
 
@@ -640,7 +662,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         hi = None if upper_bound is None else as_bytes(upper_bound, "upper_bound")
         if not isinstance(reverse, bool):
             raise TypeError("reverse must be a bool")
-        lo, hi = _narrow_to_prefix(lo, hi, prefix)
+        lo, hi = narrow_to_prefix(lo, hi, prefix)
         return DBIterator(self._view(snapshot), lo, hi, reverse)
 
     def multi_get(self, keys, *, snapshot=None) -> list:
@@ -674,7 +696,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
     def _items_mode(self, start, stop, prefix, reverse, snapshot, mode):
         lo = None if start is None else as_bytes(start, "start")
         hi = None if stop is None else as_bytes(stop, "stop")
-        lo, hi = _narrow_to_prefix(lo, hi, prefix)
+        lo, hi = narrow_to_prefix(lo, hi, prefix)
         return self._view(snapshot).items(lo, hi, reverse, mode)
 
     def snapshot(self) -> Snapshot:
@@ -725,29 +747,30 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             if wait and target is not None:
                 self._wait_for_background(lambda: target not in self._imms)
 
-    def compact_range(self, begin=None, end=None) -> None:
-        """Compact every table overlapping ``[begin, end]`` down to the bottom level."""
+    def compact_range(self, begin=None, end=None, *, progress=None) -> None:
+        """Compact every table overlapping ``[begin, end]`` down to the bottom level.  ``progress``
+        (here and in ``gc_value_log``, ``checkpoint``, ``verify``): ``progress(done, total)``."""
         lo = None if begin is None else as_bytes(begin, "begin")
         hi = None if end is None else as_bytes(end, "end")
         if lo is not None and hi is not None and lo > hi:
             raise InvalidArgumentError(f"compact_range: begin {lo!r} > end {hi!r}")
         with self._maintenance():
             self.flush(wait=True)
-            self._compact_range_levels(lo, hi)
+            self._compact_range_levels(lo, hi, progress)
 
-    def gc_value_log(self) -> dict:
+    def gc_value_log(self, *, progress=None) -> dict:
         """Run value-log garbage collection now; returns what it did."""
         with self._maintenance():
             self._check_writable()
-            return self._collect_value_log()
+            return self._collect_value_log(progress)
 
-    def checkpoint(self, directory) -> None:
+    def checkpoint(self, directory, *, progress=None) -> None:
         """Write a consistent, openable copy of the database to ``directory`` (must not exist)."""
         if not isinstance(directory, (str, os.PathLike)):
             raise TypeError(f"directory must be a str or os.PathLike, not {type(directory).__name__}")
         with self._maintenance():
             self._check_writable()
-            self._create_checkpoint(os.fspath(directory))
+            self._create_checkpoint(os.fspath(directory), progress)
 
     def ingest(self, paths, *, move: bool = False) -> dict:
         """Add external tables (:class:`antkv.SstFileWriter` files) atomically, each newer than
@@ -773,10 +796,10 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             raise InvalidArgumentError("ingest_database: a database cannot ingest itself")
         return self._ingest_database(path, lo, hi)
 
-    def verify(self) -> dict:
+    def verify(self, *, progress=None) -> dict:
         """Read every file and check every checksum; returns counts, raises CorruptionError."""
         with self._maintenance():
-            return self._verify_files()
+            return self._verify_files(progress)
 
     def stats(self) -> dict:
         self._check_open()
@@ -873,25 +896,3 @@ def _write_options(sync, disable_wal, write_options) -> tuple[bool, bool]:
     if not isinstance(write_options, WriteOptions):
         raise TypeError(f"write_options must be an antkv.WriteOptions, not {type(write_options).__name__}")
     return write_options.sync, write_options.disable_wal
-
-
-def _narrow_to_prefix(lo, hi, prefix):
-    """``[lo, hi)`` narrowed to the keys starting with ``prefix`` (unchanged when None)."""
-    if prefix is None:
-        return lo, hi
-    prefix = as_bytes(prefix, "prefix")
-    plo, phi = prefix, _prefix_successor(prefix)
-    lo = plo if lo is None or lo < plo else lo
-    hi = phi if hi is None or (phi is not None and phi < hi) else hi
-    return lo, hi
-
-
-def _prefix_successor(prefix: bytes) -> bytes | None:
-    """The smallest key greater than every key starting with ``prefix`` (None: unbounded)."""
-    p = bytearray(prefix)
-    while p and p[-1] == 0xFF:
-        p.pop()
-    if not p:
-        return None
-    p[-1] += 1
-    return bytes(p)

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import os
 
-from .base.dbformat import MAX_SEQUENCE, VALUE_POINTER
+from .base.dbformat import MAX_SEQUENCE, MERGE, VALUE_POINTER
+from .base.merge_operator import missing_operator
 from .base.expiry import pointer_in
 from .base.filenames import external_vlog_path, table_file_name, vlog_file_name
 from .compaction.outputs import TableOptions
@@ -174,8 +175,13 @@ class Ingestion:
                 r = TableReader.open(fs, table_file_name(src, f.number), f.number, cache=None, verify_checksums=True)
                 try:
                     r.verify()
+                    operands = r.properties.num_merges > 0
                 finally:
                     r.close()
+            else:
+                operands = MERGE in parts[f.number][0][2]
+            if operands and self.options.merge_operator is None:
+                raise missing_operator(f"table {f.number:06d}.sst of {src}")
         topts = TableOptions.of(self.options)
 
         def plan(last_seq: int, new_number) -> tuple[list, list, int]:

@@ -74,6 +74,11 @@ class Options:
     # --- time to live ---
     clock: Any = field(default=time.time, repr=False)  # seconds since the epoch; TTL expiry reads it
 
+    # --- merge (db.merge) ---
+    # None, a built-in's name ("append", "append:<hex delimiter>") or an operator object
+    # (antkv.AppendOperator or one of the user's: antkv/base/merge_operator.py); kept resolved
+    merge_operator: Any = None
+
     # --- internals a user rarely changes ---
     file_system: Any = field(default=None, repr=False)  # antkv.fs.FileSystem; None = the OS
 
@@ -184,6 +189,10 @@ def _validate(o: Options) -> None:
             _fail("write_buffer_manager", "must be an antkv.WriteBufferManager or None")
     if not callable(o.clock):
         _fail("clock", "must be a callable returning seconds since the epoch")
+    if o.merge_operator is not None:
+        from .base.merge_operator import resolve
+
+        o.merge_operator = resolve(o.merge_operator)
     if o.file_system is not None:
         from .fs import FileSystem
 

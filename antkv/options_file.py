@@ -9,6 +9,9 @@ given:
 * an **incompatible** change is refused with an ``InvalidArgumentError`` naming the option, both
   values and the way out: ``num_levels`` lower than a level that holds tables (the tables would
   be unreachable), which the version check at open also enforces;
+* a database written with a merge operator (``Options.merge_operator``, recorded by name) may
+  hold merge operands only that operator can read: opening it with another operator or with
+  none is refused;
 * every other change is **compatible**: it is applied, reported in ``db.stats()
   ["options_changed"]`` and the info LOG, and written to ``OPTIONS``.
 
@@ -36,7 +39,11 @@ NOT_PERSISTED = frozenset(
 
 def persisted(options) -> dict:
     """The fields of ``options`` the OPTIONS file records."""
-    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if f.name not in NOT_PERSISTED}
+    out = {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if f.name not in NOT_PERSISTED}
+    op = out.get("merge_operator")
+    if op is not None:
+        out["merge_operator"] = op.name  # an object: recorded by its name
+    return out
 
 
 def load(fs, dbname: str) -> dict | None:
@@ -64,6 +71,12 @@ def check(recorded: dict | None, options, used_levels: int) -> list[str]:
             raise InvalidArgumentError(
                 f"Options.num_levels={new} is incompatible with this database: it was opened with num_levels={old} "
                 f"and has tables at level {used_levels - 1}; open it with num_levels >= {used_levels}"
+            )
+        if name == "merge_operator" and old is not None:
+            raise InvalidArgumentError(
+                f"Options.merge_operator={new!r} is incompatible with this database: it was written with the merge "
+                f"operator {old!r} and may hold merge operands only that one can read; open it with a merge "
+                f"operator named {old!r}"
             )
         changes.append(f"{name}: {old!r} -> {new!r}")
     return changes

@@ -31,7 +31,8 @@ import os
 import time
 
 from . import lifetime, options_file
-from .base.dbformat import RANGE_DELETION
+from .base.dbformat import MERGE, RANGE_DELETION
+from .base.merge_operator import missing_operator
 from .base.filenames import (
     CURRENT_TMP,
     TABLE,
@@ -145,23 +146,32 @@ class Recovery:
                     f"table {f.number:06d}.sst has {size} bytes, the MANIFEST says {f.size}", table_file_name(path, f.number)
                 )
         edit = VersionEdit()
-        vlog_lengths = self._recover_vlogs(fs, vs, on_disk, edit)
+        wal_numbers = sorted(n for (kind, n) in on_disk if kind == WAL and n >= vs.log_number)
+        # read-only, maybe beside a live writer: read the WALs BEFORE measuring the value-log
+        # files, so every value a WAL record points to (appended before the record) is counted
+        wal_data = ({n: fs.read_all(wal_file_name(path, n)) for n in wal_numbers}
+                    if opts.read_only else None)
+        # ... and, beside a writer that holds the LOCK, a torn last record of the newest WAL or
+        # of the active value-log file is a write in flight, not a loss: not reported as dropped
+        live_writer = opts.read_only and fs.is_locked(lock_file_name(path)) is True
+        vlog_lengths = self._recover_vlogs(fs, vs, on_disk, edit, live_writer)
         self._last_seq = vs.last_sequence
         self._memtable_counter = 0
         # --- WAL replay ---
-        wal_numbers = sorted(n for (kind, n) in on_disk if kind == WAL and n >= vs.log_number)
         if exists and vs.log_number not in wal_numbers:
             # The WAL an edit names is made durable (directory sync) before the edit is written and
             # deleted only after a later edit moves past it: if it is missing, MANIFEST edits were
             # lost (a damaged last record taken for a torn tail), and with them acknowledged data.
             raise CorruptionError(f"WAL {vs.log_number:06d}.log named by the MANIFEST is missing", wal_file_name(path, vs.log_number))
         mem = self._new_memtable(0)
-        replay = Replay(fs, path, wal_numbers, vlog_lengths, vs.vlogs, opts.wal_recovery_mode)
+        replay = Replay(fs, path, wal_numbers, vlog_lengths, vs.vlogs, opts.wal_recovery_mode, wal_data, live_writer)
         for seq, ops in replay:
             for i, (kind, key, value) in enumerate(ops):
                 if kind == RANGE_DELETION:
                     mem.add_range_deletion(seq + i, key, value)
                 else:
+                    if kind == MERGE and opts.merge_operator is None:
+                        raise missing_operator(f"the WAL of database {path}")
                     mem.add(seq + i, kind, key, value)
             self._last_seq = max(self._last_seq, seq + len(ops) - 1)
             if mem.memory >= opts.write_buffer_size and not opts.read_only:
@@ -207,8 +217,9 @@ class Recovery:
         vlog = self._vlog
         return MemTable(self._memtable_counter, log_number, vlog.file_number if vlog is not None else None)
 
-    def _recover_vlogs(self, fs, vs, on_disk, edit) -> dict[int, int]:
-        """Valid length of every value-log file; unsealed ones are cut back and sealed in ``edit``."""
+    def _recover_vlogs(self, fs, vs, on_disk, edit, live_writer: bool = False) -> dict[int, int]:
+        """Valid length of every value-log file; unsealed ones are cut back and sealed in ``edit``
+        (read-only: only measured; beside a live writer a torn tail is a record in flight)."""
         lengths: dict[int, int] = {}
         read_only = self.options.read_only
         for number, st in sorted(vs.vlogs.items()):
@@ -223,7 +234,9 @@ class Recovery:
                 continue
             length, record_bytes, dropped = active_vlog_length(fs, p, self.options.wal_recovery_mode)
             lengths[number] = length
-            if dropped is not None:
+            if dropped is not None and live_writer and "damaged" not in dropped:
+                log.info("read-only open beside a live writer: %s (a record being written)", dropped)
+            elif dropped is not None:
                 self._stats["recovery_dropped"].append(dropped)
                 log.warning("recovery: %s", dropped)
             if read_only:

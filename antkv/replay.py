@@ -63,15 +63,20 @@ class Replay:
 
     ``vlog_lengths`` maps every value-log file to the length that survived; ``vlogs`` is the
     version set's value-log states (a pointer into a sealed or unlisted file past its end is
-    damage in every mode)."""
+    damage in every mode).  ``wal_data`` (number -> bytes) gives WALs read earlier; the others
+    are read when replayed.  ``live_writer``: a read-only replay beside the writer holding the
+    LOCK, where the newest WAL's torn last record is a write in flight, not reported as dropped."""
 
-    def __init__(self, fs, dbname: str, wal_numbers, vlog_lengths: dict[int, int], vlogs, mode: str):
+    def __init__(self, fs, dbname: str, wal_numbers, vlog_lengths: dict[int, int], vlogs, mode: str,
+                 wal_data: dict[int, bytes] | None = None, live_writer: bool = False):
         self.fs = fs
         self.dbname = dbname
         self.wal_numbers = list(wal_numbers)
         self.vlog_lengths = vlog_lengths
         self.vlogs = vlogs
         self.mode = mode
+        self.wal_data = wal_data or {}
+        self.live_writer = live_writer
         self.dropped: list[str] = []
 
     def _drop(self, what: str) -> None:
@@ -82,7 +87,10 @@ class Replay:
         mode = self.mode
         for number in self.wal_numbers:
             path = wal_file_name(self.dbname, number)
-            reader = LogReader(self.fs.read_all(path), path, skip_corrupted=mode == SKIP_ANY_CORRUPTED)
+            data = self.wal_data.get(number)
+            if data is None:
+                data = self.fs.read_all(path)
+            reader = LogReader(data, path, skip_corrupted=mode == SKIP_ANY_CORRUPTED)
             try:
                 for offset, payload in reader:
                     try:
@@ -119,6 +127,10 @@ class Replay:
             for offset, length in reader.skipped:
                 self._drop(f"{path}: {length} damaged bytes at offset {offset} skipped")
             if reader.torn_tail_offset is not None:
+                if self.live_writer and number == self.wal_numbers[-1]:
+                    log.info("read-only replay beside a live writer: %s: record at %d being written", path,
+                             reader.torn_tail_offset)
+                    return
                 if mode == ABSOLUTE_CONSISTENCY:
                     raise CorruptionError(
                         "WAL ends in a torn record (absolute_consistency recovery: nothing may be missing)",

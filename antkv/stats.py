@@ -13,6 +13,7 @@ from . import lifetime
 import os
 
 from .base.filenames import CURRENT, parse_file_name, table_file_name, vlog_file_name
+from .base.progress import progress_callback
 from .errors import IOError as AntIOError
 
 
@@ -175,15 +176,20 @@ class Statistics:
         with self._mutex:  # value-log files come and go under it (rotation, GC)
             return fn()
 
-    def _verify_files(self) -> dict:
-        """Read every table and value-log file, checking every checksum."""
+    def _verify_files(self, progress=None) -> dict:
+        """Read every table and value-log file, checking every checksum (a step: one file)."""
         from .sst.reader import TableReader
         from .vlog.reader import verify_file
 
+        report = progress_callback(progress)
         fs = self._fs
         sv = self._sv
+        files = list(sv.version.all_files())
+        with self._mutex:
+            total = len(files) + len(self._versions.vlogs)
+        report(0, total)
         tables = entries = 0
-        for _, f in sv.version.all_files():
+        for _, f in files:
             self._stop_if_closing()
             r = TableReader.open(fs, table_file_name(self.path, f.number), f.number, cache=None, verify_checksums=True)
             try:
@@ -191,14 +197,16 @@ class Statistics:
             finally:
                 r.close()
             tables += 1
+            report(tables, total)
         # which files there are and how long the active one is, read together: a rotation in
         # between would check the old active file against the new one's length
         with self._write_lock, self._mutex:
             listed = sorted(self._versions.vlogs)
             active = self._vlog.file_number if self._vlog is not None else None
             active_size = self._vlog.size if self._vlog is not None else None
+        total = tables + len(listed)
         vlogs = records = 0
-        for n in listed:
+        for i, n in enumerate(listed, 1):
             self._stop_if_closing()
             try:
                 nrec, _ = verify_file(fs, vlog_file_name(self.path, n), length=active_size if n == active else None)
@@ -209,4 +217,6 @@ class Statistics:
                 raise
             records += nrec
             vlogs += 1
+            report(tables + i, total)
+        report(total, total)
         return {"tables": tables, "table_entries": entries, "vlog_files": vlogs, "vlog_records": records}

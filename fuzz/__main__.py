@@ -134,7 +134,7 @@ def _summary(streams, ops, seconds, skipped, sets) -> None:
     print(f"fuzz summary: {streams} streams, {ops} operations in {seconds:.1f} s "
           f"({rate:.0f} ops/s); option sets: {dict(sets)}")
     if skipped:
-        print(f"  skipped on both sides (feature not in antkv yet, or --skip-ops): {dict(skipped)}")
+        print(f"  skipped on both sides (merges where the option set has no merge operator, a feature not in antkv yet, or --skip-ops): {dict(skipped)}")
 
 
 if __name__ == "__main__":

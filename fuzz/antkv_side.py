@@ -64,6 +64,8 @@ class AntkvSide:
         self.calls = 0  # alternates between equivalent spellings of an operation
 
     def supports(self, opname: str) -> bool:
+        if opname in ("merge", "merge_batch"):  # only a database with a merge operator merges
+            return self.options.merge_operator is not None
         method = _FEATURE_METHOD.get(opname)
         return method is None or (hasattr(self.db, method) and opname not in _UNSUPPORTED)
 
@@ -116,6 +118,12 @@ class AntkvSide:
         else:
             with self.db.write_batch() as b:
                 _fill(b, subs)
+
+    def op_merge(self, key, vspec):
+        self.db.merge(key, make_value(*vspec))
+
+    def op_merge_batch(self, subs):
+        self.op_batch(subs)
 
     # --- point reads ---
 
@@ -255,5 +263,7 @@ def _fill(b, subs) -> None:
             b.put(sub[1], make_value(*sub[2]))
         elif sub[0] == "delete":
             b.delete(sub[1])
+        elif sub[0] == "merge":
+            b.merge(sub[1], make_value(*sub[2]))
         else:
             b.delete_range(sub[1], sub[2])

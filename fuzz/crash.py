@@ -16,7 +16,12 @@ from antkv.fs.fault import FaultInjectionFileSystem, SimulatedCrash
 from antkv.fs.memory import MemoryFileSystem
 
 
-def make_workload(seed: int, n: int = 60, big: bool = True) -> list[tuple]:
+MERGE_OPERATOR = "append:2c"  # the operator of configs with merges: operands joined by ","
+
+
+def make_workload(seed: int, n: int = 60, big: bool = True, merges: bool = False) -> list[tuple]:
+    """A seeded history; with ``merges`` a fifth of the puts are merges (the database needs
+    ``merge_operator=MERGE_OPERATOR``)."""
     rng = random.Random(seed)
     keys = [b"k%02d" % i for i in range(24)] + [b""]
     ops = []
@@ -29,7 +34,8 @@ def make_workload(seed: int, n: int = 60, big: bool = True) -> list[tuple]:
         k = rng.choice(keys)
         if r < 0.55:
             size = rng.choice([0, 5, 40, 150, 600]) if big else rng.choice([0, 5, 40])
-            ops.append(("put", k, bytes([rng.randrange(256)]) * size, sync))
+            kind = "merge" if merges and rng.random() < 0.4 else "put"
+            ops.append((kind, k, bytes([rng.randrange(256)]) * size, sync))
         elif r < 0.68:
             ops.append(("delete", k, sync))
         elif r < 0.76:
@@ -40,7 +46,8 @@ def make_workload(seed: int, n: int = 60, big: bool = True) -> list[tuple]:
             for _ in range(rng.randint(1, 4)):
                 kk = rng.choice(keys)
                 if rng.random() < 0.7:
-                    batch.append(("put", kk, bytes([rng.randrange(256)]) * rng.choice([3, 200])))
+                    kind = "merge" if merges and rng.random() < 0.4 else "put"
+                    batch.append((kind, kk, bytes([rng.randrange(256)]) * rng.choice([3, 200])))
                 else:
                     batch.append(("delete", kk))
             ops.append(("batch", batch, sync))
@@ -55,10 +62,17 @@ def make_workload(seed: int, n: int = 60, big: bool = True) -> list[tuple]:
     return ops
 
 
+def _merged(model: dict, key: bytes, operand: bytes) -> bytes:
+    """The append operator of MERGE_OPERATOR applied to the model."""
+    return operand if key not in model else model[key] + b"," + operand
+
+
 def apply_model(model: dict, op: tuple) -> None:
     kind = op[0]
     if kind == "put":
         model[op[1]] = op[2]
+    elif kind == "merge":
+        model[op[1]] = _merged(model, op[1], op[2])
     elif kind == "delete":
         model.pop(op[1], None)
     elif kind == "delete_range":
@@ -68,6 +82,8 @@ def apply_model(model: dict, op: tuple) -> None:
         for sub in op[1]:
             if sub[0] == "put":
                 model[sub[1]] = sub[2]
+            elif sub[0] == "merge":
+                model[sub[1]] = _merged(model, sub[1], sub[2])
             else:
                 model.pop(sub[1], None)
 
@@ -76,6 +92,8 @@ def apply_db(db, op: tuple) -> None:
     kind = op[0]
     if kind == "put":
         db.put(op[1], op[2], sync=op[3])
+    elif kind == "merge":
+        db.merge(op[1], op[2], sync=op[3])
     elif kind == "delete":
         db.delete(op[1], sync=op[2])
     elif kind == "delete_range":
@@ -85,6 +103,8 @@ def apply_db(db, op: tuple) -> None:
         for sub in op[1]:
             if sub[0] == "put":
                 b.put(sub[1], sub[2])
+            elif sub[0] == "merge":
+                b.merge(sub[1], sub[2])
             else:
                 b.delete(sub[1])
         db.write(b, sync=op[2])
@@ -199,14 +219,25 @@ CONFIGS = {
         max_background_jobs=0, write_buffer_size=4096, min_blob_size=0, blob_file_size=3000,
         blob_gc_threshold=0.2, level0_file_num_compaction_trigger=2,
     ),
+    # merges (workload(config)): operands combined by flush and compaction, values in the log
+    "merges": dict(
+        max_background_jobs=0, write_buffer_size=1024, block_size=128, target_file_size_base=1024,
+        level0_file_num_compaction_trigger=1, num_levels=4, min_blob_size=100, blob_file_size=1500,
+        blob_gc_threshold=0.05, max_manifest_file_size=1000, merge_operator=MERGE_OPERATOR,
+    ),
 }
+
+
+def workload(config: str, seed: int, n: int = 50) -> list[tuple]:
+    """The seeded history run under ``config``: with merges when its database has an operator."""
+    return make_workload(seed, n=n, merges="merge_operator" in CONFIGS[config])
 
 
 def sweep(config: str, seed: int, ops_per_workload: int = 50, max_points: int | None = None) -> int:
     """Crash at every (or ``max_points`` evenly spread) file-system call of one workload and
     check recovery in all three modes; returns the number of kill points checked."""
     options = CONFIGS[config]
-    ops = make_workload(seed, n=ops_per_workload)
+    ops = workload(config, seed, n=ops_per_workload)
     _, acked, total_calls, crashed = run_until_crash(ops, options, None, seed)
     assert not crashed and acked == len(ops)
     step = 1 if max_points is None else max(1, total_calls // max_points)
@@ -240,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.WARNING)  # recovery reports every torn tail; the check is the point
     if args.point is not None:
         options = CONFIGS[args.config or "tiny-lsm"]
-        ops = make_workload(args.seed, n=50)
+        ops = workload(args.config or "tiny-lsm", args.seed, n=50)
         inner, acked, _, _ = run_until_crash(ops, options, args.point, args.seed)
         check_recovery(inner, ops, acked, args.mode or "power", options, args.seed * 1000 + args.point)
         print("recovered correctly")
@@ -268,7 +299,7 @@ def check_crash_during_recovery(config: str, seed: int, first_crash_at: int, mod
     its file-system calls (power loss each time), then recover cleanly: the prefix rule must
     still hold.  Returns the number of recovery kill points checked."""
     options = CONFIGS[config]
-    ops = make_workload(seed, n=50)
+    ops = workload(config, seed, n=50)
     probe, acked, _, _ = run_until_crash(ops, options, first_crash_at, seed)
     probe.crash(mode, random.Random(seed))
     counter = FaultInjectionFileSystem(probe, seed=seed)

@@ -8,6 +8,8 @@ An *operation* is a plain tuple whose first field names it; every other field is
     ("delete", key)
     ("delete_range", begin, end)        begin > end is legal input: both must refuse it
     ("batch", (sub, ...))               sub = a put / delete / delete_range tuple
+    ("merge", key, vspec)               db.merge with the append operator (options_sets.py)
+    ("merge_batch", (sub, ...))         a batch whose subs may also be ("merge", key, vspec)
     ("get", key)
     ("contains", key)                   ``key in db`` and ``db[key]`` (KeyError when missing)
     ("snap_take", sid)
@@ -119,6 +121,8 @@ class OpStream:
             ("delete", 7),
             ("delete_range", 3),
             ("batch", 5),
+            ("merge", 8),
+            ("merge_batch", 2),
             ("get", 16 if p.write_heavy else 24),
             ("contains", 2),
             ("snap", 5),
@@ -234,6 +238,24 @@ class OpStream:
                 # (see oracle.py), which is not a contract either engine can be held to.
                 subs.append(("delete_range",) + self.range_pair(allow_reversed=False))
         return ("batch", tuple(subs))
+
+    def _op_merge(self):
+        return ("merge", self.key(), self.vspec())
+
+    def _op_merge_batch(self):
+        r = self.rng
+        subs = []
+        for _ in range(r.choice((1, 2, 3, 5, 8))):
+            y = r.random()
+            if y < 0.5:
+                subs.append(("merge", self.key(), self.vspec()))
+            elif y < 0.75:
+                subs.append(("put", self.key(), self.vspec()))
+            elif y < 0.9:
+                subs.append(("delete", self.key()))
+            else:
+                subs.append(("delete_range",) + self.range_pair(allow_reversed=False))
+        return ("merge_batch", tuple(subs))
 
     def _op_ingest(self):
         r = self.rng

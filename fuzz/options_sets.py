@@ -28,8 +28,18 @@ class CacheSpec:
 
 BASE = {"write_buffer_size": 64 * KiB, "max_background_jobs": 0}
 
+# The merge operator of the sets that have one: the built-in append with a "," between
+# operands.  The RocksDB side (rocksdict has no merge operator) applies a merge as the read of
+# the current value and the write of the appended one (fuzz/oracle.py), the model every merge
+# is checked against.  Sets without one skip the merge operations on both sides, so the paths
+# a merge operator turns off (the columnar compaction, the flush shortcut) stay covered.
+MERGE_OPERATOR = "append:2c"
+MERGE_DELIMITER = b","
+_MERGE = {"merge_operator": MERGE_OPERATOR}
+
 NAMED: dict[str, dict] = {
     "default": {},
+    "merge-append": {**_MERGE},
     "tiny-memtable": {"write_buffer_size": 4 * KiB, "max_write_buffer_number": 1},
     "block-size-1": {"block_size": 1},
     "cache-1-byte": {"block_cache": CacheSpec(1)},
@@ -38,13 +48,13 @@ NAMED: dict[str, dict] = {
     # Strict, but large enough for every block a reader pins at once (a block holding one
     # inline value of min_blob_size bytes at most), so no read may fail with MemoryLimitError.
     "strict-cache": {"block_cache": CacheSpec(4 * MiB, num_shard_bits=1, strict=True)},
-    "blob-all": {"min_blob_size": 0},
+    "blob-all": {"min_blob_size": 0, **_MERGE},
     "blob-100": {"min_blob_size": 100, "blob_file_size": 64 * KiB},
     "blob-never": {"min_blob_size": 1 << 62},
     "blob-off": {"enable_blob_files": False},
-    "gc-0.01": {"min_blob_size": 32, "blob_gc_threshold": 0.01, "blob_file_size": 32 * KiB},
+    "gc-0.01": {"min_blob_size": 32, "blob_gc_threshold": 0.01, "blob_file_size": 32 * KiB, **_MERGE},
     "gc-1.0": {"min_blob_size": 32, "blob_gc_threshold": 1.0, "blob_file_size": 32 * KiB},
-    "l0-trigger-1": {"level0_file_num_compaction_trigger": 1},
+    "l0-trigger-1": {"level0_file_num_compaction_trigger": 1, **_MERGE},
     "tiny-target-file": {
         "target_file_size_base": 1 * KiB,
         "max_bytes_for_level_base": 4 * KiB,
@@ -55,9 +65,9 @@ NAMED: dict[str, dict] = {
     "zstd": {"compression": "zstd", "blob_compression": "zstd", "min_blob_size": 200},
     "no-compression": {"compression": None, "blob_compression": None},
     "no-bloom": {"bloom_bits_per_key": 0},
-    "two-levels": {"num_levels": 2, "level0_file_num_compaction_trigger": 2},
-    "range-del-limit": {"memtable_max_range_deletions": 1},
-    "background-jobs": {"max_background_jobs": 2, "write_buffer_size": 16 * KiB},
+    "two-levels": {"num_levels": 2, "level0_file_num_compaction_trigger": 2, **_MERGE},
+    "range-del-limit": {"memtable_max_range_deletions": 1, **_MERGE},
+    "background-jobs": {"max_background_jobs": 2, "write_buffer_size": 16 * KiB, **_MERGE},
 }
 
 
@@ -92,6 +102,8 @@ def random_overrides(seed: int) -> dict:
             num_shard_bits=r.choice((-1, 0, 6)),
             strict=strict,
         )
+    if r.random() < 0.5:
+        o["merge_operator"] = MERGE_OPERATOR
     return o
 
 

@@ -44,6 +44,7 @@ import rocksdict
 
 from .cursors import BoundedCursor, ListCursor, prefix_upper, scan, step_cursor
 from .generator import make_value
+from .options_sets import MERGE_DELIMITER
 
 SKIP = ("skip",)
 NOT_VALID = ("not-valid",)
@@ -138,6 +139,43 @@ class RocksSide:
                 wb.delete(sub[1])
             else:
                 wb.delete_range(sub[1], sub[2])
+        self.db.write(wb)
+
+    # --- merges: read-modify-write, the model of the append operator ---
+
+    def op_merge(self, key, vspec):
+        cur = self.db.get(key)
+        self.db.put(key, _appended(cur, make_value(*vspec)))
+
+    def op_merge_batch(self, subs):
+        """The batch with each merge replaced by a put of its result, computed in order over
+        what the batch itself wrote before it (puts, deletes, ranges) and the database."""
+        wb = rocksdict.WriteBatch(raw_mode=True)
+        pending: dict[bytes, bytes | None] = {}
+        ranges: list[tuple[bytes, bytes]] = []
+        for sub in subs:
+            if sub[0] == "put":
+                pending[sub[1]] = make_value(*sub[2])
+                wb.put(sub[1], pending[sub[1]])
+            elif sub[0] == "delete":
+                pending[sub[1]] = None
+                wb.delete(sub[1])
+            elif sub[0] == "merge":
+                k = sub[1]
+                if k in pending:
+                    cur = pending[k]
+                elif any(b <= k < e for b, e in ranges):
+                    cur = None
+                else:
+                    cur = self.db.get(k)
+                pending[k] = _appended(cur, make_value(*sub[2]))
+                wb.put(k, pending[k])
+            else:
+                b, e = sub[1], sub[2]
+                ranges.append((b, e))
+                for k in [k for k in pending if b <= k < e]:
+                    del pending[k]
+                wb.delete_range(b, e)
         self.db.write(wb)
 
     # --- point reads ---
@@ -275,6 +313,11 @@ class RocksSide:
             for path in paths:
                 if os.path.exists(path):
                     os.remove(path)
+
+
+def _appended(current: bytes | None, operand: bytes) -> bytes:
+    """The append operator (``options_sets.MERGE_OPERATOR``): ``operand`` onto ``current``."""
+    return operand if current is None else current + MERGE_DELIMITER + operand
 
 
 def remove_tree(path: str) -> None:

@@ -169,24 +169,19 @@ def test_a_short_cli_session_leaves_no_work_behind(run, tmp_path):
     assert len(_items(path)) == 45
 
 
-def test_progress_bar_only_on_a_terminal(run, tmp_path):
-    import subprocess
-
-    src = tmp_path / "pairs.tsv"
-    src.write_text("".join(f"k{i}\tv{i}\n" for i in range(3000)))
-    code, out, err = run("load", tmp_path / "piped", src, "--create-if-missing")
-    assert code == 0 and err == ""  # piped: quiet
+def _on_a_terminal(*argv) -> tuple[int, bytes, bytes]:
+    """Run ``python -m antkv ARGV`` with standard error on a pseudo-terminal: (exit, stdout, what
+    the terminal showed)."""
     import fcntl
     import struct
+    import subprocess
     import termios
 
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # a new pty is 0x0
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(antkv.__file__))))
-    r = subprocess.run(
-        [sys.executable, "-m", "antkv", "load", str(tmp_path / "tty"), str(src), "--create-if-missing"],
-        stdout=subprocess.PIPE, stderr=slave, env=env, timeout=120,
-    )
+    r = subprocess.run([sys.executable, "-m", "antkv", *map(str, argv)],
+                       stdout=subprocess.PIPE, stderr=slave, env=env, timeout=120)
     os.close(slave)
     drawn = b""
     try:
@@ -195,5 +190,33 @@ def test_progress_bar_only_on_a_terminal(run, tmp_path):
     except OSError:  # the terminal closed
         pass
     os.close(master)
-    assert r.returncode == 0 and b"loaded 3000 pairs" in r.stdout
+    return r.returncode, r.stdout, drawn
+
+
+def test_progress_bar_only_on_a_terminal(run, tmp_path):
+    src = tmp_path / "pairs.tsv"
+    src.write_text("".join(f"k{i}\tv{i}\n" for i in range(3000)))
+    code, out, err = run("load", tmp_path / "piped", src, "--create-if-missing")
+    assert code == 0 and err == ""  # piped: quiet
+    code, out, drawn = _on_a_terminal("load", tmp_path / "tty", src, "--create-if-missing")
+    assert code == 0 and b"loaded 3000 pairs" in out
     assert b"load" in drawn and b"keys" in drawn  # the bar, on the terminal only
+
+
+@pytest.mark.parametrize("command, extra, unit", [
+    ("verify", (), b"files"), ("compact", (), b"levels"), ("gc", (), b"files"), ("checkpoint", ("cp",), b"files"),
+])
+def test_maintenance_commands_draw_a_bar_on_a_terminal_only(run, tmp_path, command, extra, unit):
+    path = tmp_path / "db"
+    with antkv.open(str(path), **OPTS, blob_gc_threshold=0.25) as d:
+        for round_ in range(3):
+            for i in range(200):
+                d.put(b"k%03d" % i, os.urandom(120))
+            d.flush()
+    code, out, drawn = _on_a_terminal(command, path, *[tmp_path / e for e in extra])  # first: gc has work
+    assert code == 0 and out
+    assert command.encode() in drawn and unit in drawn and b"100%" in drawn, drawn
+    code, out, err = run(command, path, *[tmp_path / f"{e}-piped" for e in extra])
+    assert code == 0 and err == "" and out  # piped: the result line, no bar
+    code, out, drawn = _on_a_terminal(command, path, *[tmp_path / f"{e}-quiet" for e in extra], "--no-progress")
+    assert code == 0 and drawn == b""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from fuzz.crash import CONFIGS, check_recovery, make_workload, run_until_crash
+from fuzz.crash import CONFIGS, check_recovery, run_until_crash, workload
 
 CRASH_CONFIGS = CONFIGS
 
@@ -18,7 +18,7 @@ CRASH_CONFIGS = CONFIGS
 @pytest.mark.parametrize("seed", [1, 2])
 def test_every_kill_point(config, seed):
     options = CRASH_CONFIGS[config]
-    ops = make_workload(seed, n=50)
+    ops = workload(config, seed, n=50)
     _, acked, total_calls, crashed = run_until_crash(ops, options, None, seed)
     assert not crashed and acked == len(ops)
     assert total_calls > 50
@@ -37,7 +37,7 @@ def test_every_kill_point(config, seed):
 def test_power_loss_after_clean_run_keeps_synced_prefix(config):
     options = CRASH_CONFIGS[config]
     for seed in range(5):
-        ops = make_workload(100 + seed, n=80)
+        ops = workload(config, 100 + seed, n=80)
         inner, acked, _, crashed = run_until_crash(ops, options, None, seed)
         assert not crashed
         # close() synced everything: nothing may be lost, even on power loss

@@ -134,17 +134,18 @@ def test_rocksdb_plain_and_blob_give_the_same_answers(seed, tmp_path):
 
 def test_planted_difference_is_found_reported_shrunk_and_replayable(tmp_path):
     out = io.StringIO()
-    cfg = Config(seed=16, option_set="default", oracle="plain", subject="rocksdb-plain", ops=600)
-    r = fuzz_one(cfg, workdir=str(tmp_path), shrink_seconds=60, out_dir=str(tmp_path / "f"),
+    cfg = Config(seed=49, option_set="default", oracle="plain", subject="rocksdb-plain", ops=600)
+    # the shrink ends at its fixed point; the budget is only a bound (60 s was reached on a loaded machine)
+    r = fuzz_one(cfg, workdir=str(tmp_path), shrink_seconds=900, out_dir=str(tmp_path / "f"),
                  out=out, make_subject=lambda p: DropsDeletesOfOneKey(p, "blob"))
     text = out.getvalue()
     assert r.divergence is not None, text
-    assert "DIVERGENCE seed=16 option_set=default" in text
-    assert f"--seed 16 --option-set default --oracle plain --ops {r.divergence.index + 1}" in text
+    assert "DIVERGENCE seed=49 option_set=default" in text
+    assert f"--seed 49 --option-set default --oracle plain --ops {r.divergence.index + 1}" in text
     files = list((tmp_path / "f").iterdir())
     assert len(files) == 1
     shrunk, meta = replay.read(str(files[0]))
-    assert meta["seed"] == 16
+    assert meta["seed"] == 49
     # The bug needs a write of k1, the dropped delete, and a read (the final check reads).
     assert len(shrunk) <= 3, shrunk
     assert any(op[0] == "delete" and op[1] == DROPPED for op in shrunk)

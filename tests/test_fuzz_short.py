@@ -41,5 +41,8 @@ def test_every_named_option_set_is_valid():
         o = options_sets.build(name)
         assert isinstance(o, antkv.Options)
         for field, value in options_sets.overrides(name).items():
+            got = getattr(o, field)
+            if field == "merge_operator":  # a built-in's name: Options holds the operator it names
+                got = got.name
             if not isinstance(value, options_sets.CacheSpec):
-                assert getattr(o, field) == value, (name, field)
+                assert got == value, (name, field)

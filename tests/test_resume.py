@@ -75,3 +75,33 @@ def test_resume_refuses_read_only_and_closed(tmp_path):
             db.resume()
     with pytest.raises(antkv.DBClosedError):
         db.resume()
+
+
+@pytest.mark.parametrize("fail_after", [10, 60])
+def test_resume_with_background_threads(fail_after):
+    """The background threads (flushes, compactions, GC) hit the full disk; resume() waits for
+    them, clears the error and they carry on: nothing acknowledged is lost."""
+    fs = FaultInjectionFileSystem(MemoryFileSystem())
+    opts = dict(OPTS, max_background_jobs=2)
+    model: dict = {}
+    db = antkv.open("/db", file_system=fs, **opts)
+    _fill(db, model, 0, 200)
+    db.flush()
+    fs.fail_at(fs.calls + fail_after, persistent=True)
+    with pytest.raises((antkv.IOError, antkv.BackgroundError)):
+        for i in range(200, 5000):
+            k, v = b"k%04d" % (i % 300), (b"v%d-" % i) * (1 + i % 25)
+            db.put(k, v)
+            model[k] = v  # acknowledged
+        db.flush()  # the last writes' flush, in a background thread, hits the full disk
+    fs.disarm()
+    db.resume()
+    _fill(db, model, 6000, 600)
+    db.flush()
+    db.compact_range()
+    assert dict(db.items()) == model
+    db.verify()
+    db.close()
+    with antkv.open("/db", file_system=fs, **opts) as db:
+        assert dict(db.items()) == model
+        db.verify()

@@ -217,7 +217,8 @@ def _group_of(key: bytes) -> int:
 
 def _rescale_on_disk(tmp_path, k, olds: list, new_n: int, step: str) -> list:
     """Rescale the partitions ``olds`` (open databases) to ``new_n`` partitions the way the
-    plan says: copy the base (a checkpoint), clip it, add the brought-in ranges."""
+    plan says: copy the base (a checkpoint), clip it, ingest the brought-in ranges from
+    checkpoints of their sources."""
     news = []
     for plan in plan_rescale(k, len(olds), new_n):
         path = str(tmp_path / f"{step}-{plan.partition}")
@@ -229,8 +230,9 @@ def _rescale_on_disk(tmp_path, k, olds: list, new_n: int, step: str) -> list:
             base_range.intersection(plan.key_groups))
         for source, r in plan.bring_in:
             begin, end = r.key_bounds()
-            for key, value in olds[source].items(begin, end):
-                db.put(key, value)
+            cp = str(tmp_path / f"{step}-{plan.partition}-from-{source}")
+            olds[source].checkpoint(cp)
+            db.ingest_database(cp, begin, end)
         news.append(db)
     return news
 

@@ -10,6 +10,7 @@ location holds exactly the objects the retained versions reference.
 
 from __future__ import annotations
 
+import collections
 import logging
 import shutil
 import tempfile
@@ -26,7 +27,7 @@ import antkv
 from antkv.spark import CommitCoordinator, Location, StoreOptions, open_store, release_idle_stores
 from antkv.spark.store import read_manifest
 
-KEYS = st.sampled_from([b"", b"a", b"aa", b"ab", b"b", b"ba", b"c", b"cc", b"d", b"\xff", b"k1", b"k2"])
+KEYS = st.sampled_from([b"", b"a", b"aa", b"aab", b"ab", b"b", b"ba", b"c", b"cc", b"d", b"\xff", b"k1", b"k1z", b"k2"])
 VALUES = st.one_of(st.binary(max_size=20), st.binary(min_size=200, max_size=300))
 PARTS = st.integers(0, 1)
 NUM_PARTITIONS = 2
@@ -145,6 +146,8 @@ def make_machine(make_location):
             msgs = [s.commit() for s in self.stores]
             for p, m in enumerate(msgs):
                 assert m.num_keys == len(self.pending[p])
+                counts = collections.Counter(k[:2] for k in self.pending[p])  # per 2-byte key prefix
+                assert read_manifest(self.loc, m.manifest).key_counts == counts
             v = self.version + 1
             result = self.coord.publish(v, msgs)
             assert not result.replayed

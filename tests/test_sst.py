@@ -199,7 +199,7 @@ def test_builder_rejects_bad_input():
         with pytest.raises(antkv.InvalidArgumentError):
             b.add(key, seq, VALUE, b"")
     # kinds and sequence ranges are checked per block: at the latest by finish()
-    for kind, seq in ((2, 1), (7, 1), (VALUE, MAX_SEQUENCE + 1), (VALUE, -1)):
+    for kind, seq in ((2, 1), (6, 1), (VALUE, MAX_SEQUENCE + 1), (VALUE, -1)):
         bad = TableBuilder(fs.create("bad.sst"), file_number=1, block_size=1 << 20)
         bad.add(b"a", 3, VALUE, b"")
         bad.add(b"b", seq, kind, b"")

@@ -249,3 +249,43 @@ def test_a_layout_is_not_reused_for_the_same_ends_bytes_at_another_width():
         assert decode_block(y, len(y), "t", 0) == expect
         assert search_block(y, len(y), expect[0][0], -9, "t", 0) == (9, VALUE, expect[3][0])
         assert decode_block(x, len(x), "t", 0) == ([b"a", b"b"], [-1, -2], [VALUE, VALUE], [b"vv", b"ww"])
+
+
+def test_random_keys_store_no_group_prefixes():
+    # 16-byte random keys share a byte or two per group: not worth a concatenation per key on
+    # every decode, so the block stores empty prefixes (and still decodes and searches)
+    rng = random.Random(3)
+    keys = sorted({b"\x07" + rng.randbytes(15) for _ in range(40)})  # groups share >= 1 byte
+    assert all(group_prefix_lengths(keys, 16))
+    n = len(keys)
+    raw = encode_block(keys, list(range(n)), [VALUE] * n, [b"v"] * n)
+    assert raw.startswith(keys[0] + keys[1])  # no prefix before the first suffix: whole keys
+    assert decode_block(raw, len(raw), "t", 0)[0] == keys
+    for i, k in enumerate(keys):
+        assert search_block(raw, len(raw), k, -(1 << 56), "t", 0) == (i, VALUE, b"v")
+
+
+@pytest.mark.parametrize("restart", [1, 16])
+def test_search_fixed_width_keys(restart):
+    # Fixed-width keys with no prefixes take the bytes.find path: it must skip matches that
+    # straddle two keys, find every version, and agree with the model everywhere.
+    rng = random.Random(restart)
+    fast = 0
+    for trial in range(40):
+        alphabet = [b"ab", b"ba", b"aa", b"b\x00"]  # few distinct halves: many straddling matches
+        keys = sorted({rng.choice(alphabet) + rng.choice(alphabet) for _ in range(rng.randint(1, 12))})
+        pairs = sorted(
+            {(k, rng.choice((1, 5, 9, 300, 1 << 40))) for k in keys for _ in range(rng.randint(1, 3))},
+            key=lambda p: (p[0], -p[1]),
+        )
+        ks, seqs = [p[0] for p in pairs], [p[1] for p in pairs]
+        kinds = [rng.choice((0, 1, 3)) for _ in pairs]
+        values = [rng.randbytes(rng.randint(0, 5)) for _ in pairs]
+        raw = encode_block(ks, seqs, kinds, values, restart)
+        fast += raw.startswith(b"".join(ks))  # no prefixes: the key column is the whole keys
+        entries = list(zip(ks, [-s for s in seqs], kinds, values))
+        probes = {a + b for a in alphabet for b in alphabet} | {b"ab", b"abab" + b"a", b"", b"baab"[1:]}
+        for key in probes:
+            for neg in (0, -1, -5, -8, -300, -(1 << 41)):
+                assert search_block(raw, len(raw), key, neg, "t", 0) == model_search(entries, key, neg), (key, neg, pairs)
+    assert fast >= 20  # most blocks took the fixed-width path

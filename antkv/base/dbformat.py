@@ -49,6 +49,7 @@ class Kind(IntEnum):
     RANGE_DELETION = 2
     VALUE_POINTER = 3  # the value lives in the value log; see antkv/vlog/pointer.py
     EXPIRING = 5  # a VALUE or VALUE_POINTER with an expiry time; see antkv/base/expiry.py
+    MERGE = 7  # a merge operand (db.merge); see antkv/base/merge_operator.py
 
 
 # Plain-int aliases for hot paths (attribute lookups on an IntEnum cost more than a global).
@@ -57,9 +58,14 @@ VALUE = 1
 RANGE_DELETION = 2
 VALUE_POINTER = 3
 EXPIRING = 5
+MERGE = 7
 # Every point kind but DELETION is ODD: the batched scans (antkv/read/runs.py) mask entries with
 # ``first_version_of_key & kind``, a C-level bitwise and that must be 1 for any shown kind.
 
-MAX_KIND = EXPIRING
-VALID_KINDS = frozenset((DELETION, VALUE, RANGE_DELETION, VALUE_POINTER, EXPIRING))
+# A MERGE entry is not a value on its own: reads and compaction combine it with the versions
+# below it (antkv/read/merging.py, antkv/compaction/merging.py); the batched scans hand a run
+# holding one over to the per-entry path.
+
+MAX_KIND = MERGE
+VALID_KINDS = frozenset((DELETION, VALUE, RANGE_DELETION, VALUE_POINTER, EXPIRING, MERGE))
 """Every kind a WAL record or a table may hold; any other byte there is corruption."""

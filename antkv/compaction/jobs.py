@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import eq, itemgetter, ne, neg
 
-from ..base.dbformat import DELETION, EXPIRING, VALUE_POINTER
+from ..base.dbformat import DELETION, EXPIRING, MERGE, VALUE_POINTER
+from ..base.merge_operator import missing_operator
 from ..base.expiry import expiry_of, pointer_in
 from ..manifest.version_edit import FileMetaData
 from ..memtable.memtable import MemTable
@@ -64,16 +65,18 @@ def memtable_from_payload(payload: bytes) -> MemTable:
     return MemTable.from_contents(*marshal.loads(payload))
 
 
-def execute_flush(mem: MemTable, snapshots: list[int], env: OutputEnv) -> JobResult:
-    """Write immutable ``mem`` as (at most) one L0 table: never bottommost, so deletions stay."""
+def execute_flush(mem: MemTable, snapshots: list[int], env: OutputEnv, merge_operator=None) -> JobResult:
+    """Write immutable ``mem`` as (at most) one L0 table: never bottommost, so deletions stay;
+    ``merge_operator`` (the database's) combines merge operands."""
     garbage: dict[int, int] = {}
     tombstones = output_tombstones(list(mem.range_dels), snapshots, bottommost=False)
     outputs = TableOutputs(env, target_size=1 << 62, tombstones=tombstones, stats_key="flush_bytes_written")
     try:
-        if not snapshots and not mem.range_dels:
+        if not snapshots and not mem.range_dels and merge_operator is None:
             outputs.add_rows(*_newest_versions(mem, garbage))
         else:
-            outputs.add_all(compaction_stream(mem.iter_forward(None), snapshots, mem.fragments(), False, garbage))
+            outputs.add_all(compaction_stream(mem.iter_forward(None), snapshots, mem.fragments(), False, garbage,
+                                              merge_operator=merge_operator))
         tables = outputs.finish()
     except BaseException:
         outputs.abandon()
@@ -121,6 +124,7 @@ class CompactionJob:
     lo: bytes | None = None
     hi: bytes | None = None
     now: int = 0  # ms: EXPIRING entries with expiry <= now become deletions (0: none do)
+    merge_operator: object = None  # the database's: combines merge operands (merging.py)
 
     @property
     def is_subcompaction(self) -> bool:
@@ -128,8 +132,12 @@ class CompactionJob:
 
 
 def columnar_eligible(job: CompactionJob, readers, relocate=None) -> bool:
-    """Whether the columnar path applies: no snapshot, no range tombstone, no relocation."""
-    return not job.snapshots and relocate is None and not any(r.range_tombstones for r in readers)
+    """Whether the columnar path applies: no snapshot, no range tombstone, no relocation, no
+    merge operator (operands need the versions below them)."""
+    return (
+        not job.snapshots and relocate is None and job.merge_operator is None
+        and not any(r.range_tombstones for r in readers)
+    )
 
 
 def split_points(readers, parts: int) -> list[bytes]:
@@ -168,7 +176,7 @@ def execute_compaction(
             merged = merge_forward(sources) if sources else iter(())
             outputs.add_all(
                 compaction_stream(merged, job.snapshots, fragment(tombstones), job.bottommost, garbage, relocate,
-                                  now=job.now)
+                                  now=job.now, merge_operator=job.merge_operator)
             )
         tables = outputs.finish()
     except BaseException:
@@ -208,6 +216,8 @@ def _columnar_merge(job: CompactionJob, readers, outputs: TableOutputs) -> None:
     deletions = expiring = False
     for _lvl, f, reader in sorted(readers, key=lambda t: (t[0], -t[1].largest_seq)):
         keys, negs, kinds, values = reader.columns(job.lo, job.hi)
+        if MERGE in kinds:  # keeping only the newest version would lose the operands below
+            raise missing_operator(f"table {f.number:06d}.sst")
         all_keys += keys
         all_rows += zip(map(neg, negs), kinds, values)
         deletions = deletions or DELETION in kinds

@@ -55,6 +55,7 @@ def run_compaction(env: CompactionEnv, version, c: Compaction, snapshots: list[i
         bottommost=is_bottommost(version, c),
         target_size=env.options.target_file_size_base,
         now=now_ms(env.options.clock),
+        merge_operator=env.options.merge_operator,
     )
     relocate, gc_writer = _gc_relocator(env, c.gc_files)
     try:

@@ -7,7 +7,8 @@ holds the seqs ``s`` with ``snapshots[i-1] < s <= snapshots[i]`` (the last strip
 newer than the newest snapshot).  For each user key:
 
 * only the newest version in each stripe is kept -- older ones in the same stripe are invisible
-  to every reader (*shadowed*);
+  to every reader (*shadowed*) -- but a MERGE operand shadows nothing: the version below it
+  stays (with a merge operator, :mod:`antkv.compaction.merging` first combines operands);
 * a kept version is dropped when a range tombstone newer than it, *in the same stripe*, covers
   it (a tombstone in a newer stripe still lets an older snapshot see the version);
 * on the bottommost level (no older data below the output) a DELETION in stripe 0 is dropped
@@ -23,10 +24,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Callable, Iterator
 
-from ..base.dbformat import DELETION, EXPIRING, VALUE_POINTER
+from ..base.dbformat import DELETION, EXPIRING, MERGE, VALUE_POINTER
 from ..base.expiry import HEAD_SIZE, expiry_of, pointer_in
 from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment, truncate
 from ..vlog.pointer import decode_pointer
+from .merging import combine_operands
 
 
 def compaction_stream(
@@ -38,9 +40,13 @@ def compaction_stream(
     relocate: Callable[[bytes, bytes], bytes | None] | None = None,
     stats: dict | None = None,
     now: int = 0,
+    merge_operator=None,
 ) -> Iterator[tuple[bytes, int, int, bytes]]:
     """Yield ``(key, seq, kind, value)`` of the entries to keep, in internal order.  An
-    EXPIRING entry whose expiry is ``<= now`` (ms; 0: nothing expires) becomes a DELETION."""
+    EXPIRING entry whose expiry is ``<= now`` (ms; 0: nothing expires) becomes a DELETION;
+    ``merge_operator`` combines MERGE operands (:func:`~antkv.compaction.merging.combine_operands`)."""
+    if merge_operator is not None:
+        merged = combine_operands(merged, snapshots, frags, bottommost, now, merge_operator)
     cur_key = None
     last_stripe = -1
     starts, ends, fseqs = frags.starts, frags.ends, frags.seqs
@@ -65,7 +71,8 @@ def compaction_stream(
                     fi += 1
         drop = stripe == last_stripe
         if not drop:
-            last_stripe = stripe
+            # a kept MERGE operand leaves the stripe open: the version below it is kept too
+            last_stripe = stripe if kind != MERGE else -1
             if nfrag and fi < nfrag and starts[fi] <= key:
                 for t in fseqs[fi]:
                     if t <= seq:

@@ -13,7 +13,7 @@ This module is the database's side; the worker process runs :mod:`antkv.compacti
 Protocol, over the worker's stdin/stdout (the worker's own ``sys.stdout`` goes to stderr)::
 
     frame   = u64 length (little-endian) | pickle of a tuple
-    parent -> worker:  ("flush", path, TableOptions, memtable payload, snapshots)
+    parent -> worker:  ("flush", path, TableOptions, memtable payload, snapshots, merge operator)
                        ("compact", path, TableOptions, CompactionJob)
                        ("number", n)            reply to a request
     worker -> parent:  ("number",)              "give me a new file number"
@@ -49,6 +49,7 @@ import threading
 from dataclasses import replace
 
 from ..base.filenames import table_file_name
+from ..base.merge_operator import is_builtin
 from ..errors import CorruptionError, Error
 from ..errors import IOError as AntIOError
 from .jobs import (
@@ -201,7 +202,10 @@ class JobRunner:
         from ..fs.posix import OSFileSystem
 
         o = self._options
-        return o.background_process and o.max_background_jobs > 0 and type(self._fs) is OSFileSystem
+        return (
+            o.background_process and o.max_background_jobs > 0 and type(self._fs) is OSFileSystem
+            and (o.merge_operator is None or is_builtin(o.merge_operator))
+        )
 
     def start_worker(self) -> None:
         """Start the calling background thread's worker ahead of its first job (the flushing
@@ -214,7 +218,11 @@ class JobRunner:
         """Whether this thread's jobs go to worker processes."""
         from ..fs.posix import OSFileSystem
 
-        return self._options.background_process and type(self._fs) is OSFileSystem and self._in_background_thread()
+        o = self._options
+        return (
+            o.background_process and type(self._fs) is OSFileSystem and self._in_background_thread()
+            and (o.merge_operator is None or is_builtin(o.merge_operator))  # a user's may not pickle
+        )
 
     def _worker(self, slot: int = 0) -> Worker | None:
         """This thread's worker number ``slot`` (started on first use), if jobs of this thread
@@ -242,11 +250,12 @@ class JobRunner:
     def flush(self, mem, snapshots: list[int]) -> JobResult:
         w = self._running_worker() if self._small(mem) else self._worker()
         if w is not None:
-            msg = ("flush", self._path, TableOptions.of(self._options), memtable_payload(mem), list(snapshots))
+            op = self._options.merge_operator
+            msg = ("flush", self._path, TableOptions.of(self._options), memtable_payload(mem), list(snapshots), op)
             result = self._in_worker(w, msg)
             if result is not None:
                 return result
-        return execute_flush(mem, snapshots, self._env())
+        return execute_flush(mem, snapshots, self._env(), self._options.merge_operator)
 
     def _small(self, mem) -> bool:
         """Whether ``mem`` is cheaper to flush here than to start a worker process for: it never

@@ -115,6 +115,12 @@ class FileSystem:
     def unlock(self, lock: FileLock) -> None:
         raise NotImplementedError
 
+    def is_locked(self, path: str) -> bool | None:
+        """Whether some opener holds the lock on ``path`` now, found without taking it (taking
+        it, even for an instant, could make a writer's open fail); None when this file system
+        cannot tell.  A hint for reporting only: the answer may change at once."""
+        return None
+
     # --- helpers built on the primitives ---
 
     def copy(self, src: str, dst: str, sync: bool = True) -> None:

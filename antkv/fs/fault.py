@@ -88,6 +88,9 @@ class FaultInjectionFileSystem(FileSystem):
     def exists(self, path: str) -> bool:
         return self.inner.exists(path)
 
+    def is_locked(self, path: str) -> bool | None:
+        return self.inner.is_locked(path)
+
     def is_dir(self, path: str) -> bool:
         return self.inner.is_dir(path)
 

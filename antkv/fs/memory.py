@@ -287,6 +287,10 @@ class MemoryFileSystem(FileSystem):
             self._locks.add(p)
             return _MemLock(p, self.generation)
 
+    def is_locked(self, path: str) -> bool | None:
+        with self.mutex:
+            return _norm(path) in self._locks
+
     def unlock(self, lock: FileLock) -> None:
         assert isinstance(lock, _MemLock)
         with self.mutex:

@@ -214,6 +214,18 @@ class OSFileSystem(FileSystem):
             raise _io_error("lock", path, e) from e
         return _OSFileLock(path, fd)
 
+    def is_locked(self, path: str) -> bool | None:
+        """From ``/proc/locks`` (Linux: one line per lock, ``... FLOCK ... maj:min:inode ...``),
+        which lists the lock without taking it; None elsewhere or when unreadable."""
+        try:
+            st = os.stat(path)
+            with open("/proc/locks", encoding="ascii", errors="replace") as f:
+                table = f.read()
+        except OSError:
+            return None
+        wanted = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        return any(line.split()[1:2] == ["FLOCK"] and wanted in line.split() for line in table.splitlines())
+
     def unlock(self, lock: FileLock) -> None:
         assert isinstance(lock, _OSFileLock)
         if lock.fd >= 0:

@@ -37,6 +37,7 @@ from ..base.dbformat import DELETION, EXPIRING, VALUE_POINTER
 from ..base.expiry import live_inner
 from ..errors import DBClosedError, InvalidArgumentError
 from ..memtable.rangedel import FragmentedRangeTombstones
+from ..record.batch import as_bytes
 
 Entry = tuple  # (user_key, neg_seq, kind, value)
 
@@ -431,13 +432,38 @@ class _ClosedView:
 
 
 def _key_arg(key) -> bytes:
+    if type(key) is bytes:  # a seek's hot path: no call
+        return key
+    return as_bytes(key, "key")
+
+
+def narrow_to_prefix(lo, hi, prefix):
+    """``[lo, hi)`` narrowed to the keys starting with ``prefix`` (unchanged when None)."""
+    if prefix is None:
+        return lo, hi
     from ..record.batch import as_bytes
 
-    return as_bytes(key, "key")
+    prefix = as_bytes(prefix, "prefix")
+    plo, phi = prefix, prefix_successor(prefix)
+    lo = plo if lo is None or lo < plo else lo
+    hi = phi if hi is None or (phi is not None and phi < hi) else hi
+    return lo, hi
+
+
+def prefix_successor(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: unbounded)."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        return None
+    p[-1] += 1
+    return bytes(p)
 
 
 __all__ = [
     "DBIterator",
+    "narrow_to_prefix",
     "LevelSource",
     "merge_forward",
     "merge_backward",

@@ -18,9 +18,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
+from itertools import chain
 from typing import Iterator
 
-from ..base.dbformat import MAX_SEQUENCE, VALUE_POINTER
+from ..base.dbformat import MAX_SEQUENCE, MERGE, VALUE_POINTER
 from ..base.expiry import now_ms
 from ..errors import DBClosedError
 from ..manifest.version_set import find_file
@@ -36,6 +37,7 @@ from .iterators import (
     visible_backward,
     visible_forward,
 )
+from .merging import merging_backward, merging_forward
 from .runs import (
     entry_runs,
     entry_runs_backward,
@@ -177,13 +179,14 @@ class SuperVersion:
 class ReadView:
     """A super version seen at one read sequence number."""
 
-    __slots__ = ("db", "sv", "read_seq", "now")
+    __slots__ = ("db", "sv", "read_seq", "now", "merge_op")
 
     def __init__(self, db, sv: SuperVersion, read_seq: int):
         self.db = db
         self.sv = sv
         self.read_seq = read_seq
         self.now = now_ms(db.options.clock)  # EXPIRING entries expired by now read as deleted
+        self.merge_op = db.options.merge_operator  # set: scans apply merge operands (merging.py)
 
     def check_open(self) -> None:
         if self.db._closed:
@@ -191,6 +194,13 @@ class ReadView:
 
     def resolve(self, pointer: bytes) -> bytes:
         return self.db._vlog_reader.get(pointer)
+
+    def merged_value(self, key: bytes):
+        """What this view shows of ``key`` with its merge operands applied (a point read that
+        found a MERGE entry ends here), or None."""
+        for _key, kind, value in self.scan_forward(key, key + b"\0", False):
+            return self.resolve(value) if kind == VALUE_POINTER else value
+        return None
 
     # --- sources ---
 
@@ -292,8 +302,11 @@ class ReadView:
         """The per-entry forward scan (the cursor's: a seek followed by a few ``next`` costs less
         here than setting up the batched merge of :meth:`items`)."""
         frags, newer = self.sv.fragments(self.db._open_table, self.read_seq)
-        gen = visible_forward(merge_forward(self._forward_sources(start, newer)), self.read_seq, frags, upper,
-                              now=self.now)
+        merged = merge_forward(self._forward_sources(start, newer))
+        if self.merge_op is not None:
+            gen = merging_forward(merged, self.read_seq, frags, upper, self.now, self.merge_op, self.resolve)
+        else:
+            gen = visible_forward(merged, self.read_seq, frags, upper, now=self.now)
         if exclusive and start is not None:
             return _drop_key(gen, start)
         return gen
@@ -301,39 +314,69 @@ class ReadView:
     def scan_backward(self, start: bytes | None, lower: bytes | None, exclusive: bool) -> Iterator:
         frags, newer = self.sv.fragments(self.db._open_table, self.read_seq)
         merged = merge_backward(self._backward_sources(start, newer))
-        gen = visible_backward(merged, self.read_seq, frags, lower, now=self.now)
+        if self.merge_op is not None:
+            gen = merging_backward(merged, self.read_seq, frags, lower, self.now, self.merge_op, self.resolve)
+        else:
+            gen = visible_backward(merged, self.read_seq, frags, lower, now=self.now)
         if exclusive and start is not None:
             return _drop_key(gen, start)
         return gen
 
+    def _emit_rest(self, rest: Iterator, mode: str, bound: bytes | None, reverse: bool) -> Iterator:
+        """The output of the batched scan's hand-over: ``rest`` triples (see
+        :func:`antkv.read.runs.shaped`), with EXPIRING entries unwrapped and, from the first
+        merge operand on, the per-entry scan from that key to ``bound``."""
+        rest = live_triples(rest, self.now)
+        if self.merge_op is not None:
+            if reverse:
+                rest = _until_operand(rest, lambda key: self.scan_backward(key, bound, False))
+            else:
+                rest = _until_operand(rest, lambda key: self.scan_forward(key, bound, False))
+        return _emit(self, rest, mode)
+
     def items(self, lo: bytes | None, hi: bytes | None, reverse: bool, mode: str) -> Iterator:
         """``db.items()``/``keys()``/``values()`` over ``[lo, hi)`` in ``mode``.  Scans with no
-        range tombstone in view take the batched paths (:mod:`antkv.read.runs`); the
+        range tombstone in view take the batched paths (:mod:`antkv.read.runs`), handing over to
+        the per-entry path at the first merge operand; the
         ``on_pointer`` closure holds ``self``, which pins the super version while the returned
         iterator lives."""
         if lo is not None and hi is not None and lo >= hi:
             return iter(())
         frags, _ = self.sv.fragments(self.db._open_table, self.read_seq)
+        merges = self.merge_op is not None
         if reverse:
             if not frags:
                 merged = merge_runs_backward(self._backward_runs(hi, True))
                 visible = visible_runs_backward(merged, lo)
-                return shaped_backward(visible, mode, lambda rest: _emit(self, live_triples(rest, self.now), mode))
+                return shaped_backward(visible, mode, lambda rest: self._emit_rest(rest, mode, lo, True), merges)
             gen = self.scan_backward(hi, lo, True) if hi is not None else self.scan_backward(None, lo, False)
         else:
             if not frags:
-                return shaped(self._visible_runs(lo, hi), mode,
-                              lambda rest: _emit(self, live_triples(rest, self.now), mode))
+                return shaped(self._visible_runs(lo, hi), mode, lambda rest: self._emit_rest(rest, mode, hi, False),
+                              merges)
             gen = self.scan_forward(lo, hi, False)
         return _emit(self, gen, mode)
 
 
+def _until_operand(triples: Iterator, restart) -> Iterator:
+    """``triples`` up to the first MERGE one; from its key on, ``restart(key)``'s (the batched
+    runs show only a key's newest version, an operand needs the ones below it)."""
+    for t in triples:
+        if t[1] == MERGE:
+            yield from restart(t[0])
+            return
+        yield t
+
+
 def _drop_key(gen: Iterator, key: bytes) -> Iterator:
-    for e in gen:
-        if e[0] != key:
-            yield e
-        break
-    yield from gen
+    """``gen`` without its first entry if that is ``key``'s (an exclusive start).  Reads the
+    first entry at once; the rest is ``gen`` itself, with no frame of its own per entry."""
+    first = next(gen, None)
+    if first is None:
+        return iter(())
+    if first[0] == key:
+        return gen
+    return chain((first,), gen)
 
 
 def _below(entries: Iterator, key: bytes) -> Iterator:
@@ -429,7 +472,10 @@ def _resolve_chunk(chunk: list, npointers: int, resolve, pool: ThreadPoolExecuto
         idx = [i for i, e in enumerate(chunk) if e[1] == VALUE_POINTER]
         workers = max(1, min(threads, len(idx) // 2))
         parts = [idx[w::workers] for w in range(workers)]
-        futures = [pool.submit(_resolve_many, resolve, [chunk[i][2] for i in part]) for part in parts]
+        try:
+            futures = [pool.submit(_resolve_many, resolve, [chunk[i][2] for i in part]) for part in parts]
+        except RuntimeError as e:  # the pool refuses work only once close() has shut it down
+            raise DBClosedError("the database was closed during the scan") from e
         values: dict[int, bytes] = {}
         for part, fut in zip(parts, futures):
             values.update(zip(part, fut.result()))

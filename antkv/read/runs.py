@@ -38,7 +38,7 @@ from itertools import chain, compress, islice, repeat
 from operator import and_, ge, ne
 from typing import Iterator
 
-from ..base.dbformat import DELETION, EXPIRING, VALUE, VALUE_POINTER
+from ..base.dbformat import DELETION, EXPIRING, MERGE, VALUE, VALUE_POINTER
 
 RUN_TARGET = 1024
 """Entries a source gathers into one run once a scan is long (whole blocks, so a table's runs
@@ -245,16 +245,19 @@ def _triples(run: tuple) -> Iterator:
     return compress(zip(keys, kinds, values), mask)
 
 
-def shaped(visible: Iterator[tuple], mode: str, on_pointer) -> Iterator:
+def shaped(visible: Iterator[tuple], mode: str, on_pointer, merges: bool = False) -> Iterator:
     """The scan's output in ``mode`` ("items", "keys" or "values") with no Python frame per
-    entry.  At the first run holding a value pointer (or an EXPIRING entry) it hands over:
-    ``on_pointer(rest)`` gets the ``(key, kind, value)`` triples from that run on and yields
-    the rest of the output."""
+    entry.  At the first run holding a value pointer (or an EXPIRING entry, or with ``merges``
+    a MERGE operand) it hands over: ``on_pointer(rest)`` gets the ``(key, kind, value)``
+    triples from that run on and yields the rest of the output.  (A key whose newest version
+    is an operand always has a value, so "keys" needs no hand-over for one.)"""
 
     def batches():
         for run in visible:
             keys, kinds, values, mask = run
-            if kinds is not None and (mode != "keys" and VALUE_POINTER in kinds or EXPIRING in kinds):
+            if kinds is not None and (
+                mode != "keys" and (VALUE_POINTER in kinds or merges and MERGE in kinds) or EXPIRING in kinds
+            ):
                 yield on_pointer(chain(_triples(run), triples(visible)))
                 return
             if mode == "items":
@@ -391,13 +394,15 @@ def _reversed_triples(run: tuple) -> Iterator:
     return compress(zip(reversed(keys), reversed(kinds), reversed(values)), reversed(mask))
 
 
-def shaped_backward(visible: Iterator[tuple], mode: str, on_pointer) -> Iterator:
+def shaped_backward(visible: Iterator[tuple], mode: str, on_pointer, merges: bool = False) -> Iterator:
     """:func:`shaped` for :func:`visible_runs_backward`: each batch emitted in descending order."""
 
     def batches():
         for run in visible:
             keys, kinds, values, mask = run
-            if kinds is not None and (mode != "keys" and VALUE_POINTER in kinds or EXPIRING in kinds):
+            if kinds is not None and (
+                mode != "keys" and (VALUE_POINTER in kinds or merges and MERGE in kinds) or EXPIRING in kinds
+            ):
                 yield on_pointer(chain(_reversed_triples(run), chain.from_iterable(map(_reversed_triples, visible))))
                 return
             if mode == "items":

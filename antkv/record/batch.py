@@ -11,6 +11,8 @@ FILE FORMAT.  All integers little-endian::
     kind DELETION       key = user key, value = empty
     kind RANGE_DELETION key = begin,    value = end          (half-open [begin, end))
     kind VALUE_POINTER  key = user key, value = value pointer (antkv/vlog/pointer.py)
+    kind EXPIRING       key = user key, value = expiring entry (antkv/base/expiry.py)
+    kind MERGE          key = user key, value = the merge operand (always inline)
 
 The i-th record of a batch gets sequence number ``sequence + i``.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 import struct
 from typing import Iterator
 
-from ..base.dbformat import DELETION, RANGE_DELETION, VALID_KINDS, VALUE, VALUE_POINTER
+from ..base.dbformat import DELETION, MERGE, RANGE_DELETION, VALID_KINDS, VALUE, VALUE_POINTER
 from ..errors import CorruptionError, InvalidArgumentError
 
 BATCH_HEADER = struct.Struct("<QI")
@@ -42,11 +44,12 @@ def as_bytes(x: object, what: str) -> bytes:
 class WriteBatch:
     """Updates applied together by ``DB.write``: all of them or none, also across a crash."""
 
-    __slots__ = ("_ops", "_size")
+    __slots__ = ("_ops", "_size", "_merges")
 
     def __init__(self) -> None:
         self._ops: list[tuple[int, bytes, bytes]] = []
         self._size = 0
+        self._merges = 0
 
     def put(self, key, value) -> "WriteBatch":
         key = as_bytes(key, "key")
@@ -60,6 +63,21 @@ class WriteBatch:
         self._ops.append((DELETION, key, b""))
         self._size += len(key)
         return self
+
+    def merge(self, key, operand) -> "WriteBatch":
+        """Merge ``operand`` into ``key`` (the database's ``Options.merge_operator`` combines
+        them; writing the batch to a database without one is an InvalidArgumentError)."""
+        key = as_bytes(key, "key")
+        operand = as_bytes(operand, "operand")
+        self._ops.append((MERGE, key, operand))
+        self._size += len(key) + len(operand)
+        self._merges += 1
+        return self
+
+    @property
+    def num_merges(self) -> int:
+        """Merge operands in the batch."""
+        return self._merges
 
     def delete_range(self, begin, end) -> "WriteBatch":
         """Delete every key in ``[begin, end)``; ``begin == end`` is a no-op."""
@@ -75,6 +93,7 @@ class WriteBatch:
     def clear(self) -> None:
         self._ops.clear()
         self._size = 0
+        self._merges = 0
 
     def count(self) -> int:
         return len(self._ops)
@@ -103,6 +122,7 @@ class WriteBatch:
                 raise InvalidArgumentError("a WriteBatch from user data cannot hold value pointers")
             b._ops.append((kind, key, value))
             b._size += len(key) + len(value)
+            b._merges += kind == MERGE
         return b
 
     def __repr__(self) -> str:

@@ -226,6 +226,8 @@ def main(argv=None) -> int:
         spark.stop()
     print(verdict)
     print(f"checkpoint (antkv state): {state_uri(workdir)}")
+    print(f"  inspect it: .venv/bin/antkv state-info {os.path.join(workdir, 'state')}   "
+          f"(state-show, state-export: docs/operations.md)")
     print(f"Spark's streaming checkpoint: {os.path.join(workdir, 'spark-checkpoint')}")
     print(f"metrics (one JSON line per batch): {os.path.join(workdir, 'metrics.jsonl')}")
     print(f"output (one Parquet file per batch): {os.path.join(workdir, 'output')}")

@@ -21,12 +21,15 @@ The trailer comes last so a truncated object never verifies.  Payloads:
                            "files": [{"local": "000012.sst", "object": <name>,
                                       "size": int, "xxh3": <xxh3_128 hex of the bytes>}, ...],
                            "meta": {"MANIFEST-000015": <base64>, "CURRENT": <base64>, ...}},
-       "changelogs": [{"object": <name>, "version": int, "size": int, "xxh3": <hex>}, ...]}
+       "changelogs": [{"object": <name>, "version": int, "size": int, "xxh3": <hex>}, ...],
+       "key_counts": null | {<hex of a 2-byte key prefix>: int, ...}}   # optional
 
   The state of the version is the snapshot (or the empty state) with the changelogs applied
   in order.  Snapshot files (engine tables and sealed value-log files) are uploaded as they
   are, checked by the size and xxh3_128 recorded here; ``meta`` holds the engine's small
-  per-checkpoint files inline.
+  per-checkpoint files inline.  ``key_counts`` (:mod:`antkv.spark.key_counts`) counts the
+  keys per prefix; its counts are positive and sum to ``num_keys``.  A manifest whose JSON
+  exceeds 4 KiB is stored zstd-compressed (codec 1).
 
 * **changelog** (zstd) -- a batch's net changes: every range deletion, then every point
   change, each one record::
@@ -78,6 +81,7 @@ CHANGE_PUT = 1
 CHANGE_DELETE_RANGE = 2
 _REC = struct.Struct("<BI")
 _LEN = struct.Struct("<I")
+_COMPRESS_MANIFEST = 4096  # manifest JSON bytes beyond which it is stored compressed
 
 
 def seal(kind: bytes, payload: bytes, compress: bool = False) -> bytes:
@@ -163,6 +167,7 @@ class Manifest:
     num_keys: int
     snapshot: Snapshot | None
     changelogs: tuple[FileRef, ...] = field(default=())
+    key_counts: dict | None = None  # 2-byte key prefix -> keys (antkv.spark.key_counts)
 
     def objects(self) -> set[str]:
         """Every object this version needs (besides the manifest itself)."""
@@ -186,8 +191,11 @@ class Manifest:
             "num_keys": self.num_keys, "snapshot": snap,
             "changelogs": [{"object": c.object, "version": c.version, "size": c.size, "xxh3": c.xxh3}
                            for c in self.changelogs],
+            "key_counts": None if self.key_counts is None else {
+                p.hex(): n for p, n in sorted(self.key_counts.items())},
         }
-        return seal(KIND_MANIFEST, json.dumps(doc, separators=(",", ":")).encode())
+        payload = json.dumps(doc, separators=(",", ":")).encode()
+        return seal(KIND_MANIFEST, payload, compress=len(payload) > _COMPRESS_MANIFEST)
 
     @staticmethod
     def decode(data: bytes, name: str) -> "Manifest":
@@ -201,11 +209,17 @@ class Manifest:
                     tuple(FileRef(f["object"], int(f["size"]), f["xxh3"], local=f["local"]) for f in snap["files"]),
                     {k: base64.b64decode(v) for k, v in snap["meta"].items()},
                 )
+            counts = doc.get("key_counts")
+            if counts is not None:
+                counts = {bytes.fromhex(p): int(n) for p, n in counts.items()}
+                if any(n <= 0 for n in counts.values()) or sum(counts.values()) != int(doc["num_keys"]):
+                    raise CorruptionError("manifest key counts disagree with its number of keys", name)
             return Manifest(
                 doc["operator"], int(doc["partition"]), int(doc["version"]), doc["attempt"], doc["base"],
                 int(doc["num_keys"]), snapshot,
                 tuple(FileRef(c["object"], int(c["size"]), c["xxh3"], version=int(c["version"]))
                       for c in doc["changelogs"]),
+                counts,
             )
 
 

@@ -74,7 +74,7 @@ log = logging.getLogger("antkv.spark")
 KEY_GROUP_COLUMN = "__key_group"
 COMMIT_COLUMN = "_antkv_commit"
 METRICS_COLUMN = "_antkv_metrics"
-_PIPELINE_OBJECT = "pipeline.json"  # per operator: {"key_groups": K, "key": [...]}, written once
+PIPELINE_OBJECT = "pipeline.json"  # per operator: {"key_groups": K, "key": [...]}, written once
 
 
 class PartitionState(KeyedState):
@@ -192,7 +192,7 @@ class StatefulPipeline:
 
     def _check_pipeline_metadata(self) -> None:
         """Record ``K`` and the key columns with the operator once; refuse another ``K``."""
-        name = f"{self.operator}/{_PIPELINE_OBJECT}"
+        name = f"{self.operator}/{PIPELINE_OBJECT}"
         doc = {"key_groups": self.key_groups, "key": self.key}
         if not self.location.exists(name):
             self.location.create_exclusive(name, json.dumps(doc).encode())

@@ -21,9 +21,12 @@ from the change set; "live in v" is learned for free when the batch read the key
 writing it (the read-modify-write of every state update), and otherwise read at commit, in one
 pass, from a snapshot taken when the batch began (a point read per key, or one scan of the
 base's keys when the batch blind-wrote more than 1/8 of them; none when the base is empty).
-A range deletion adds the keys of ``v`` in the range (one scan of the range at commit).
-Cost: at most one point read per *distinct blind-written* key per batch, none per write.
-The snapshot keeps the base's versions through compactions that run during the batch.
+A range deletion removes the keys of ``v`` in the range: read from the manifest's counts per
+key prefix when the range is aligned to prefixes (a key-group range is), else by one scan of
+the range at commit (:mod:`antkv.spark.key_counts`).  Cost: at most one point read per
+*distinct blind-written* key per batch, none per write.  The snapshot keeps the base's
+versions through compactions that run during the batch.  ``ingest_version`` (a rescale's
+bring-in) settles the count and restarts it from the state after the ingest.
 
 **Commit** writes, under names carrying the new version and a random attempt id:
 
@@ -66,6 +69,7 @@ from .location import (
     marker_name,
     new_attempt_id,
 )
+from .key_counts import add_counts, aligned, count_changes, in_range, scan_counts
 from .memory import worker_memory
 from .objects import FileRef, Manifest, Marker, encode_changelog
 from .working_copy import WorkingCopy
@@ -227,6 +231,9 @@ class StateStore:
         self._overflow = False  # values dropped from _changes: this batch commits a snapshot
         self._ranges: list[tuple[bytes, bytes]] = []
         self._base_live: dict[bytes, bool] = {}  # keys read before first written: live in the base?
+        self._base_keys = 0 if copy.manifest is None else copy.manifest.num_keys  # keys at _base_snapshot
+        self._base_counts = {} if copy.manifest is None else copy.manifest.key_counts  # ... per prefix
+        self._ingested = False  # ranges were ingested: this batch commits a snapshot
         self._done = False
         self.reused_working_copy = False  # opened on a working copy this process held (no load)
         self.bytes_referenced = 0  # after commit: bytes of every object the new version names
@@ -308,32 +315,63 @@ class StateStore:
     def num_keys(self) -> int:
         """The exact number of keys now (the base version's count plus this batch's effect)."""
         self._check_active()
-        base = 0 if self._copy.manifest is None else self._copy.manifest.num_keys
-        return base + self._key_delta()
+        return self._count()[0]
 
-    def _key_delta(self) -> int:
-        db, snap, known = self._db, self._base_snapshot, self._base_live
-        if self._copy.manifest is None or self._copy.manifest.num_keys == 0:
-            return sum(v is not None for v in self._changes.values())  # an empty base: nothing to read
-        changes = self._changes
-        unknown = [k for k in changes if k not in known]
-        if len(unknown) * _SCAN_FACTOR > self._copy.manifest.num_keys:
-            # most of the base is touched: one scan of it costs less than a read per key
-            live = {k for k in db.keys(snapshot=snap) if k in changes}
-            known = dict(known)
-            for k in unknown:
-                known[k] = k in live
-        delta = 0
-        for k, v in changes.items():
-            was = known.get(k)
-            if was is None:
-                was = db.get(k, snapshot=snap) is not None
-            delta += (v is not None) - was
-        for b, e in _merge_ranges(self._ranges):
-            for k in db.keys(b, e, snapshot=snap):
-                if k not in self._changes:
-                    delta -= 1  # live in the base, deleted by the range, not written again
-        return delta
+    def _count(self) -> tuple[int, dict | None]:
+        """``(keys now, keys per prefix now or None)``: :func:`key_counts.count_changes`."""
+        return count_changes(self._db, self._base_snapshot, self._base_keys, self._base_counts, self._changes,
+                             self._base_live, _merge_ranges(self._ranges), _SCAN_FACTOR)
+
+    # ------------------------------------------------------------------ ingest
+
+    def ingest_version(self, manifest: str, begin, end) -> int:
+        """Replace this state's keys in ``[begin, end)`` by what committed version ``manifest``
+        (an object name in this store's location and operator, typically another partition's
+        published version) holds there, by adding that version's files, not by copying keys:
+        :meth:`WorkingCopy.ingest_version` links its snapshot files from the local cache and
+        ingests the range (tables wholly inside it and the value-log files they point into are
+        hard-linked; only tables straddling a bound are rewritten), then applies the records of
+        its changelogs inside the range.  That version is never opened as a database.  Returns
+        the number of keys brought in.
+
+        The ingested keys are in no changelog, so this batch commits a snapshot; its files
+        ingested unchanged name that version's objects and are not uploaded again.
+
+        The key count stays exact: it is settled first (the usual rule); the keys of ``[begin,
+        end)`` here before, and brought in after, are read from the key counts per prefix when
+        the range is aligned to prefixes (every key-group range is) and the counts are known
+        -- nothing is read per key -- and are otherwise counted by one ordered scan of the
+        range's keys here (a scan of live keys counts each key once).  The batch then counts
+        from the state after the ingest, as from a new base."""
+        self._check_active()
+        if not isinstance(manifest, str):
+            raise TypeError(f"manifest must be an object name (str), not {type(manifest).__name__}")
+        for name, bound in (("begin", begin), ("end", end)):
+            if not isinstance(bound, (bytes, bytearray, memoryview)):
+                raise TypeError(f"{name} must be bytes, not {type(bound).__name__}")
+        begin, end = bytes(begin), bytes(end)
+        if begin > end:
+            raise antkv.InvalidArgumentError(f"ingest_version: begin {begin!r} > end {end!r}")
+        source = read_manifest(self.location, manifest)
+        if source.operator != self.operator:
+            raise antkv.InvalidArgumentError(
+                f"manifest {manifest} is operator {source.operator!r}'s state, not {self.operator!r}'s")
+        total, counts = self._count()
+        by_counts = aligned(begin, end)
+        replaced = (in_range(counts, begin, end) if by_counts and counts is not None
+                    else scan_counts(self._db, begin, end))
+        self._copy.ingest_version(self.location, source, begin, end)
+        brought = (in_range(source.key_counts, begin, end) if by_counts and source.key_counts is not None
+                   else scan_counts(self._db, begin, end))
+        self._base_snapshot.release()
+        self._base_snapshot = self._db.snapshot()
+        self._base_keys = total - sum(replaced.values()) + sum(brought.values())
+        self._base_counts = None if counts is None else add_counts(counts, replaced, brought)
+        self._changes, self._ranges, self._base_live = {}, [], {}
+        self._change_bytes = 0
+        self._overflow = True  # a snapshot is committed: the changed values need not be kept
+        self._ingested = True
+        return sum(brought.values())
 
     # ------------------------------------------------------------------ commit / abort
 
@@ -345,12 +383,12 @@ class StateStore:
         attempt = new_attempt_id()
         base_name, base = copy.manifest_name, copy.manifest
         try:
-            num_keys = (0 if base is None else base.num_keys) + self._key_delta()
+            num_keys, key_counts = self._count()
             snapshot = None if base is None else base.snapshot
             chain = () if base is None else base.changelogs
             nbytes = nobjects = 0
             wrote_snapshot = False
-            if self._changes or self._ranges:
+            if self._changes or self._ranges or self._ingested:
                 log = None if self._overflow else encode_changelog(_merge_ranges(self._ranges), self._changes)
                 if log is None or self._needs_snapshot(snapshot, chain, len(log)):
                     snapshot, nbytes, nobjects = copy.write_snapshot(
@@ -363,7 +401,7 @@ class StateStore:
                     chain = chain + (FileRef(name, len(log), xxhash.xxh3_128_hexdigest(log), version=version),)
                     nbytes, nobjects = len(log), 1
             manifest = Manifest(self.operator, self.partition, version, attempt, base_name, num_keys,
-                                snapshot, chain)
+                                snapshot, chain, key_counts)
             name = manifest_name(self.operator, self.partition, version, attempt)
             data = manifest.encode()
             loc.write(name, data)

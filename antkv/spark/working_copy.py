@@ -9,14 +9,26 @@ applied in order.  It then *is* that version; the store writes the next batch in
 location.  Invariant: every entry names an object a retained version references, with the
 exact bytes of the local file of that name.  It holds because an engine file is immutable and
 its number is never reused within one database's life, and because the map starts from the
-loaded snapshot and only gains files this copy uploaded itself.  A snapshot commit therefore
-uploads exactly the engine files missing from the map.
+loaded snapshot and only gains
+
+* files this copy uploaded itself, and
+* files it ingested from another version's snapshot (:meth:`WorkingCopy.ingest_version`)
+  that are *the same file* (same device and inode, hence the same bytes) as a snapshot file
+  of that version linked from the local cache, whose object a retained version (that one)
+  references, and whose bytes the cache vouches for (its invariant: size and xxh3 checked
+  when downloaded, hashed when uploaded).  The identity is checked while the temporary directory holding those
+  links still exists, so the inode cannot have been reused; the size is checked too.  No
+  hash is computed again: identity is a stronger proof, and a value-log file the ingest
+  links may be much larger than the part of it brought in.
+
+A snapshot commit therefore uploads exactly the engine files missing from the map.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import uuid
 
 import antkv
 import xxhash
@@ -70,29 +82,92 @@ class WorkingCopy:
             self.apply_changelog(location, ref)
         self.manifest_name, self.manifest = name, manifest
 
-    def apply_changelog(self, location: Location, ref: FileRef) -> None:
+    def apply_changelog(self, location: Location, ref: FileRef, begin: bytes | None = None,
+                        end: bytes | None = None) -> None:
+        """Apply changelog ``ref`` to the database; with ``begin`` and ``end``, only its
+        records inside ``[begin, end)`` (range deletions clipped to it)."""
         data = location.read(ref.object)
         path = location.path(ref.object)
         if len(data) != ref.size:
             raise antkv.CorruptionError(f"changelog is {len(data)} bytes, its manifest says {ref.size}", path)
         if xxhash.xxh3_128_hexdigest(data) != ref.xxh3:
             raise antkv.CorruptionError("changelog does not match the hash in its manifest", path)
+        whole = begin is None
         batch = antkv.WriteBatch()
         n = 0
         for kind, key, value in decode_changelog(data, path):
-            if kind == CHANGE_PUT:
-                batch.put(key, value)
-            elif kind == CHANGE_DELETE:
-                batch.delete(key)
-            else:
-                assert kind == CHANGE_DELETE_RANGE
+            if kind == CHANGE_DELETE_RANGE:
+                if not whole:
+                    key, value = max(key, begin), min(value, end)
+                    if key >= value:
+                        continue
                 batch.delete_range(key, value)
+            elif not whole and not begin <= key < end:
+                continue
+            elif kind == CHANGE_PUT:
+                batch.put(key, value)
+            else:
+                assert kind == CHANGE_DELETE
+                batch.delete(key)
             n += 1
             if n == _APPLY_CHUNK:
                 self.db.write(batch)
                 batch, n = antkv.WriteBatch(), 0
         if n:
             self.db.write(batch)
+
+    def ingest_version(self, location: Location, manifest: Manifest, begin: bytes, end: bytes) -> None:
+        """Replace ``[begin, end)`` of this copy's database by what the committed version
+        ``manifest`` (typically another partition's) holds there, without opening it.
+
+        A snapshot in the location is a checkpoint as uploaded: its files are hard-linked from
+        the local cache (downloaded if absent) into a temporary directory of this copy's work
+        area, its metadata files written beside them, and the range is ingested from there
+        with ``antkv.DB.ingest_database`` (no snapshot: the range is deleted).  Then the
+        records of the version's changelogs inside the range are applied, in order.  The
+        temporary directory is removed whatever happens.  Snapshot files ingested unchanged
+        join :attr:`file_map` under their new names (the module docstring says why that keeps
+        its invariant), so a snapshot commit names those objects instead of uploading them."""
+        tmp = os.path.join(self.work.path, f"ingest-{uuid.uuid4().hex}")
+        try:
+            snap = manifest.snapshot
+            if snap is None:
+                self.db.delete_range(begin, end)
+            else:
+                with os_errors(tmp):
+                    os.makedirs(tmp)
+                    shared = {}  # (device, inode) of a linked snapshot file -> its object
+                    for ref in snap.files:
+                        dst = os.path.join(tmp, ref.local)
+                        self.cache.link_into(location, ref, dst)
+                        st = os.stat(dst)
+                        shared[(st.st_dev, st.st_ino)] = ref
+                    for meta_name, data in snap.meta.items():
+                        with open(os.path.join(tmp, meta_name), "wb") as f:
+                            f.write(data)
+                self.db.ingest_database(tmp, begin, end)
+                self._name_shared_files(shared)
+            for ref in manifest.changelogs:
+                self.apply_changelog(location, ref, begin, end)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.cache.evict()
+
+    def _name_shared_files(self, shared: dict) -> None:
+        """Add to :attr:`file_map` every engine file not in it that is one of ``shared``
+        (``(device, inode) -> FileRef``; REQUIRES: those files still linked elsewhere, so that
+        their inodes are not reused) with the object's size."""
+        with os_errors(self.work.db_path):
+            for name in os.listdir(self.work.db_path):
+                if not name.endswith(_SNAPSHOT_SUFFIXES) or name in self.file_map:
+                    continue
+                try:
+                    st = os.stat(os.path.join(self.work.db_path, name))
+                except FileNotFoundError:
+                    continue  # removed meanwhile (a compaction): nothing to name
+                ref = shared.get((st.st_dev, st.st_ino))
+                if ref is not None and st.st_size == ref.size:
+                    self.file_map[name] = FileRef(ref.object, ref.size, ref.xxh3, local=name)
 
     def write_snapshot(self, location: Location, operator: str, partition: int, version: int,
                        attempt: str) -> tuple[Snapshot, int, int]:

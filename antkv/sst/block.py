@@ -19,8 +19,9 @@ the order given (for data blocks: internal-key order).  The contents of a block 
       all integers little-endian; uE = unsigned integer of E bytes
 
 *Restart points and key prefix compression*: entries ``0, R, 2R, ...`` are restart points, each
-starting a group of (at most) ``R`` entries.  A group stores once the longest prefix common to
-all its keys; each entry stores only the rest of its key::
+starting a group of (at most) ``R`` entries.  A group stores once a prefix common to all its
+keys (the longest, or empty in every group of a block where prefixes would save too little:
+:func:`worth_prefixes`); each entry stores only the rest of its key::
 
     key[i] == prefix[i // R] + suffix[i]
 
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import struct
 from itertools import accumulate, chain, repeat
-from operator import concat, getitem, neg, sub
+from operator import concat, eq, getitem, neg, sub
 
 from ..base.dbformat import MAX_KIND
 from ..errors import CorruptionError
@@ -90,6 +91,27 @@ def group_prefix_lengths(keys: list[bytes], restart_interval: int) -> list[int]:
     return list(map(shared_prefix_len, keys[::r], lasts))
 
 
+PREFIX_MIN_SAVING = 8
+"""Group prefixes are stored only when they save at least 1/PREFIX_MIN_SAVING of the block's
+key bytes; otherwise every prefix is empty and each suffix is the whole key."""
+
+
+def worth_prefixes(plens: list[int], n: int, r: int, keys: list[bytes]) -> bool:
+    """Whether a block of ``n`` keys with group prefix lengths ``plens`` stores its prefixes.
+
+    A stored prefix costs every read that decodes the block one concatenation per key (a
+    third of :func:`decode_block` for 16-byte keys); random keys share a byte or two per
+    group, saving ~1% of the block, so their blocks store none.  Keys with long common
+    prefixes (``b"user:000123"``) save far more than 1/8 and keep them.  Either way the block
+    reads the same: the format allows empty prefixes.
+    """
+    total = sum(plens)
+    if not total:
+        return False
+    saved = total * (r - 1) - plens[-1] * (len(plens) * r - n)  # suffix bytes saved - prefix bytes stored
+    return saved * PREFIX_MIN_SAVING >= sum(map(len, keys))
+
+
 _SUFFIX_SLICES = [slice(p, None) for p in range(256)]  # key[p:] for the common prefix lengths
 
 
@@ -110,7 +132,7 @@ def encode_block(
         return BLOCK_FOOTER.pack(0, restart_interval, 1, 1)
     r = restart_interval
     plens = group_prefix_lengths(keys, r)
-    if any(plens):
+    if worth_prefixes(plens, n, r, keys):
         prefixes = list(map(getitem, keys[::r], map(slice, plens)))
         if max(plens) < 256:
             per_key = chain.from_iterable(map(repeat, map(_SUFFIX_SLICES.__getitem__, plens), repeat(r)))
@@ -165,12 +187,23 @@ def _compile_splitter(ends: tuple) -> struct.Struct:
 # The layouts of recently read blocks, keyed by the raw bytes of a block's ``ends`` column:
 # blocks of entries of the same sizes (the common case: fixed-size keys and values) share one,
 # so reading them skips unpacking the ends (a tuple of g + 2n ints) and, to decode, building a
-# format.  A value is the list ``[splitter or None, n, R, E, ends offset, has_prefix, ends]``:
-# what it was validated against (a hit must match the block's n, R, E and the offset where its
-# columns start), the ends, and the compiled splitter once a decode needed one (a point read
-# only searches: it never pays for compiling one).
+# format.  A value is the list ``[splitter or None, n, R, E, ends offset, has_prefix, ends,
+# key width]``: what it was validated against (a hit must match the block's n, R, E and the
+# offset where its columns start), the ends, the compiled splitter once a decode needed one (a
+# point read only searches: it never pays for compiling one), and the key width (below).
 _layouts: dict[bytes, list] = {}
-_SPLITTER, _HAS_PREFIX, _ENDS = 0, 5, 6
+_SPLITTER, _HAS_PREFIX, _ENDS, _KEY_WIDTH = 0, 5, 6, 7
+
+
+def _key_width(ends: tuple, g: int, n: int) -> int:
+    """``L`` when every prefix of the block is empty and every key is ``L > 0`` bytes long (the
+    key column is then ``n`` keys of ``L`` bytes end to end), else 0."""
+    if ends[g - 1]:
+        return 0
+    width = ends[g]
+    if not width or ends[g + n - 1] != n * width:
+        return 0
+    return width if all(map(eq, map(sub, ends[g : g + n], ends[g - 1 : g + n - 1]), repeat(width))) else 0
 
 
 def _block_layout(buf: bytes, size: int) -> tuple:
@@ -199,7 +232,7 @@ def _block_layout(buf: bytes, size: int) -> tuple:
     ends = _array_struct(g + 2 * n, _WIDTH_CODES[ew]).unpack_from(buf, ends_off)
     if ends[-1] != ends_off:
         raise ValueError("pieces do not end where the columns start")
-    hit = [None, n, r, ew, ends_off, ends[g - 1] != 0, ends]
+    hit = [None, n, r, ew, ends_off, ends[g - 1] != 0, ends, _key_width(ends, g, n)]
     if len(_layouts) >= _MAX_LAYOUTS:
         _layouts.clear()
     _layouts[column] = hit
@@ -238,8 +271,12 @@ def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, off
     """``(seq, kind, value)`` of the first entry >= ``(key, neg_seq)`` if its key is ``key``
     (a *found entry*: the sequence number positive, as memtables return it).
 
-    Binary search straight on the block's bytes: builds only the keys it compares (one slice of
-    the group prefix, one of the suffix), never the whole decoded block.  None when absent.
+    Straight on the block's bytes, never decoding the whole block.  When the keys are all of
+    one width ``L`` with no prefixes (fixed-size keys, the common case), the key column is
+    ``n`` keys of ``L`` bytes end to end, and ``bytes.find`` (a C loop) finds the first
+    occurrence of ``key`` that starts on a multiple of ``L`` -- the first entry of ``key``, the
+    newest version; later versions follow it.  Otherwise a binary search that builds only the
+    keys it compares (one slice of the group prefix, one of the suffix).  None when absent.
     """
     try:
         layout, g, seqs_off, qw, kinds_off = _block_layout(buf, size)
@@ -247,13 +284,40 @@ def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, off
             return None
         n, r, ends = layout[1], layout[2], layout[_ENDS]
         seq_at = _array_struct(1, _WIDTH_CODES[qw]).unpack_from
+        width = layout[_KEY_WIDTH]
+        if width:
+            if len(key) != width:
+                return None
+            end = n * width  # the key column is buf[0:end]: the prefixes are empty
+            pos = buf.find(key, 0, end)
+            while pos > 0 and pos % width:  # a match across two keys: go on from the next key
+                pos = buf.find(key, pos - pos % width + width, end)
+            if pos < 0:
+                return None
+            i = pos // width
+            while True:  # the versions of key, newest first: the first visible at neg_seq
+                seq = seq_at(buf, seqs_off + i * qw)[0]
+                if -seq >= neg_seq:
+                    break
+                i += 1
+                if i == n or buf[i * width : i * width + width] != key:
+                    return None
+            v = g + n + i
+            kind = buf[kinds_off + i]
+            if kind > MAX_KIND:
+                raise ValueError("unknown entry kind")
+            return seq, kind, buf[ends[v - 1] : ends[v]]
+        prefixed = layout[_HAS_PREFIX]
         lo, hi = 0, n
         found = None
         while lo < hi:
             mid = (lo + hi) >> 1
-            gi = mid // r
             s = g + mid
-            k = buf[ends[gi - 1] if gi else 0 : ends[gi]] + buf[ends[s - 1] : ends[s]]
+            if prefixed:
+                gi = mid // r
+                k = buf[ends[gi - 1] if gi else 0 : ends[gi]] + buf[ends[s - 1] : ends[s]]
+            else:
+                k = buf[ends[s - 1] : ends[s]]
             if k < key:
                 lo = mid + 1
             elif k > key:
@@ -274,3 +338,4 @@ def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, off
         return seq_at(buf, seqs_off + found * qw)[0], kind, buf[ends[v - 1] : ends[v]]
     except _DECODE_ERRORS as e:
         raise CorruptionError(f"undecodable block ({e})", path, offset) from None
+

@@ -21,7 +21,7 @@ from itertools import accumulate, islice, repeat
 from operator import add, lt
 
 from ..base.compression import COMPRESSION_NONE
-from ..base.dbformat import DELETION, EXPIRING, MAX_SEQUENCE, RANGE_DELETION, VALUE, VALUE_POINTER
+from ..base.dbformat import DELETION, EXPIRING, MAX_KIND, MAX_SEQUENCE, MERGE, RANGE_DELETION, VALUE, VALUE_POINTER
 from ..errors import InvalidArgumentError
 from .block import encode_block, encode_entries, shared_prefix_len
 from .bloom import build_filter, key_digests
@@ -35,7 +35,7 @@ from .format import (
 )
 from .properties import TableProperties, encode_properties
 
-_POINT_KIND_SET = frozenset((DELETION, VALUE, VALUE_POINTER, EXPIRING))
+_POINT_KIND_SET = frozenset((DELETION, VALUE, VALUE_POINTER, EXPIRING, MERGE))
 _BYTES_ONLY = frozenset((bytes,))
 _FIRST_WINDOW = 64  # add_sorted's first guess of entries per block
 _ENTRY_OVERHEAD = 8  # estimated column bytes per entry (ends, seq, kind)
@@ -103,7 +103,7 @@ class TableBuilder:
         self._index_handles: list[bytes] = []
         self._pending: tuple[bytes, int, int, int] | None = None
         self._digests: list[bytes] = []  # bloom hash digests (bloom.key_digests) of the keys so far
-        self._kind_counts = [0] * 6  # per kind
+        self._kind_counts = [0] * (MAX_KIND + 1)  # per kind
         self._smallest_key: bytes | None = None
         self._min_seq = MAX_SEQUENCE + 1
         self._max_seq = -1
@@ -294,6 +294,8 @@ class TableBuilder:
             self._kind_counts[VALUE_POINTER] += kinds.count(VALUE_POINTER)
         if EXPIRING in kind_set:
             self._kind_counts[EXPIRING] += kinds.count(EXPIRING)
+        if MERGE in kind_set:
+            self._kind_counts[MERGE] += kinds.count(MERGE)
         self._raw_key_size += key_bytes
         self._raw_value_size += value_bytes
         if self._bloom_bits:
@@ -375,6 +377,7 @@ class TableBuilder:
             num_range_deletions=len(tombstones),
             num_value_pointers=counts[VALUE_POINTER],
             num_expiring=counts[EXPIRING],
+            num_merges=counts[MERGE],
             smallest_key=smallest,
             largest_key=largest,
             largest_is_exclusive=exclusive,

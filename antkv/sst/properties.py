@@ -11,7 +11,8 @@ added without a new format version.  Value encodings::
     | integer properties    | u64 LE (8 bytes)                                            |
     |   num_entries, num_deletions, num_range_deletions, num_value_pointers,              |
     |   smallest_seq, largest_seq, raw_key_size, raw_value_size, data_size, index_size,   |
-    |   filter_size, num_data_blocks, largest_is_exclusive (0/1), num_expiring            |
+    |   filter_size, num_data_blocks, largest_is_exclusive (0/1), num_expiring,           |
+    |   num_merges                                                                        |
     | smallest_key          | user key bytes (absent when the table is empty)             |
     | largest_key           | user key bytes (absent when the table is empty)             |
     | compression           | ASCII name, empty = none                                    |
@@ -57,6 +58,7 @@ _INT_FIELDS = (
     "filter_size",
     "num_data_blocks",
     "num_expiring",
+    "num_merges",
 )
 
 
@@ -69,6 +71,7 @@ class TableProperties:
     num_range_deletions: int = 0
     num_value_pointers: int = 0
     num_expiring: int = 0  # EXPIRING entries (antkv/base/expiry.py); absent in older tables: 0
+    num_merges: int = 0  # MERGE operands (antkv/base/merge_operator.py); absent in older tables: 0
     smallest_key: bytes | None = None
     largest_key: bytes | None = None
     largest_is_exclusive: bool = False

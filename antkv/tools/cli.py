@@ -18,6 +18,8 @@ Commands (``antkv COMMAND --help`` describes each; docs/operations.md is the ope
     antkv gc DB                            run value-log garbage collection now
     antkv repair DB                        rebuild DB from what verifies; report what was lost
     antkv dump-sst FILE | dump-vlog FILE | dump-wal FILE | dump-manifest DB|FILE
+    antkv state-info LOCATION | state-show LOCATION OP | state-export LOCATION OP DIR
+                                           a Spark pipeline's checkpoint location (state_commands.py)
 
 Every command takes ``--json`` (one JSON document on stdout; ``scan`` prints JSON lines).
 Keys and values (``get``, ``put``, ``delete``, ``delete-range``, ``scan``) are text by default
@@ -48,6 +50,7 @@ from typing import Callable, Sequence
 from .. import errors
 from . import commands as c
 from .codec import UsageError, escape, unescape  # noqa: F401 - the names tests and users import
+from .state_commands import add_state_commands
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_DAMAGE = c.EXIT_OK, c.EXIT_ERROR, c.EXIT_USAGE, c.EXIT_NOT_FOUND, c.EXIT_DAMAGE
 
@@ -130,11 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", metavar="NAME", help="e.g. antkv.stats, antkv.num-files-at-level0")
     add("list-files", c.cmd_list_files, "list the live tables, value-log files and WALs", opening)
     add("verify", c.cmd_verify, "read every table and value-log file, check every checksum (exit 4: a "
-        "torn tail recovery would drop)", opening)
-    p = add("checkpoint", c.cmd_checkpoint, "write a consistent, openable copy of DB to DIR", opening)
+        "torn tail recovery would drop)", opening, quiet)
+    p = add("checkpoint", c.cmd_checkpoint, "write a consistent, openable copy of DB to DIR", opening, quiet)
     p.add_argument("dir", metavar="DIR", help="must not exist")
-    add("compact", c.cmd_compact, "compact every table down to the bottom level", opening)
-    add("gc", c.cmd_gc, "run value-log garbage collection now", opening)
+    add("compact", c.cmd_compact, "compact every table down to the bottom level", opening, quiet)
+    add("gc", c.cmd_gc, "run value-log garbage collection now", opening, quiet)
     add("repair", c.cmd_repair, "rebuild DB from the files that verify; damaged files go to DB/lost/ "
         "(exit 4 if anything was lost)", opening)
 
@@ -146,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", metavar="FILE")
     p = add("dump-manifest", c.cmd_dump_manifest, "print every version edit of a MANIFEST, then the live state", db=False)
     p.add_argument("path", metavar="DB|FILE", help="a database directory (uses CURRENT) or a MANIFEST file")
+    add_state_commands(add, quiet)
     return parser
 
 

@@ -17,7 +17,7 @@ from .. import errors
 from ..base.filenames import current_file_name, parse_file_name
 from .codec import Codec, UsageError
 from .dumps import dump_manifest, dump_wal
-from .progress import progress
+from .progress import progress, step_bar
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -92,9 +92,21 @@ def open_db(args, *, read_only: bool = False, create_if_missing: bool = False):
     if not create_if_missing and not fs().exists(current_file_name(path)) and not _has_antkv_files(path):
         # checked before opening: a missing database is the user's mistake, not damage
         what = "does not exist" if not fs().exists(path) else "has no CURRENT file"
-        raise errors.InvalidArgumentError(f"no antkv database at {path}: it {what}")
+        raise errors.InvalidArgumentError(f"no antkv database at {path}: it {what}{_state_hint(path)}")
     kwargs = {"read_only": True} if read_only else {"create_if_missing": create_if_missing}
     return open_db_(path, options_from(args, **kwargs))
+
+
+def _state_hint(path: str) -> str:
+    """A pointer to the ``state-*`` commands when ``path`` is a Spark checkpoint location."""
+    try:
+        from ..spark.inspect import is_state_location
+    except ImportError:  # the spark extra is not installed: no location to recognise
+        return ""
+    if not is_state_location(path):
+        return ""
+    return (f"; it is a Spark pipeline's checkpoint location: try 'antkv state-info {path}', "
+            f"and 'antkv state-export' to turn a version into a database")
 
 
 def _has_antkv_files(path: str) -> bool:
@@ -153,7 +165,7 @@ def cmd_get(args, out: Output) -> int:
     return EXIT_OK
 
 
-def _done(args, out: Output, doc: dict, text: str) -> int:
+def done(args, out: Output, doc: dict, text: str) -> int:
     if args.json:
         out.json(doc)
     elif text:
@@ -167,14 +179,14 @@ def cmd_put(args, out: Output) -> int:
     value = _value_arg(args, codec)
     with open_db(args, create_if_missing=args.create_if_missing) as db:
         db.put(key, value, sync=True)
-    return _done(args, out, {"put": len(value)}, "")
+    return done(args, out, {"put": len(value)}, "")
 
 
 def cmd_delete(args, out: Output) -> int:
     key = _codec(args).parse(args.key)
     with open_db(args) as db:
         db.delete(key, sync=True)
-    return _done(args, out, {"deleted": True}, "")
+    return done(args, out, {"deleted": True}, "")
 
 
 def cmd_delete_range(args, out: Output) -> int:
@@ -184,7 +196,7 @@ def cmd_delete_range(args, out: Output) -> int:
         raise UsageError("BEGIN must not be greater than END (the range is [BEGIN, END))")
     with open_db(args) as db:
         db.delete_range(begin, end, sync=True)
-    return _done(args, out, {"deleted_range": True}, "")
+    return done(args, out, {"deleted_range": True}, "")
 
 
 # --------------------------------------------------------------------------- scans, load, dump
@@ -278,7 +290,7 @@ def cmd_load(args, out: Output) -> int:
                 db.write(batch)
                 batch = WriteBatch()
         db.write(batch, sync=True)
-    return _done(args, out, {"loaded": len(pairs)}, f"loaded {len(pairs)} pairs into {args.db}")
+    return done(args, out, {"loaded": len(pairs)}, f"loaded {len(pairs)} pairs into {args.db}")
 
 
 class _nullcontext:
@@ -303,7 +315,7 @@ def cmd_dump(args, out: Output) -> int:
             if target is not None:
                 target.close()
     if target is not None:
-        return _done(args, out, {"dumped": n}, f"dumped {n} pairs to {args.file}")
+        return done(args, out, {"dumped": n}, f"dumped {n} pairs to {args.file}")
     return EXIT_OK
 
 
@@ -336,7 +348,7 @@ def cmd_get_property(args, out: Output) -> int:
             out.json({"property": args.name, "value": None})
         sys.stderr.write(f"antkv: no property {args.name!r} (e.g. antkv.stats, antkv.num-files-at-level0)\n")
         return EXIT_NOT_FOUND
-    return _done(args, out, {"property": args.name, "value": value}, value)
+    return done(args, out, {"property": args.name, "value": value}, value)
 
 
 def cmd_list_files(args, out: Output) -> int:
@@ -380,8 +392,8 @@ def cmd_list_files(args, out: Output) -> int:
 
 
 def cmd_verify(args, out: Output) -> int:
-    with open_db(args, read_only=True) as db:
-        r = db.verify()
+    with open_db(args, read_only=True) as db, step_bar("verify", "files", args.no_progress) as bar:
+        r = db.verify(progress=bar)
         dropped = db.stats()["recovery_dropped"]
     r = dict(r, recovery_would_drop=dropped)
     text = (
@@ -390,28 +402,28 @@ def cmd_verify(args, out: Output) -> int:
     )
     if dropped:
         text += "".join(f"\n  recovery would drop: {d}" for d in dropped)
-    _done(args, out, r, text)
+    done(args, out, r, text)
     return EXIT_DAMAGE if dropped else EXIT_OK
 
 
 def cmd_checkpoint(args, out: Output) -> int:
-    with open_db(args) as db:
-        db.checkpoint(args.dir)
-    return _done(args, out, {"checkpoint": args.dir}, f"checkpoint of {args.db} written to {args.dir}")
+    with open_db(args) as db, step_bar("checkpoint", "files", args.no_progress) as bar:
+        db.checkpoint(args.dir, progress=bar)
+    return done(args, out, {"checkpoint": args.dir}, f"checkpoint of {args.db} written to {args.dir}")
 
 
 def cmd_compact(args, out: Output) -> int:
-    with open_db(args) as db:
-        db.compact_range()
+    with open_db(args) as db, step_bar("compact", "levels", args.no_progress) as bar:
+        db.compact_range(progress=bar)
         levels = db.stats()["levels"]
     shape = ", ".join(f"L{lv['level']}: {lv['files']} tables {lv['bytes']} B" for lv in levels if lv["files"])
-    return _done(args, out, {"levels": levels}, f"compacted {args.db}: {shape or 'no tables'}")
+    return done(args, out, {"levels": levels}, f"compacted {args.db}: {shape or 'no tables'}")
 
 
 def cmd_gc(args, out: Output) -> int:
-    with open_db(args) as db:
-        r = db.gc_value_log()
-    return _done(args, out, r, "value-log GC: " + ", ".join(f"{k} {v}" for k, v in sorted(r.items())))
+    with open_db(args) as db, step_bar("gc", "files", args.no_progress) as bar:
+        r = db.gc_value_log(progress=bar)
+    return done(args, out, r, "value-log GC: " + ", ".join(f"{k} {v}" for k, v in sorted(r.items())))
 
 
 def cmd_repair(args, out: Output) -> int:
@@ -420,7 +432,7 @@ def cmd_repair(args, out: Output) -> int:
     if not fs().is_dir(args.db):
         raise errors.InvalidArgumentError(f"no antkv database at {args.db}: it does not exist")
     report = repair(args.db, options_from(args))
-    _done(args, out, report.to_dict(), "\n".join(report.lines()))
+    done(args, out, report.to_dict(), "\n".join(report.lines()))
     return EXIT_DAMAGE if report.lost_anything else EXIT_OK
 
 

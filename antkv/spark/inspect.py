@@ -1,0 +1,170 @@
+"""Inspecting a checkpoint location from outside Spark: what the ``antkv state-*`` commands show.
+
+A pipeline's state lives in its checkpoint location as objects (:mod:`antkv.spark.location`),
+not as an antkv database directory, so the database commands (``antkv scan DIR``) do not open
+it.  These functions read it without Spark and without changing it:
+
+* :func:`describe_location` -- per operator: ``K`` and the key columns, the published versions
+  and, for the newest (or a given) one, each partition's key count and the bytes its manifest
+  references (snapshot files and changelogs);
+* :func:`decoded_state` -- the keyed state of a version, decoded (state variable, grouping key,
+  value), as :func:`antkv.spark.state_views.read_keyed_state` gives it;
+* :func:`export_state` -- a version's keys and values, every partition's, written into a new
+  antkv database directory that every ``antkv`` database command then reads.
+
+Each opens partitions read-only (``open_store`` then ``abort``): nothing is written to the
+location.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import antkv
+
+from .commit_protocol import CommitCoordinator
+from .location import MARKER_DIR, check_operator, parse_marker_name
+from .keygroups import METADATA_PREFIX
+from .pipeline import PIPELINE_OBJECT
+from .state_views import read_keyed_state
+from .store import StoreOptions, as_location, open_store, read_manifest
+
+_EXPORT_BATCH = 4096  # keys per write batch of an export
+
+
+def is_state_location(path: str) -> bool:
+    """Whether the local directory ``path`` looks like a checkpoint location (an operator
+    directory with a ``_batches`` directory), or one operator's directory, or a partition's."""
+    def has_batches(d: str) -> bool:
+        return os.path.isdir(os.path.join(d, MARKER_DIR))
+
+    if not os.path.isdir(path):
+        return False
+    if has_batches(path) or has_batches(os.path.dirname(os.path.abspath(path))):
+        return True
+    return any(has_batches(os.path.join(path, d)) for d in os.listdir(path))
+
+
+def operators(location) -> list[str]:
+    """The operators with at least one published version in ``location``."""
+    loc = as_location(location)
+    return sorted(op for op in loc.list_subdirs("")
+                  if any(parse_marker_name(n) is not None for n in loc.list_dir(f"{op}/{MARKER_DIR}")))
+
+
+def published_versions(location, operator: str) -> list[int]:
+    loc, operator = as_location(location), check_operator(operator)
+    return sorted(v for v in (parse_marker_name(n) for n in loc.list_dir(f"{operator}/{MARKER_DIR}"))
+                  if v is not None)
+
+
+def describe_location(location, operator: str | None = None, version: int | None = None) -> list[dict]:
+    """One dict per operator (or only ``operator``): see the module docstring."""
+    loc = as_location(location)
+    names = operators(loc) if operator is None else [check_operator(operator)]
+    if not names:
+        raise antkv.InvalidArgumentError(
+            f"{loc.uri}: no operator has a published version here (not a pipeline's checkpoint location?)")
+    out = []
+    for op in names:
+        versions = published_versions(loc, op)
+        if not versions:
+            raise antkv.InvalidArgumentError(f"{loc.uri}: operator {op!r} has no published version")
+        v = versions[-1] if version is None else version
+        if v not in versions:
+            raise antkv.InvalidArgumentError(
+                f"{loc.uri}: operator {op!r} has no published version {v} (published: {_span(versions)})")
+        marker = CommitCoordinator(loc, op, 1, query_id="inspect").marker(v)
+        pipeline_name = f"{op}/{PIPELINE_OBJECT}"
+        pipeline = json.loads(loc.read(pipeline_name)) if loc.exists(pipeline_name) else None
+        partitions = []
+        for p, name in enumerate(marker.manifests):
+            m = read_manifest(loc, name)
+            partitions.append({
+                "partition": p, "keys": m.num_keys,
+                "snapshot_files": 0 if m.snapshot is None else len(m.snapshot.files),
+                "snapshot_bytes": 0 if m.snapshot is None else m.snapshot.bytes,
+                "changelogs": len(m.changelogs), "changelog_bytes": sum(c.size for c in m.changelogs),
+            })
+        out.append({
+            "operator": op, "location": loc.uri, "versions": versions, "version": v,
+            "query_id": marker.query_id, "keys": marker.num_keys, "partitions": partitions,
+            "key_groups": None if pipeline is None else pipeline.get("key_groups"),
+            "key": None if pipeline is None else pipeline.get("key"),
+        })
+    return out
+
+
+def _span(versions: list[int]) -> str:
+    return "none" if not versions else f"{versions[0]}..{versions[-1]}" if len(versions) > 1 else str(versions[0])
+
+
+def _stores(location, operator: str, version: int | None, options: StoreOptions | None):
+    """``(partition, store)`` for each partition of ``version`` (default: the newest); each
+    store is aborted after its turn."""
+    loc, operator = as_location(location), check_operator(operator)
+    versions = published_versions(loc, operator)
+    if not versions:
+        raise antkv.InvalidArgumentError(f"{loc.uri}: operator {operator!r} has no published version")
+    v = versions[-1] if version is None else version
+    if v not in versions:
+        raise antkv.InvalidArgumentError(
+            f"{loc.uri}: operator {operator!r} has no published version {v} (published: {_span(versions)})")
+    marker = CommitCoordinator(loc, operator, 1, query_id="inspect").marker(v)
+    for p, manifest in enumerate(marker.manifests):
+        store = open_store(loc, operator, p, v, manifest=manifest, options=options)
+        try:
+            yield p, store
+        finally:
+            store.abort()
+
+
+def decoded_state(location, operator: str, version: int | None = None,
+                  options: StoreOptions | None = None) -> dict:
+    """``{state name: {grouping key: value}}`` of ``version``, every partition's."""
+    out: dict = {}
+    for _, store in _stores(location, operator, version, options):
+        read_keyed_state(store, out)
+    return out
+
+
+def export_state(location, operator: str, dest: str, version: int | None = None,
+                 options: StoreOptions | None = None, progress=None) -> int:
+    """Write every key and value of ``version`` into a new antkv database at ``dest`` (which
+    must not exist); returns the number of keys it holds.  Partitions own disjoint key groups;
+    the metadata area (state names, ``METADATA_PREFIX``) is in every partition and must agree,
+    so it is written once.  ``progress(done, total)`` counts keys read."""
+    if os.path.exists(dest):
+        raise antkv.InvalidArgumentError(f"{dest} already exists: export writes a new database")
+    stores = list(describe_location(location, operator, version)[0]["partitions"])
+    total = sum(p["keys"] for p in stores)
+    done = 0
+    if progress is not None:
+        progress(0, total)
+    written = 0
+    with antkv.open(dest, create_if_missing=True, error_if_exists=True) as db:
+        for p, store in _stores(location, operator, version, options):
+            batch = antkv.WriteBatch()
+            for key, value in store.items():
+                done += 1
+                if p > 0 and key >= METADATA_PREFIX:
+                    first = db.get(key)
+                    if first == value:
+                        continue
+                    if first is not None:
+                        raise antkv.CorruptionError(
+                            f"partitions 0 and {p} of {operator!r} disagree on metadata key {key!r}")
+                batch.put(key, value)
+                written += 1
+                if len(batch) >= _EXPORT_BATCH:
+                    db.write(batch)
+                    batch = antkv.WriteBatch()
+                    if progress is not None:
+                        progress(min(done, total), max(total, done))
+            if len(batch):
+                db.write(batch)
+        db.flush()
+    if progress is not None:
+        progress(done, max(total, done))
+    return written

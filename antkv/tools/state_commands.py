@@ -1,0 +1,99 @@
+"""The ``antkv state-*`` commands: a Spark pipeline's checkpoint location, read from the shell.
+
+A location holds objects, not a database directory (:mod:`antkv.spark.inspect`), so these
+commands take ``LOCATION`` (a path or any ``pyarrow.fs`` URI) and an operator::
+
+    antkv state-info LOCATION [--operator OP] [--version V]    versions, partitions, keys, bytes
+    antkv state-show LOCATION OPERATOR [--version V] [--limit N]   the decoded state, per key
+    antkv state-export LOCATION OPERATOR DIR [--version V]     a version as an antkv database
+
+They need the ``spark`` extra (``pyarrow``) but no Spark; they never write to the location.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .commands import EXIT_OK, Output, done
+from .progress import step_bar
+
+
+def cmd_state_info(args, out: Output) -> int:
+    from ..spark.inspect import describe_location
+
+    ops = describe_location(args.location, args.operator, args.version)
+    if args.json:
+        out.json(ops)
+        return EXIT_OK
+    for op in ops:
+        v = op["versions"]
+        out.line(f"operator {op['operator']} in {op['location']}")
+        out.line(f"  published versions: {v[0]}..{v[-1]} ({len(v)} retained); showing version {op['version']}"
+                 f" (query {op['query_id']})")
+        if op["key_groups"] is not None:
+            out.line(f"  key groups: {op['key_groups']}, key columns: {', '.join(op['key'])}")
+        out.line(f"  {op['keys']} keys in {len(op['partitions'])} partitions:")
+        for p in op["partitions"]:
+            out.line(f"    p{p['partition']}: {p['keys']} keys, {p['snapshot_files']} snapshot files "
+                     f"({p['snapshot_bytes']} B), {p['changelogs']} changelogs ({p['changelog_bytes']} B)")
+    return EXIT_OK
+
+
+def _plain(value):
+    """A decoded state value as JSON can show it (bytes as text where they decode)."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return "0x" + value.hex()
+    if isinstance(value, dict):
+        return [[_plain(k), _plain(v)] for k, v in value.items()]
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def cmd_state_show(args, out: Output) -> int:
+    from ..spark.inspect import decoded_state
+
+    state = decoded_state(args.location, args.operator, args.version)
+    shown = 0
+    for name in sorted(state):
+        for key, value in sorted(state[name].items()):
+            if args.limit is not None and shown >= args.limit:
+                return EXIT_OK
+            line = {"state": name, "key": _plain(key), "value": _plain(value)}
+            out.line(json.dumps(line, default=str) if args.json else
+                     f"{name}\t{json.dumps(line['key'], default=str)}\t{json.dumps(line['value'], default=str)}")
+            shown += 1
+    return EXIT_OK
+
+
+def cmd_state_export(args, out: Output) -> int:
+    from ..spark.inspect import export_state
+
+    with step_bar("export", "keys", args.no_progress) as bar:
+        n = export_state(args.location, args.operator, args.dir, args.version, progress=bar)
+    return done(args, out, {"keys": n, "database": args.dir},
+                 f"exported {n} keys of {args.operator} to {args.dir}: read it with 'antkv scan {args.dir} --escape'")
+
+
+def add_state_commands(add, quiet) -> None:
+    """Register the commands with ``add`` (the parser builder of :mod:`antkv.tools.cli`)."""
+    p = add("state-info", cmd_state_info, "describe a Spark checkpoint location: operators, versions, "
+            "partitions, keys, bytes", db=False)
+    p.add_argument("location", metavar="LOCATION", help="a path or pyarrow.fs URI (file://, s3://, ...)")
+    p.add_argument("--operator", help="only this operator")
+    p.add_argument("--version", type=int, help="this published version (default: the newest)")
+    p = add("state-show", cmd_state_show, "print the decoded state of an operator: state, key, value "
+            "per line (reads it all: for inspection)", db=False)
+    p.add_argument("location", metavar="LOCATION")
+    p.add_argument("operator", metavar="OPERATOR")
+    p.add_argument("--version", type=int, help="default: the newest published version")
+    p.add_argument("--limit", type=int, help="print at most LIMIT lines")
+    p = add("state-export", cmd_state_export, "write a published version of an operator, every "
+            "partition, into a new antkv database DIR", quiet, db=False)
+    p.add_argument("location", metavar="LOCATION")
+    p.add_argument("operator", metavar="OPERATOR")
+    p.add_argument("dir", metavar="DIR", help="must not exist")
+    p.add_argument("--version", type=int, help="default: the newest published version")

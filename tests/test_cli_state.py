@@ -1,0 +1,129 @@
+"""The ``antkv state-*`` commands on a Spark pipeline's checkpoint location (built here with the
+store API: two partitions, two published versions, value, list and map state), and the hint the
+database commands give when pointed at a location."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+import antkv
+from antkv.spark import CommitCoordinator, StoreOptions, open_store
+import antkv.spark.inspect
+from antkv.spark.keygroups import METADATA_PREFIX, key_group_range
+from antkv.spark.state_views import KeyedState
+from antkv.tools.cli import main
+
+K = 16
+
+
+@pytest.fixture
+def run(capsysbinary):
+    def run(*argv):
+        code = main([os.fspath(a) for a in argv])
+        cap = capsysbinary.readouterr()
+        return code, cap.out.decode(), cap.err.decode()
+
+    return run
+
+
+@pytest.fixture
+def location(tmp_path):
+    """Version 1: users u0..u9 with a count, a list of events and a map of pages; version 2
+    updates u0's count.  Returns (location path, the expected decoded state of version 2)."""
+    loc = str(tmp_path / "state")
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"))
+    coord = CommitCoordinator(loc, "clicks", 2, query_id="q")
+    expected = {"count": {}, "events": {}, "pages": {}}
+    for version in (1, 2):
+        bases = coord.base_manifests(version - 1)
+        messages = []
+        for p in range(2):
+            owned = key_group_range(K, 2, p)
+            store = open_store(loc, "clicks", p, version - 1, manifest=bases[p], options=options)
+            state = KeyedState(store, owned)
+            count, events, pages = state.value_state("count", 1), state.list_state("events", 2), state.map_state("pages", 3)
+            for u in range(10):
+                group = u % K
+                if group not in owned or (version == 2 and u != 0):
+                    continue
+                key = (f"u{u}",)
+                state.set_current_key(group, key)
+                count.update((u * 10 + version,))
+                expected["count"][key] = (u * 10 + version,)
+                if version == 1:
+                    events.put([(f"e{u}a",), (f"e{u}b",)])
+                    pages.updateValue(("home",), (u,))
+                    expected["events"][key] = [(f"e{u}a",), (f"e{u}b",)]
+                    expected["pages"][key] = {("home",): (u,)}
+            messages.append(store.commit())
+        coord.publish(version, messages)
+    return loc, expected
+
+
+def test_state_info_names_versions_partitions_and_keys(run, location):
+    loc, expected = location
+    code, out, err = run("state-info", loc, "--json")
+    assert code == 0 and err == ""
+    [op] = json.loads(out)
+    assert op["operator"] == "clicks" and op["versions"] == [1, 2] and op["version"] == 2
+    # 10 users x 3 states, plus each partition's 3 state-name records
+    assert op["keys"] == sum(p["keys"] for p in op["partitions"]) == 30 + 2 * 3 and len(op["partitions"]) == 2
+    code, out, _ = run("state-info", loc, "--version", "1")
+    assert code == 0 and "showing version 1" in out and "p0:" in out and "p1:" in out
+    code, _, err = run("state-info", loc, "--version", "7")
+    assert code == 1 and "no published version 7" in err and "1..2" in err
+    code, _, err = run("state-info", loc, "--operator", "nope")
+    assert code == 1 and "no published version" in err
+    code, _, err = run("state-info", os.path.dirname(loc))  # not a location
+    assert code == 1 and "no operator has a published version" in err
+    code, _, err = run("state-info", os.path.join(os.path.dirname(loc), "missing"))
+    assert code == 1 and err
+    code, _, err = run("state-show", loc, "nope")
+    assert code == 1 and "'nope' has no published version" in err and "None" not in err
+    code, _, err = run("state-show", loc, "clicks", "--version", "abc")
+    assert code == 2 and "invalid int" in err
+
+
+def test_state_show_prints_the_decoded_state(run, location):
+    loc, expected = location
+    code, out, err = run("state-show", loc, "clicks", "--json")
+    assert code == 0 and err == ""
+    lines = [json.loads(line) for line in out.splitlines()]
+    shown = {(d["state"], tuple(d["key"])): d["value"] for d in lines}
+    assert shown[("count", ("u0",))] == [2] and shown[("count", ("u3",))] == [31]
+    assert shown[("events", ("u4",))] == [["e4a"], ["e4b"]]
+    assert shown[("pages", ("u5",))] == [[["home"], [5]]]
+    assert len(lines) == sum(len(v) for v in expected.values())
+    code, out, _ = run("state-show", loc, "clicks", "--version", "1", "--limit", "3")
+    assert code == 0 and len(out.splitlines()) == 3 and out.startswith("count\t")
+
+
+def test_state_export_makes_a_database_the_other_commands_read(run, location, tmp_path):
+    loc, expected = location
+    dest = tmp_path / "exported"
+    code, out, err = run("state-export", loc, "clicks", dest)
+    assert code == 0 and "exported" in out and err == ""
+    with antkv.open(str(dest), read_only=True) as db:
+        exported = dict(db.items())
+    data = [k for k in exported if not k.startswith(METADATA_PREFIX)]
+    assert len(data) == 30 and len(exported) == 33  # 10 users x 3 states; 3 state names, once
+    assert f"exported {len(exported)} keys" in out
+    assert antkv.spark.inspect.decoded_state(loc, "clicks") == expected
+    code, out, _ = run("scan", dest, "--escape", "--limit", "2")
+    assert code == 0 and len(out.splitlines()) == 2
+    code, _, err = run("state-export", loc, "clicks", dest)  # never over an existing directory
+    assert code == 1 and "already exists" in err
+    assert dict(antkv.open(str(dest), read_only=True).items()) == exported
+
+
+def test_database_commands_point_at_the_state_commands(run, location):
+    loc, _ = location
+    for target in (loc, os.path.join(loc, "clicks"), os.path.join(loc, "clicks", "p00000")):
+        code, _, err = run("scan", target)
+        assert code == 1 and "checkpoint location" in err and "state-info" in err, err
+    code, _, err = run("scan", os.path.dirname(loc))  # a plain directory: no hint
+    assert code == 1 and "checkpoint location" not in err

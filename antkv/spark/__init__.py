@@ -2,7 +2,8 @@
 
 Pipelines (``pipeline.py``): a vectorised, keyed state function over typed value, list and map
 state, run on batch DataFrames and streaming queries (``foreachBatch``), rescalable at any
-batch boundary.  Underneath:
+batch boundary.  Spark 4 ``StatefulProcessor`` classes run unchanged on the same pipelines
+(``processor.py``: ``TransformWithState``, ``transform_with_state``).  Underneath:
 
 A state store is one versioned key-value store per ``(checkpoint location, operator,
 partition)``: tasks open it at the version the driver names, read and write it, and commit the
@@ -22,12 +23,15 @@ model, the layout of a location, the protocol and its guarantees.
 from .commit_message import CommitMessage
 from .commit_protocol import CleanupResult, CommitCoordinator, CommitError, ConcurrentWriterError, PublishResult
 from .location import Location
+from .processor import TransformWithState, transform_with_state
 from .pipeline import BatchMetrics, BatchResult, PartitionMetrics, PartitionState, StatefulPipeline, read_state
 from .sinks import ParquetBatchSink
 from .store import StateStore, StoreOptions, open_store, release_idle_stores
 
 __all__ = [
     "StatefulPipeline",
+    "TransformWithState",
+    "transform_with_state",
     "PartitionState",
     "BatchResult",
     "BatchMetrics",

@@ -19,6 +19,7 @@ Layout (``<v>`` is a version, 20 digits, zero-padded so names sort; ``<a>`` an a
     <root>/<operator>/p<p>/<v>-<a>.manifest               one per committed task attempt
     <root>/<operator>/p<p>/<v>-<a>.changelog              the batch's changes, if a changelog commit
     <root>/<operator>/p<p>/<v>-<a>-<NNNNNN>.sst | .vlog   snapshot files (engine tables, value logs)
+    <root>/<operator>/_event_time/<v>.time               a processor's event time as of version <v>
     <any of the above>.tmp-<8 hex>                         a local write in progress (or cut short)
 
 This module owns every name (make and parse) and every call into ``pyarrow.fs``.  Errors leave
@@ -45,7 +46,9 @@ _OBJECT_RE = re.compile(
     r"(?:\.(?P<kind>manifest|changelog)|-(?P<local>\d{6,}\.(?:sst|vlog)))$"
 )
 _MARKER_RE = re.compile(r"^(?P<version>\d{20})\.marker$")
+_EVENT_TIME_RE = re.compile(r"^(\d{20})\.time$")
 MARKER_DIR = "_batches"
+EVENT_TIME_DIR = "_event_time"
 _TMP_INFIX = ".tmp-"  # <object name>.tmp-<8 hex>: a local write in progress (Location._local_write)
 
 
@@ -85,6 +88,16 @@ def partition_dir(operator: str, partition: int) -> str:
 
 def marker_name(operator: str, version: int) -> str:
     return f"{operator}/{MARKER_DIR}/{version:020d}.marker"
+
+
+def event_time_name(operator: str, version: int) -> str:
+    return f"{operator}/{EVENT_TIME_DIR}/{version:020d}.time"
+
+
+def parse_event_time_name(base: str) -> int | None:
+    """The version of an event-time record's base name, or None."""
+    m = _EVENT_TIME_RE.match(base)
+    return int(m.group(1)) if m else None
 
 
 def manifest_name(operator: str, partition: int, version: int, attempt: str) -> str:

@@ -6,7 +6,8 @@ Every manifest, changelog and batch marker is one *envelope*::
     | magic  | kind | codec | payload     | payload length | checksum               |
     | 6 B    | 1 B  | 1 B   | n bytes     | u64 LE         | xxh3_64 of all before  |
     +--------+------+-------+-------------+----------------+------------------------+
-    magic = b"AKVSPK"; kind (part of the format): b"M" manifest, b"C" changelog, b"B" marker;
+    magic = b"AKVSPK"; kind (part of the format): b"M" manifest, b"C" changelog, b"B" marker,
+           b"W" event-time record;
     codec: 0 = payload stored as is, 1 = zstd frame
 
 The trailer comes last so a truncated object never verifies.  Payloads:
@@ -42,6 +43,11 @@ The trailer comes last so a truncated object never verifies.  Payloads:
        "num_partitions": int, "manifests": [<manifest name of partition 0>, ...],
        "num_keys": int}
 
+* **event-time record** (JSON) -- written by the driver of a processor in the EventTime time
+  mode before it publishes a version (``antkv/spark/processor.py``)::
+
+      {"format": 1, "version": int, "max_event_time_ms": int | null, "watermark_ms": int}
+
 Decoding checks magic, kind, length and checksum, and raises :class:`CorruptionError` naming
 the object on any mismatch.
 """
@@ -63,6 +69,7 @@ MAGIC = b"AKVSPK"
 KIND_MANIFEST = b"M"  # part of the format
 KIND_CHANGELOG = b"C"  # part of the format
 KIND_MARKER = b"B"  # part of the format
+KIND_EVENT_TIME = b"W"  # part of the format
 CODEC_NONE = 0
 CODEC_ZSTD = 1
 FORMAT = 1

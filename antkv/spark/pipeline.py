@@ -79,7 +79,10 @@ PIPELINE_OBJECT = "pipeline.json"  # per operator: {"key_groups": K, "key": [...
 
 class PartitionState(KeyedState):
     """A task's keyed state for one batch: :class:`KeyedState` plus the batch and partition,
-    and the operator's key columns bound so that ``groups(rows)`` needs no more arguments."""
+    and the operator's key columns bound so that ``groups(rows)`` needs no more arguments.
+
+    ``reports`` is a dict of JSON values the function may fill; it reaches the driver in the
+    partition's :class:`PartitionMetrics` (e.g. the partition's largest event time)."""
 
     def __init__(self, store, owned, key_columns, batch_id: int, partition: int, partitions: int):
         super().__init__(store, owned)
@@ -87,6 +90,7 @@ class PartitionState(KeyedState):
         self.batch_id = batch_id
         self.partition = partition
         self.partitions = partitions
+        self.reports: dict = {}
 
     def groups(self, frame, key_group_col: str = KEY_GROUP_COLUMN, key_cols=None):
         """For each group of grouping-key values of ``frame``: set it as the current key and
@@ -118,6 +122,7 @@ class PartitionMetrics:
     cache_downloads: int  # ... and fetched from the location
     write_amplification: float  # the working copy's engine write amplification
     rescaled: bool
+    reports: dict = field(default_factory=dict)  # what the function put in PartitionState.reports
 
 
 @dataclass(frozen=True)
@@ -194,9 +199,13 @@ class StatefulPipeline:
         stored = json.loads(self.location.read(name))
         check_key_group_count(stored["key_groups"], self.key_groups)
 
-    def run(self, df, batch_id: int | None = None) -> BatchResult:
+    def run(self, df, batch_id: int | None = None, *, before_publish=None) -> BatchResult:
         """Run one batch of ``df`` (a batch DataFrame, or a micro-batch under ``foreachBatch``)
-        and publish version ``batch_id + 1``; returns the output and the metrics."""
+        and publish version ``batch_id + 1``; returns the output and the metrics.
+
+        ``before_publish(version, partition_metrics)``, if given, runs on the driver after every
+        task committed and before the version is published: what it writes is in place before
+        the version exists (a failure there publishes nothing)."""
         import pandas as pd
 
         started = time.perf_counter()
@@ -225,6 +234,8 @@ class StatefulPipeline:
         messages = [CommitMessage.from_json(j) for j in collected.loc[is_commit, COMMIT_COLUMN]]
         parts = sorted((PartitionMetrics(**json.loads(j)) for j in collected.loc[is_commit, METRICS_COLUMN]),
                        key=lambda m: m.partition)
+        if before_publish is not None:
+            before_publish(version, tuple(parts))
         t0 = time.perf_counter()
         result = coord.publish(version, messages, bases=bases)
         coord.cleanup(version)
@@ -319,7 +330,8 @@ class StatefulPipeline:
                 reused_working_copy=store.reused_working_copy,
                 cache_hits=after["hits"] - before["hits"],
                 cache_downloads=after["downloads"] - before["downloads"],
-                write_amplification=float(write_amp), rescaled=plans is not None)
+                write_amplification=float(write_amp), rescaled=plans is not None,
+                reports=state.reports)
             row = {c: [None] for c in columns}
             row[COMMIT_COLUMN] = [msg.to_json()]
             row[METRICS_COLUMN] = [json.dumps(asdict(metrics))]

@@ -1,0 +1,383 @@
+"""Spark 4 ``StatefulProcessor`` classes, run unchanged on antkv state.
+
+A processor written for ``groupBy(key).transformWithStateInPandas(processor, outputSchema,
+outputMode, timeMode, initialState, eventTimeColumnName)`` runs here as it is, imported from
+``pyspark`` and untouched::
+
+    runner = TransformWithState("s3://bucket/state", "sessions", ["user"], SessionWindow(),
+                                "user string, start long, end long, events long",
+                                time_mode="EventTime", event_time_column="ts", partitions=8)
+    result = runner.run(batch_df)                              # one batch: the next version
+    stream.writeStream.foreachBatch(runner.foreach_batch(sink)).start()   # a streaming query
+
+The runner is a :class:`antkv.spark.pipeline.StatefulPipeline` (routing by key group,
+exactly-once commits, rescale, metrics) whose function drives the processor.  In each task,
+for its partition and batch, in Spark's order:
+
+1. ``init(handle)`` with an antkv-backed handle (:mod:`antkv.spark.processor_handle`);
+2. on the first batch, ``handleInitialState(key, rows, timerValues)`` for each key of the
+   initial state (all its rows in one pandas DataFrame), before that key's input;
+3. ``handleInputRows(key, rows, timerValues)`` once per grouping key of the batch, ``rows``
+   being an iterator of pandas DataFrames with the input's columns, as in Spark;
+4. ``handleExpiredTimer(key, timerValues, expiredTimerInfo)`` for every timer that expired,
+   by (time, key), each then deleted (:mod:`antkv.spark.timers`: no scan of the state);
+5. the end of TTL'd elements that expired, then ``close()``.
+
+**Time.**  ``TimerValues.getCurrentProcessingTimeInMs()`` is the batch's processing time, read
+once on the driver from ``clock`` (seconds, ``time.time`` by default; inject one in tests).
+In the ``EventTime`` mode the runner keeps the watermark as Spark does: the watermark of
+batch ``b`` is ``max(0, the largest event time of batches < b - watermark_delay_ms)``, never
+going back (0 in the first batch); input rows with an event time at or below the previous
+batch's watermark are late and dropped; event-time timers fire when the watermark reaches
+them.  The largest event time is recorded with each version (an event-time record,
+:mod:`antkv.spark.objects`, written before the version is published), so a restarted query
+continues with the same watermark.  Spark also runs a batch without data when the watermark
+moved; under ``foreachBatch`` the next batch (or an explicit ``run`` of an empty DataFrame)
+fires those timers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import antkv
+
+from .keygroups import DEFAULT_KEY_GROUPS
+from .location import event_time_name, marker_name, parse_event_time_name, EVENT_TIME_DIR
+from .objects import KIND_EVENT_TIME, seal, unseal
+from .pipeline import KEY_GROUP_COLUMN, BatchResult, StatefulPipeline
+from .processor_handle import DeclaringHandle, ProcessorHandle, check_time_mode
+from .state_views import group_batch, iter_groups
+
+INITIAL_COLUMN = "__antkv_initial"  # 1 on the rows of the initial state, 0 on input rows
+INITIAL_PREFIX = "__antkv_init__"  # the initial state's columns travel under this prefix
+EVENT_MS_COLUMN = "__antkv_event_ms"  # the event time in ms since the epoch (UTC), from the JVM
+OUTPUT_MODES = {"append": "Append", "update": "Update"}
+_FLUSH_ROWS = 1 << 16
+_FLUSH_FRAMES = 1 << 12
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """What every task of one batch is told by the driver."""
+
+    processor: object
+    key: tuple
+    input_columns: tuple
+    initial_columns: tuple | None  # the initial state's columns, on the first batch only
+    output_columns: tuple
+    time_mode: str
+    batch_timestamp_ms: int
+    watermark_ms: int  # -1 outside the EventTime mode, as Spark's TimerValues
+    event_time: bool
+    exact_columns: dict  # integer and boolean columns -> numpy dtype, to undo a union's nulls
+
+
+def _ddl(schema) -> str:
+    if isinstance(schema, str):
+        return schema
+    fields = getattr(schema, "fields", None)
+    if fields is None:
+        raise TypeError(f"output_schema must be a DDL string or a StructType, not {type(schema).__name__}")
+    return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in fields)
+
+
+def _delay_ms(delay) -> int:
+    if isinstance(delay, bool) or not isinstance(delay, int):
+        raise TypeError(f"watermark_delay_ms must be an int, not {type(delay).__name__}")
+    if delay < 0:
+        raise antkv.InvalidArgumentError(f"watermark_delay_ms must be >= 0, got {delay}")
+    return delay
+
+
+class TransformWithState:
+    """Runs a Spark ``StatefulProcessor`` on antkv state, batch after batch; see the module
+    docstring.  The arguments after ``output_schema`` are ``transformWithStateInPandas``'s
+    (``initial_state`` is a DataFrame holding the key columns under the same names) and
+    :class:`~antkv.spark.pipeline.StatefulPipeline`'s."""
+
+    def __init__(self, location, operator: str, key, processor, output_schema, *,
+                 output_mode: str = "Update", time_mode: str = "None", initial_state=None,
+                 event_time_column: str | None = None, watermark_delay_ms: int = 0,
+                 partitions: int, key_groups: int = DEFAULT_KEY_GROUPS, clock=None,
+                 query_id: str | None = None, options=None, metrics_path: str | None = None,
+                 min_versions_to_retain: int = 2):
+        for method in ("init", "handleInputRows"):
+            if not callable(getattr(processor, method, None)):
+                raise TypeError(f"processor must be a StatefulProcessor: it has no {method}()")
+        if not isinstance(output_mode, str) or output_mode.lower() not in OUTPUT_MODES:
+            raise antkv.InvalidArgumentError(f"output mode must be Append or Update, got {output_mode!r}")
+        self.output_mode = OUTPUT_MODES[output_mode.lower()]
+        self.time_mode = check_time_mode(time_mode)
+        if (self.time_mode == "EventTime") != (event_time_column is not None):
+            raise antkv.InvalidArgumentError("event_time_column is required by, and only by, the EventTime time mode")
+        if event_time_column is not None and not isinstance(event_time_column, str):
+            raise TypeError("event_time_column must be a column name")
+        if clock is not None and not callable(clock):
+            raise TypeError("clock must be callable: clock() -> seconds since the epoch")
+        declared = DeclaringHandle(self.time_mode)
+        processor.init(declared)  # refuses a bad declaration here, before any task runs
+        processor.close()
+        self.state_variables = dict(declared.declared)
+        self.processor = processor
+        self.event_time_column = event_time_column
+        self.watermark_delay_ms = _delay_ms(watermark_delay_ms)
+        self.initial_state = initial_state
+        self.clock = clock or time.time
+        self.pipeline = StatefulPipeline(
+            location, operator, key, _unset_function, _ddl(output_schema), partitions=partitions,
+            key_groups=key_groups, query_id=query_id, options=options, metrics_path=metrics_path,
+            min_versions_to_retain=min_versions_to_retain)
+        self.key = tuple(self.pipeline.key)
+        self.min_versions_to_retain = min_versions_to_retain
+        self.watermark_ms = 0  # of the last batch run (EventTime)
+
+    # ------------------------------------------------------------------ driver
+
+    def run(self, df, batch_id: int | None = None) -> BatchResult:
+        """Run one batch of ``df`` and publish version ``batch_id + 1`` (``batch_id`` defaults
+        to the newest published version); returns the processor's output and the metrics."""
+        from pyspark.sql import functions as F
+
+        pipe = self.pipeline
+        location, operator = pipe.location, pipe.operator
+        if batch_id is None:
+            batch_id = pipe.coordinator.latest_version()
+        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+            raise antkv.InvalidArgumentError(f"batch_id must be an int >= 0, got {batch_id!r}")
+        missing = [c for c in self.key if c not in df.columns]
+        if missing:
+            raise antkv.InvalidArgumentError(f"the key columns {missing} are not in the DataFrame")
+        batch_ts = int(self.clock() * 1000)
+        input_columns = tuple(df.columns)
+        watermark, max_event_time = -1, None
+        if self.time_mode == "EventTime":
+            if self.event_time_column not in df.columns:
+                raise antkv.InvalidArgumentError(f"the event time column {self.event_time_column!r} is not in the DataFrame")
+            late, max_event_time = self._event_time(batch_id)
+            watermark = late if max_event_time is None else max(late, max_event_time - self.watermark_delay_ms)
+            ts = F.col(self.event_time_column)
+            is_long = dict(df.dtypes)[self.event_time_column] in ("bigint", "int")
+            ms = ts.cast("long") if is_long else F.expr(f"unix_millis(`{self.event_time_column}`)")
+            df = df.withColumn(EVENT_MS_COLUMN, ms).where(F.col(EVENT_MS_COLUMN).isNull() | (F.col(EVENT_MS_COLUMN) > late))
+        initial_columns, exact = None, {}
+        if batch_id == 0 and self.initial_state is not None:
+            exact = _exact_dtypes(df.schema) | _exact_dtypes(self.initial_state.schema)
+            df, initial_columns = self._with_initial_state(df)
+        pipe.func = _batch_function(_Batch(
+            self.processor, self.key, input_columns, initial_columns, tuple(pipe.columns), self.time_mode,
+            batch_ts, watermark, self.time_mode == "EventTime", exact))
+
+        def record_event_time(version, parts):
+            if self.time_mode != "EventTime" or location.exists(marker_name(operator, version)):
+                return  # nothing to record, or a replay: the published version keeps its record
+            seen = [p.reports["max_event_time_ms"] for p in parts if p.reports.get("max_event_time_ms") is not None]
+            newest = max(seen + ([max_event_time] if max_event_time is not None else []), default=None)
+            doc = {"format": 1, "version": version, "max_event_time_ms": newest, "watermark_ms": watermark}
+            name = event_time_name(operator, version)
+            location.delete(name)  # a record of an attempt of this batch that never published
+            location.create_exclusive(name, seal(KIND_EVENT_TIME, json.dumps(doc).encode()))
+
+        result = pipe.run(df, batch_id, before_publish=record_event_time)
+        if self.time_mode == "EventTime":
+            self.watermark_ms = watermark
+            self._forget_event_times(batch_id + 1)
+        return BatchResult(_restore_integers(result.output, pipe.schema), result.metrics)
+
+    def foreach_batch(self, sink=None):
+        """A function for ``DataStreamWriter.foreachBatch``: runs the batch, then calls
+        ``sink(output, batch_id)`` (at-least-once, as :meth:`StatefulPipeline.foreach_batch`)."""
+        def on_batch(df, batch_id):
+            result = self.run(df, int(batch_id))
+            if sink is not None:
+                sink(result.output, int(batch_id))
+        return on_batch
+
+    def _event_time(self, batch_id: int) -> tuple[int, int | None]:
+        """``(watermark of batch batch_id - 1, largest event time of batches < batch_id)``."""
+        if batch_id == 0:
+            return 0, None
+        loc, name = self.pipeline.location, event_time_name(self.pipeline.operator, batch_id)
+        doc = json.loads(unseal(KIND_EVENT_TIME, loc.read(name), loc.path(name)))
+        if doc.get("version") != batch_id:
+            raise antkv.CorruptionError(f"event-time record of version {doc.get('version')} under the name of {batch_id}",
+                                        loc.path(name))
+        return int(doc["watermark_ms"]), doc["max_event_time_ms"]
+
+    def _forget_event_times(self, version: int) -> None:
+        loc, operator = self.pipeline.location, self.pipeline.operator
+        for base in loc.list_dir(f"{operator}/{EVENT_TIME_DIR}"):
+            v = parse_event_time_name(base)
+            if v is not None and v <= version - self.min_versions_to_retain:
+                loc.delete(f"{operator}/{EVENT_TIME_DIR}/{base}")
+
+    def _with_initial_state(self, df):
+        """``df`` and the initial state in one DataFrame (routed together by key), and the
+        initial state's columns."""
+        from pyspark.sql import functions as F
+
+        init = self.initial_state
+        if not hasattr(init, "columns") or not hasattr(init, "select"):
+            raise TypeError(f"initial_state must be a DataFrame, not {type(init).__name__}")
+        missing = [c for c in self.key if c not in init.columns]
+        if missing:
+            raise antkv.InvalidArgumentError(f"the initial state lacks the key columns {missing}")
+        columns = tuple(init.columns)
+        renamed = init.select(*[F.col(f"`{k}`") for k in self.key],
+                              *[F.col(f"`{c}`").alias(INITIAL_PREFIX + c) for c in columns],
+                              F.lit(1).alias(INITIAL_COLUMN))
+        both = df.withColumn(INITIAL_COLUMN, F.lit(0)).unionByName(renamed, allowMissingColumns=True)
+        return both, columns
+
+
+def transform_with_state(df, key, processor, output_schema, output_mode: str = "Update",
+                         time_mode: str = "None", initial_state=None, event_time_column=None, *,
+                         location, operator: str, partitions: int, batch_id: int | None = None,
+                         **options) -> BatchResult:
+    """One batch of a processor on ``df``: ``transformWithStateInPandas``'s arguments, then
+    where the state lives.  Successive calls on one ``(location, operator)`` continue its
+    state; a streaming query uses :class:`TransformWithState` and ``foreach_batch``."""
+    runner = TransformWithState(location, operator, key, processor, output_schema, output_mode=output_mode,
+                                time_mode=time_mode, initial_state=initial_state,
+                                event_time_column=event_time_column, partitions=partitions, **options)
+    return runner.run(df, batch_id)
+
+
+def _exact_dtypes(schema) -> dict:
+    from pyspark.sql.types import BooleanType, ByteType, IntegerType, LongType, ShortType
+
+    names = {ByteType: "int8", ShortType: "int16", IntegerType: "int32", LongType: "int64", BooleanType: "bool"}
+    return {f.name: names[type(f.dataType)] for f in schema.fields if type(f.dataType) in names}
+
+
+def _unset_function(state, rows):
+    raise antkv.InvalidArgumentError("a TransformWithState pipeline runs through TransformWithState.run")
+
+
+def _restore_integers(frame, ddl: str):
+    """Integer and boolean output columns that came back as floats or objects (because some
+    rows of the collected result were null) get their type back when they hold no null."""
+    from pyspark.sql.types import BooleanType, IntegralType, StructType
+
+    for f in StructType.fromDDL(ddl).fields:
+        if isinstance(f.dataType, (IntegralType, BooleanType)) and f.name in frame.columns:
+            col = frame[f.name]
+            if col.dtype.kind in "fO" and len(col) and col.notna().all():
+                frame[f.name] = col.astype("bool" if isinstance(f.dataType, BooleanType) else "int64")
+    return frame
+
+
+# ---------------------------------------------------------------------- executors
+
+
+def _batch_function(batch: _Batch):
+    def run_processor(state, rows):
+        return _run_partition(batch, state, rows)
+    return run_processor
+
+
+class _Output:
+    """Buffers the processor's small output frames and hands them on in large ones."""
+
+    def __init__(self, columns):
+        self.columns = list(columns)
+        self.frames, self.rows = [], 0
+
+    def add(self, produced):
+        import pandas as pd
+
+        if produced is None:
+            return
+        if isinstance(produced, pd.DataFrame):
+            produced = (produced,)
+        for frame in produced:
+            if not isinstance(frame, pd.DataFrame):
+                raise TypeError(f"a processor yields pandas DataFrames, not {type(frame).__name__}")
+            if len(frame):
+                if not all(isinstance(c, str) for c in frame.columns) and len(frame.columns) == len(self.columns):
+                    frame = frame.set_axis(self.columns, axis=1)  # matched by position, as Spark
+                self.frames.append(frame)
+                self.rows += len(frame)
+        if self.rows >= _FLUSH_ROWS or len(self.frames) >= _FLUSH_FRAMES:
+            yield from self.flush()
+
+    def flush(self):
+        import pandas as pd
+
+        if self.frames:
+            frames, self.frames, self.rows = self.frames, [], 0
+            yield frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+def _exact(frame, dtypes: dict):
+    """``frame`` with its integer and boolean columns back to their type where they hold no
+    null (the union with the initial state made them nullable, so pandas widened them)."""
+    for c, dtype in dtypes.items():
+        if c in frame.columns and frame[c].dtype != dtype and frame[c].notna().all():
+            frame[c] = frame[c].astype(dtype)
+    return frame
+
+
+def _split(batch: _Batch, rows):
+    """``(input rows, initial-state rows or None)`` of a task's rows; the initial state's
+    rows get their own column names back (the key columns among them) and the key group."""
+    if INITIAL_COLUMN not in rows.columns:
+        return rows, None
+    is_initial = rows[INITIAL_COLUMN].to_numpy() == 1
+    init = rows.loc[is_initial]
+    initial = init[[KEY_GROUP_COLUMN]].copy()
+    for c in batch.initial_columns:
+        initial[c] = init[INITIAL_PREFIX + c].to_numpy()
+    inputs = rows.loc[~is_initial].copy()
+    return _exact(inputs, batch.exact_columns), _exact(initial, batch.exact_columns)
+
+
+def _run_partition(batch: _Batch, state, rows):
+    from pandas import RangeIndex
+    from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+
+    processor = batch.processor
+    handle = ProcessorHandle(state.store, state.owned, batch.time_mode, batch.batch_timestamp_ms)
+    processor.init(handle)
+    if batch.time_mode == "None":
+        timer_values = TimerValues(-1, -1)
+    else:
+        timer_values = TimerValues(batch.batch_timestamp_ms, batch.watermark_ms)
+    rows, initial = _split(batch, rows)
+    if batch.event_time and len(rows):
+        newest = rows[EVENT_MS_COLUMN].max()
+        if newest == newest:  # not NaN: some row has an event time
+            state.reports["max_event_time_ms"] = int(newest)
+    out = _Output(batch.output_columns)
+    columns = list(batch.input_columns)
+    pending = {}
+    if initial is not None:
+        init_columns = list(batch.initial_columns)
+        for kg, key, frame in iter_groups(initial, KEY_GROUP_COLUMN, list(batch.key)):
+            pending[(kg, key)] = frame[init_columns].reset_index(drop=True)
+    grouped = group_batch(rows, KEY_GROUP_COLUMN, list(batch.key))
+    ordered = grouped.frame[columns]  # the input's own columns, selected once for every group
+    for kg, key, start, end in zip(grouped.key_groups.tolist(), grouped.keys, grouped.starts.tolist(),
+                                   grouped.ends.tolist()):
+        handle.set_current_key(kg, key)
+        first = pending.pop((kg, key), None)
+        if first is not None:
+            processor.handleInitialState(key, first, timer_values)
+        frame = ordered.iloc[start:end]
+        frame.index = RangeIndex(end - start)  # each group's rows numbered from 0, as in Spark
+        yield from out.add(processor.handleInputRows(key, iter((frame,)), timer_values))
+    for (kg, key), first in pending.items():
+        handle.set_current_key(kg, key)
+        processor.handleInitialState(key, first, timer_values)
+    if batch.time_mode != "None":
+        threshold = batch.batch_timestamp_ms if batch.time_mode == "ProcessingTime" else batch.watermark_ms
+        for expiry, _encoded, kg, key in handle.timers.expired(state.owned, threshold):
+            handle.set_current_key(kg, key)
+            yield from out.add(processor.handleExpiredTimer(key, timer_values, ExpiredTimerInfo(expiry)))
+            handle.timers.delete(expiry)
+    handle.clear_current_key()
+    handle.clear_expired_state()
+    processor.close()
+    yield from out.flush()

@@ -1,0 +1,250 @@
+"""An antkv-backed ``StatefulProcessorHandle``: what a Spark ``StatefulProcessor`` sees.
+
+The handle gives a processor's ``init`` its state variables (``getValueState``,
+``getListState``, ``getMapState``, each with ``ttlDurationMs``), and its handlers the timers
+of the current grouping key (``registerTimer``, ``deleteTimer``, ``listTimers``) and
+``deleteIfExists``, with the names, arguments and rules of Spark 4's handle:
+
+* TTL needs the ``ProcessingTime`` time mode, timers need a time mode other than ``None``
+  (Spark raises the same refusals); a TTL of None or 0 means no TTL, a negative one is refused;
+* the grouping key is implicit: the runner sets it before each handler call
+  (:meth:`set_current_key`), and every state variable and timer call acts on it.
+
+**State ids.**  A state variable's id (the 2 bytes after the key group in its stored keys,
+:mod:`antkv.spark.keygroups`) is derived from its name, ``1 + xxh32(name) % 0xFF00``, so every
+partition and every batch agrees on it without coordination.  The first use of an id records
+``kind | name`` under ``PROCESSOR_STATE_PREFIX + id`` in the store's metadata area; a second
+name with the same id, or the same name with another kind, is refused with a clear error
+before anything is written under it.  Ids from ``0xFF00`` up are reserved for the timers and
+the TTL index.
+"""
+
+from __future__ import annotations
+
+import xxhash
+
+from antkv import InvalidArgumentError
+
+from .codec import encode_key
+from .keygroups import METADATA_PREFIX, KeyGroupError, KeyGroupRange, key_group_prefix, state_id_bytes
+from .processor_state import ListState, MapState, ValueState, expired_index_entries, field_count
+from .timers import Timers
+
+PROCESSOR_STATE_PREFIX = METADATA_PREFIX + b"processor-state"
+FIRST_RESERVED_ID = 0xFF00
+TIME_MODES = {"none": "None", "processingtime": "ProcessingTime", "eventtime": "EventTime"}
+_KIND_NAMES = {b"v": "value", b"l": "list", b"m": "map"}
+
+
+def check_time_mode(time_mode) -> str:
+    """Spark's spelling of a time mode given in any case; InvalidArgumentError otherwise."""
+    if not isinstance(time_mode, str):
+        raise TypeError(f"time_mode must be a str, not {type(time_mode).__name__}")
+    mode = TIME_MODES.get(time_mode.lower())
+    if mode is None:
+        raise InvalidArgumentError(f"time mode must be one of None, ProcessingTime, EventTime; got {time_mode!r}")
+    return mode
+
+
+def check_ttl(name: str, ttl, time_mode: str) -> int | None:
+    """The TTL in ms of state ``name`` (None: no TTL), refused as Spark refuses it."""
+    if ttl is None or ttl == 0:
+        return None
+    if isinstance(ttl, bool) or not hasattr(ttl, "__index__"):
+        raise TypeError(f"ttlDurationMs of state {name!r} must be an int, not {type(ttl).__name__}")
+    if ttl < 0:
+        raise InvalidArgumentError(f"ttlDurationMs of state {name!r} must be positive, got {ttl}")
+    if time_mode != "ProcessingTime":
+        raise InvalidArgumentError(f"state {name!r} has a TTL, which needs the ProcessingTime "
+                                   f"time mode (this processor runs in {time_mode}), as in Spark")
+    return int(ttl)
+
+
+def state_id_of(name: str) -> int:
+    """The state id of the state variable ``name`` (see the module docstring)."""
+    return 1 + xxhash.xxh32_intdigest(name.encode("utf-8")) % (FIRST_RESERVED_ID - 1)
+
+
+class ProcessorHandle:
+    """The handle of one partition's processor for one batch.
+
+    ``batch_timestamp_ms`` is the batch's processing time (TTL and processing-time timers);
+    the current key's key group always lies in ``owned`` (:class:`KeyGroupError` otherwise),
+    so nothing is written outside the partition's key groups."""
+
+    def __init__(self, store, owned: KeyGroupRange, time_mode: str, batch_timestamp_ms: int):
+        if not isinstance(owned, KeyGroupRange):
+            raise TypeError("owned must be a KeyGroupRange")
+        self.store = store
+        self.owned = owned
+        self.time_mode = check_time_mode(time_mode)
+        self.batch_timestamp_ms = int(batch_timestamp_ms)
+        self.timers = Timers(store, self)
+        self._variables: dict[bytes, object] = {}  # state id bytes -> state variable
+        self._kg = None
+        self._key = b""
+
+    # ------------------------------------------------------------------ the current key
+
+    def set_current_key(self, key_group: int, key: tuple) -> None:
+        if key_group not in self.owned:
+            raise KeyGroupError(f"key group {key_group} is outside this partition's key groups "
+                                f"[{self.owned.start}, {self.owned.stop})")
+        self._kg = key_group_prefix(int(key_group))
+        self._key = encode_key(key)
+
+    def clear_current_key(self) -> None:
+        self._kg, self._key = None, b""
+
+    def current_key_bytes(self) -> tuple[bytes, bytes]:
+        """``(key group prefix, encoded grouping key)`` of the current key."""
+        if self._kg is None:
+            raise InvalidArgumentError("no current grouping key: state and timers are used from "
+                                       "handleInputRows, handleExpiredTimer and handleInitialState only")
+        return self._kg, self._key
+
+    def current_prefix(self, sid: bytes) -> bytes:
+        kg, key = self.current_key_bytes()
+        return kg + sid + key
+
+    # ------------------------------------------------------------------ state variables
+
+    def _ttl(self, name: str, ttl) -> int | None:
+        return check_ttl(name, ttl, self.time_mode)
+
+    def _register(self, name: str, kind: bytes) -> int:
+        if not isinstance(name, str) or not name:
+            raise TypeError("a state name must be a non-empty str")
+        sid = state_id_of(name)
+        meta = PROCESSOR_STATE_PREFIX + state_id_bytes(sid)
+        record = kind + name.encode("utf-8")
+        stored = self.store.get(meta)
+        if stored is None:
+            self.store.put(meta, record)
+        elif stored != record:
+            other = stored[1:].decode("utf-8", "replace")
+            if other == name:
+                raise InvalidArgumentError(f"state {name!r} is a {_KIND_NAMES.get(stored[:1], '?')} state; "
+                                           f"it cannot become a {_KIND_NAMES[kind]} state (deleteIfExists first)")
+            raise InvalidArgumentError(f"state names {name!r} and {other!r} map to the same state id "
+                                       f"{sid}: rename one of them")
+        return sid
+
+    def _add(self, variable):
+        self._variables[variable.state_id] = variable
+        return variable
+
+    def getValueState(self, stateName, schema, ttlDurationMs=None) -> ValueState:  # noqa: N802,N803
+        ttl = self._ttl(stateName, ttlDurationMs)
+        return self._add(ValueState(self, stateName, self._register(stateName, ValueState.kind),
+                                    field_count(schema), ttl))
+
+    def getListState(self, stateName, schema, ttlDurationMs=None) -> ListState:  # noqa: N802,N803
+        ttl = self._ttl(stateName, ttlDurationMs)
+        return self._add(ListState(self, stateName, self._register(stateName, ListState.kind),
+                                   field_count(schema), ttl))
+
+    def getMapState(self, stateName, userKeySchema, valueSchema, ttlDurationMs=None) -> MapState:  # noqa: N802,N803
+        ttl = self._ttl(stateName, ttlDurationMs)
+        return self._add(MapState(self, stateName, self._register(stateName, MapState.kind),
+                                  field_count(valueSchema), ttl, field_count(userKeySchema)))
+
+    def deleteIfExists(self, stateName) -> None:  # noqa: N802,N803
+        """Delete every value of state ``stateName`` in this partition's key groups, and its
+        registration (nothing when it was never used)."""
+        if not isinstance(stateName, str):
+            raise TypeError("a state name must be a str")
+        sid = state_id_of(stateName)
+        meta = PROCESSOR_STATE_PREFIX + state_id_bytes(sid)
+        stored = self.store.get(meta)
+        if stored is None or stored[1:].decode("utf-8", "replace") != stateName:
+            return
+        sid_bytes = state_id_bytes(sid)
+        end = state_id_bytes(sid + 1)
+        for kg in self.owned:
+            head = key_group_prefix(kg)
+            self.store.delete_range(head + sid_bytes, head + end)
+        self.store.delete(meta)
+        self._variables.pop(sid_bytes, None)
+
+    # ------------------------------------------------------------------ timers
+
+    def _check_timers(self) -> None:
+        if self.time_mode == "None":
+            raise InvalidArgumentError("timers need the ProcessingTime or EventTime time mode "
+                                       "(this processor runs in None), as in Spark")
+
+    def registerTimer(self, expiryTimestampMs) -> None:  # noqa: N802,N803
+        self._check_timers()
+        self.timers.register(expiryTimestampMs)
+
+    def deleteTimer(self, expiryTimestampMs) -> None:  # noqa: N802,N803
+        self._check_timers()
+        self.timers.delete(expiryTimestampMs)
+
+    def listTimers(self):  # noqa: N802
+        self._check_timers()
+        return iter(self.timers.list())
+
+    # ------------------------------------------------------------------ end of batch
+
+    def clear_expired_state(self) -> int:
+        """Remove every element whose TTL expired at this batch's processing time, through the
+        TTL index; returns the number of index entries consumed."""
+        if self.time_mode != "ProcessingTime":  # the only mode with TTL
+            return 0
+        now = self.batch_timestamp_ms
+        done = 0
+        for index_key, stored, sid in expired_index_entries(self.store, self.owned, now):
+            variable = self._variables.get(sid)
+            if variable is not None:
+                variable.expire(stored, now)
+            self.store.delete(index_key)
+            done += 1
+        return done
+
+
+class DeclaringHandle:
+    """The handle of a processor's ``init`` on the driver, before any task runs (Spark's
+    driver-side pre-init does the same): it collects the state variables the processor
+    declares and refuses, as an :class:`antkv.InvalidArgumentError` on the driver, a TTL
+    outside the ProcessingTime mode, a bad TTL, and two names with one state id.  The state
+    objects it returns are None: ``init`` only declares."""
+
+    def __init__(self, time_mode: str):
+        self.time_mode = check_time_mode(time_mode)
+        self.declared: dict[str, tuple[str, int | None]] = {}  # name -> (kind, ttl)
+        self._ids: dict[int, str] = {}
+
+    def _declare(self, name, kind: str, ttl):
+        if not isinstance(name, str) or not name:
+            raise TypeError("a state name must be a non-empty str")
+        ttl = check_ttl(name, ttl, self.time_mode)
+        sid = state_id_of(name)
+        other = self._ids.setdefault(sid, name)
+        if other != name:
+            raise InvalidArgumentError(f"state names {name!r} and {other!r} map to the same state id {sid}: "
+                                       f"rename one of them")
+        self.declared[name] = (kind, ttl)
+
+    def getValueState(self, stateName, schema, ttlDurationMs=None):  # noqa: N802,N803
+        field_count(schema)
+        self._declare(stateName, "value", ttlDurationMs)
+
+    def getListState(self, stateName, schema, ttlDurationMs=None):  # noqa: N802,N803
+        field_count(schema)
+        self._declare(stateName, "list", ttlDurationMs)
+
+    def getMapState(self, stateName, userKeySchema, valueSchema, ttlDurationMs=None):  # noqa: N802,N803
+        field_count(userKeySchema)
+        field_count(valueSchema)
+        self._declare(stateName, "map", ttlDurationMs)
+
+    def deleteIfExists(self, stateName) -> None:  # noqa: N802,N803
+        if not isinstance(stateName, str):
+            raise TypeError("a state name must be a str")
+
+    def _no_key(self, *args):
+        raise InvalidArgumentError("timers are used from the handlers, not from init()")
+
+    registerTimer = deleteTimer = listTimers = _no_key  # noqa: N815 - Spark's names

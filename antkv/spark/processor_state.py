@@ -1,0 +1,312 @@
+"""The state variables of Spark's ``StatefulProcessorHandle`` over a partition's antkv store.
+
+``ValueState``, ``ListState`` and ``MapState`` have the names, value shapes and rules of
+``pyspark.sql.streaming.stateful_processor`` (values are tuples, ``get`` of an absent value is
+None, a list is never put empty, a map's iterator yields ``(key tuple, value tuple)``), and
+each may have a time to live, as ``ttlDurationMs`` gives it.
+
+**TTL, as Spark defines it.**  An element written in a batch whose processing time is ``T``
+expires at ``T + ttl``; it is expired in every batch whose processing time ``t`` has
+``t >= T + ttl`` (Spark's ``StateTTL.isExpired``), so an update resets it, and it never
+expires within the batch that wrote it.  Each list element and each map entry carries its own
+expiry.  An expired element reads as absent at once; the end of each batch removes the
+expired elements for good, reached through a TTL index, never by scanning the state.
+
+The engine's own TTL (``db.put(..., ttl=)``) is not used: it compares with the reading clock,
+while Spark's expiry is the batch's one processing time, the same in every partition and in a
+rerun of the batch.
+
+Stored layout (keys begin as :mod:`antkv.spark.keygroups` draws them; ``P = key group | state
+id | encode_key(grouping key)``; values use :mod:`antkv.spark.codec`; ``e`` is the expiry in ms,
+or None for no TTL)::
+
+    value state   P                          -> encode_row((e, row))
+    list state    P                          -> encode_row((e1, row1)) + encode_row((e2, row2)) ...
+    map state     P | encode_key(user key)   -> encode_row((e, value))
+    TTL index     key group | TTL_INDEX_ID | e (8 B, big-endian, sign flipped)
+                  | state id | encode_key(grouping key) [| encode_key(user key)] -> b""
+
+An index entry may be stale (its element was updated since, with a later expiry): the
+cleanup checks the element's own expiry before removing anything, as Spark's first TTL
+implementation did, so an update costs no read of the old value.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from antkv import CorruptionError, InvalidArgumentError
+
+from .codec import decode_key, decode_row, decode_rows, encode_key, encode_row
+from .keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
+
+TTL_INDEX_ID = 0xFFF2  # part of the stored layout: the state id of the TTL index
+_TIME = struct.Struct(">Q")
+_SIGN = 1 << 63
+
+
+def encode_time(ms: int) -> bytes:
+    """A signed 64-bit time in ms as 8 bytes whose byte order is the numeric order."""
+    return _TIME.pack((int(ms) + _SIGN) & 0xFFFFFFFFFFFFFFFF)
+
+
+def decode_time(data: bytes, pos: int) -> int:
+    return _TIME.unpack_from(data, pos)[0] - _SIGN
+
+
+def field_count(schema) -> int | None:
+    """The number of top-level fields of a schema (a ``StructType`` or a DDL string such as
+    ``"start long, tags array<string>"``); None when it cannot be told."""
+    fields = getattr(schema, "fields", None)
+    if fields is not None:
+        return len(fields)
+    if not isinstance(schema, str):
+        raise TypeError(f"a schema is a StructType or a DDL string, not {type(schema).__name__}")
+    depth, count, seen = 0, 1, False
+    for ch in schema:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            count += 1
+        seen = seen or not ch.isspace()
+    return count if seen else None
+
+
+def _row(value, arity: int | None, what: str) -> tuple:
+    if value is None:
+        raise InvalidArgumentError(f"{what}: a state value cannot be None (Spark refuses it too); use clear()")
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{what}: a state value is a tuple, not {type(value).__name__}")
+    if arity is not None and len(value) != arity:
+        raise InvalidArgumentError(f"{what}: the schema has {arity} field(s), the value {len(value)}: {value!r}")
+    return tuple(value)
+
+
+class StateVariable:
+    """What every state variable shares: its handle, name, id, schema arity and TTL.
+
+    Each kind also has ``expire(stored key, now)``, which the end-of-batch TTL cleanup calls
+    for an index entry: it removes what expired at ``now`` from that element, and only that."""
+
+    kind = b"?"
+
+    def __init__(self, handle, name: str, sid: int, arity: int | None, ttl_ms: int | None):
+        self._handle = handle
+        self._name = name
+        self._sid = state_id_bytes(sid)
+        self._arity = arity
+        self._ttl = ttl_ms
+
+    @property
+    def state_id(self) -> bytes:
+        return self._sid
+
+    def _key(self) -> bytes:
+        return self._handle.current_prefix(self._sid)
+
+    def _expiry(self):
+        return None if self._ttl is None else self._handle.batch_timestamp_ms + self._ttl
+
+    def _live(self, expiry) -> bool:
+        return expiry is None or self._handle.batch_timestamp_ms < expiry
+
+    def _index(self, key: bytes, expiry) -> None:
+        """Enter ``key`` (a stored key of this variable) in the TTL index at ``expiry``."""
+        if expiry is not None:
+            kg = key[:KEY_GROUP_BYTES]
+            suffix = key[KEY_GROUP_BYTES + STATE_ID_BYTES:]
+            self._handle.store.put(kg + _TTL_ID + encode_time(expiry) + self._sid + suffix, b"")
+
+
+
+_TTL_ID = state_id_bytes(TTL_INDEX_ID)
+
+
+class ValueState(StateVariable):
+    """One row per grouping key."""
+
+    kind = b"v"
+    _last = (None, None)  # (stored key, its value): exists() then get() read the store once
+
+    def _read(self):
+        key = self._key()
+        last_key, raw = self._last
+        if last_key != key:
+            raw = self._handle.store.get(key)
+            self._last = (key, raw)
+        if raw is None:
+            return None
+        expiry, row = decode_row(raw)
+        return row if self._live(expiry) else None
+
+    def exists(self) -> bool:
+        return self._read() is not None
+
+    def get(self):
+        return self._read()
+
+    def update(self, newValue) -> None:  # noqa: N803 - Spark's parameter name
+        row = _row(newValue, self._arity, f"value state {self._name!r}")
+        expiry = self._expiry()
+        key = self._key()
+        raw = encode_row((expiry, row))
+        self._handle.store.put(key, raw)
+        self._last = (key, raw)
+        self._index(key, expiry)
+
+    def clear(self) -> None:
+        key = self._key()
+        self._handle.store.delete(key)
+        self._last = (key, None)
+
+    def expire(self, key: bytes, now: int) -> None:
+        self._last = (None, None)
+        _expire_single(self._handle.store, key, now)
+
+
+class ListState(StateVariable):
+    """A list of rows per grouping key, stored as one value; appending reads and rewrites it."""
+
+    kind = b"l"
+
+    def _elements(self, key: bytes):
+        raw = self._handle.store.get(key)
+        return [] if raw is None else decode_rows(raw)
+
+    def exists(self) -> bool:
+        return any(self._live(e) for e, _ in self._elements(self._key()))
+
+    def get(self):
+        """An iterator over the rows (empty when there are none)."""
+        return iter([row for e, row in self._elements(self._key()) if self._live(e)])
+
+    def _encode(self, rows, what: str) -> bytes:
+        if rows is None:
+            raise InvalidArgumentError(f"{what}: a list state value cannot be None")
+        expiry = self._expiry()
+        name = f"list state {self._name!r}"
+        encoded = b"".join(encode_row((expiry, _row(r, self._arity, name))) for r in rows)
+        if not encoded:
+            raise InvalidArgumentError(f"{what}: a list state cannot be given an empty list "
+                                       f"(Spark refuses it too); use clear()")
+        return encoded
+
+    def put(self, newState) -> None:  # noqa: N803 - Spark's parameter name
+        key = self._key()
+        self._handle.store.put(key, self._encode(newState, "put"))
+        self._index(key, self._expiry())
+
+    def appendValue(self, newState) -> None:  # noqa: N802,N803 - Spark's names
+        self._append(self._encode([newState], "appendValue"))
+
+    def appendList(self, newState) -> None:  # noqa: N802,N803 - Spark's names
+        self._append(self._encode(newState, "appendList"))
+
+    def _append(self, encoded: bytes) -> None:
+        key = self._key()
+        old = self._handle.store.get(key)
+        self._handle.store.put(key, encoded if old is None else old + encoded)
+        self._index(key, self._expiry())
+
+    def clear(self) -> None:
+        self._handle.store.delete(self._key())
+
+    def expire(self, key: bytes, now: int) -> None:
+        elements = self._elements(key)
+        kept = [(e, row) for e, row in elements if e is None or now < e]
+        if len(kept) == len(elements):
+            return
+        if kept:
+            self._handle.store.put(key, b"".join(encode_row(el) for el in kept))
+        else:
+            self._handle.store.delete(key)
+
+
+class MapState(StateVariable):
+    """A map from user-key tuples to rows per grouping key, one stored entry per user key."""
+
+    kind = b"m"
+
+    def __init__(self, handle, name, sid, arity, ttl_ms, key_arity):
+        super().__init__(handle, name, sid, arity, ttl_ms)
+        self._key_arity = key_arity
+
+    def _entry(self, user_key) -> bytes:
+        return self._key() + encode_key(_row(user_key, self._key_arity, f"map state {self._name!r} key"))
+
+    def _value(self, raw):
+        if raw is None:
+            return None
+        expiry, row = decode_row(raw)
+        return row if self._live(expiry) else None
+
+    def exists(self) -> bool:
+        return next(self.iterator(), None) is not None
+
+    def getValue(self, key):  # noqa: N802 - Spark's name
+        return self._value(self._handle.store.get(self._entry(key)))
+
+    def containsKey(self, key) -> bool:  # noqa: N802 - Spark's name
+        return self.getValue(key) is not None
+
+    def updateValue(self, key, value) -> None:  # noqa: N802 - Spark's name
+        row = _row(value, self._arity, f"map state {self._name!r}")
+        entry = self._entry(key)
+        expiry = self._expiry()
+        self._handle.store.put(entry, encode_row((expiry, row)))
+        self._index(entry, expiry)
+
+    def removeKey(self, key) -> None:  # noqa: N802 - Spark's name
+        self._handle.store.delete(self._entry(key))
+
+    def iterator(self):
+        """``(user key, value)`` pairs in the order of the encoded user keys."""
+        prefix = self._key()
+        start = len(prefix)
+        for stored, raw in list(self._handle.store.items(prefix=prefix)):
+            value = self._value(raw)
+            if value is not None:
+                yield decode_key(stored, start)[0], value
+
+    def keys(self):
+        return (k for k, _ in self.iterator())
+
+    def values(self):
+        return (v for _, v in self.iterator())
+
+    def clear(self) -> None:
+        for stored in list(self._handle.store.keys(prefix=self._key())):
+            self._handle.store.delete(stored)
+
+    def expire(self, key: bytes, now: int) -> None:
+        _expire_single(self._handle.store, key, now)
+
+
+def _expire_single(store, key: bytes, now: int) -> None:
+    """Delete the value or map entry at ``key`` if its expiry is at or before ``now``."""
+    raw = store.get(key)
+    if raw is not None:
+        expiry = decode_row(raw)[0]
+        if expiry is not None and now >= expiry:
+            store.delete(key)
+
+
+def expired_index_entries(store, key_groups, now: int):
+    """``(index key, stored key, state id bytes)`` of every TTL index entry of ``key_groups``
+    whose expiry is ``<= now``: one bounded scan per key group."""
+    stop_time = encode_time(now + 1)
+    for kg in key_groups:
+        head = key_group_prefix(kg) + _TTL_ID
+        for index_key in list(store.keys(head, head + stop_time)):
+            pos = len(head) + 8
+            sid = index_key[pos:pos + STATE_ID_BYTES]
+            if len(sid) != STATE_ID_BYTES:
+                raise CorruptionError(f"TTL index entry {index_key.hex()} is too short")
+            yield index_key, head[:KEY_GROUP_BYTES] + sid + index_key[pos + STATE_ID_BYTES:], sid
+
+
+def grouping_key_of(stored: bytes) -> tuple:
+    """The grouping key of a stored key of a state variable."""
+    return decode_key(stored, KEY_GROUP_BYTES + STATE_ID_BYTES)[0]

@@ -1,0 +1,79 @@
+"""Timers of a stateful processor, stored in the partition's store, ordered by time then key.
+
+A timer is ``(grouping key, time in ms)``; a key has at most one timer per time.  Each timer
+is two empty-valued entries, in two key spaces of their own (reserved state ids), inside the
+timer's key group like every other stored key (so a rescale moves timers with their keys)::
+
+    by time   key group | TIMER_BY_TIME_ID | time (8 B) | encode_key(grouping key)   -> b""
+    by key    key group | TIMER_BY_KEY_ID  | encode_key(grouping key) | time (8 B)   -> b""
+
+(time: :func:`antkv.spark.processor_state.encode_time`, whose byte order is the numeric
+order).  The *by time* space answers "which timers expired at ``t``" with one bounded scan per
+key group, ``[kg | BY_TIME, kg | BY_TIME | encode_time(t + 1))``, reading only expired timers
+and never the state; the *by key* space answers ``listTimers()`` for the current key with one
+prefix scan.  Registering, deleting and listing act on the current key of the handle.
+"""
+
+from __future__ import annotations
+
+from antkv import CorruptionError
+
+from .codec import decode_key
+from .keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
+from .processor_state import decode_time, encode_time
+
+TIMER_BY_TIME_ID = 0xFFF0  # part of the stored layout
+TIMER_BY_KEY_ID = 0xFFF1  # part of the stored layout
+_BY_TIME = state_id_bytes(TIMER_BY_TIME_ID)
+_BY_KEY = state_id_bytes(TIMER_BY_KEY_ID)
+_HEAD = KEY_GROUP_BYTES + STATE_ID_BYTES
+
+
+def _time(ms) -> int:
+    if isinstance(ms, bool) or not hasattr(ms, "__index__"):
+        raise TypeError(f"a timer time is an int (ms), not {type(ms).__name__}")
+    ms = int(ms)
+    if not -(1 << 63) <= ms < (1 << 63):
+        raise OverflowError(f"timer time {ms} is outside the 64-bit range")
+    return ms
+
+
+class Timers:
+    """The timers of one partition's store; ``handle`` gives the current key."""
+
+    def __init__(self, store, handle):
+        self._store = store
+        self._handle = handle
+
+    def register(self, ms) -> None:
+        t = encode_time(_time(ms))
+        kg, key = self._handle.current_key_bytes()
+        self._store.put(kg + _BY_TIME + t + key, b"")
+        self._store.put(kg + _BY_KEY + key + t, b"")
+
+    def delete(self, ms) -> None:
+        t = encode_time(_time(ms))
+        kg, key = self._handle.current_key_bytes()
+        self._store.delete(kg + _BY_TIME + t + key)
+        self._store.delete(kg + _BY_KEY + key + t)
+
+    def list(self) -> list[int]:
+        """The current key's timers, earliest first."""
+        kg, key = self._handle.current_key_bytes()
+        prefix = kg + _BY_KEY + key
+        return [decode_time(stored, len(prefix)) for stored in self._store.keys(prefix=prefix)]
+
+    def expired(self, key_groups, threshold: int) -> list[tuple[int, bytes, int, tuple]]:
+        """Every timer of ``key_groups`` with time ``<= threshold``, as ``(time, encoded key,
+        key group, key tuple)`` sorted by time, then encoded key: the order they fire in."""
+        stop = encode_time(threshold + 1)
+        out = []
+        for kg in key_groups:
+            head = key_group_prefix(kg) + _BY_TIME
+            for stored in self._store.keys(head, head + stop):
+                if len(stored) < _HEAD + 8:
+                    raise CorruptionError(f"timer entry {stored.hex()} is too short")
+                encoded = stored[_HEAD + 8:]
+                out.append((decode_time(stored, _HEAD), encoded, kg, decode_key(encoded, 0)[0]))
+        out.sort(key=lambda timer: (timer[0], timer[1]))
+        return out

@@ -1,0 +1,151 @@
+"""A Spark StatefulProcessor on antkv against the same processor on Spark's own state store.
+
+Usage::
+
+    .venv/bin/python bench/bench_spark_processor.py                          # 10,000 keys
+    .venv/bin/python bench/bench_spark_processor.py --keys 100000 --batches 3   # the full size
+        [--partitions 4] [--dir /tmp] [--json out.json]
+
+The session-window ``StatefulProcessor`` of ``bench_spark_baseline.py`` (event time, a value
+state per key, a timer at the end of the session moved on every event) runs, unchanged, in two
+streaming queries of one local Spark (``local[2]``, ``--partitions`` state partitions), each
+over its own copy of the same input (one Parquet file per micro-batch: every key once, one
+minute of event time later than the batch before, so every row costs a state read, a state
+write, a timer delete and a timer registration):
+
+* **spark** -- ``groupBy(key).transformWithStateInPandas(processor, ..., "EventTime")`` on
+  Spark's RocksDB state store provider, to the ``noop`` sink;
+* **antkv** -- :class:`antkv.spark.TransformWithState` (the same processor object's class,
+  ``time_mode="EventTime"``) under ``foreachBatch``, state in a local checkpoint location.
+
+Each file is processed by both queries before the next is written, the first query of each
+batch alternating, so both see the same machine load.  Reported per batch and query: rows/s,
+the input rows over the micro-batches' ``triggerExecution`` time (summed over the micro-batches
+the file caused: Spark adds a batch without data when the watermark moves).  Single runs on a
+shared machine: expect noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.bench_spark_baseline import session_processor_class, start_session, write_batch_file  # noqa: E402
+
+OUTPUT_SCHEMA = "key string, start long, end long, events long"
+INPUT_SCHEMA = "key string, value binary, ts timestamp"
+
+
+def _queries(spark, work: str, partitions: int):
+    from antkv.spark import TransformWithState
+
+    queries = {}
+    for name in ("spark", "antkv"):
+        inputs = os.path.join(work, f"input-{name}")
+        os.makedirs(inputs)
+        stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(inputs)
+        checkpoint = os.path.join(work, f"checkpoint-{name}")
+        if name == "spark":
+            out = stream.withWatermark("ts", "0 seconds").select("key", "ts").groupBy("key") \
+                .transformWithStateInPandas(session_processor_class()(), OUTPUT_SCHEMA, "Update", "EventTime")
+            writer = out.writeStream.format("noop").outputMode("update")
+        else:
+            runner = TransformWithState(f"file://{work}/antkv-state", "sessions", "key", session_processor_class()(),
+                                        OUTPUT_SCHEMA, time_mode="EventTime", event_time_column="ts",
+                                        partitions=partitions)
+            writer = stream.select("key", "ts").writeStream.foreachBatch(runner.foreach_batch())
+        query = writer.option("checkpointLocation", checkpoint).queryName(f"processor-{name}").start()
+        queries[name] = (query, inputs)
+    return queries
+
+
+def _progress(query, after: int) -> tuple[list[dict], int]:
+    by_id = {p["batchId"]: p for p in query.recentProgress if p["batchId"] > after}
+    progresses = [by_id[i] for i in sorted(by_id)]
+    return progresses, (progresses[-1]["batchId"] if progresses else after)
+
+
+def run(args) -> dict:
+    work = tempfile.mkdtemp(prefix="antkv-processor-bench-", dir=args.dir)
+    spark = start_session(args.partitions, os.path.join(work, "spark-local"))
+    results = {"keys": args.keys, "batches": args.batches, "partitions": args.partitions,
+               "cores": os.cpu_count(), "per_batch": []}
+    try:
+        queries = _queries(spark, work, args.partitions)
+        last = {name: -1 for name in queries}
+        source = os.path.join(work, "source")
+        os.makedirs(source)
+        for batch in range(args.batches):
+            write_batch_file(source, batch, args.keys, 16)
+            name = f"batch-{batch:05d}.parquet"
+            order = ["spark", "antkv"] if batch % 2 == 0 else ["antkv", "spark"]
+            row = {"batch": batch, "first": order[0]}
+            for engine in order:
+                query, inputs = queries[engine]
+                shutil.copyfile(os.path.join(source, name), os.path.join(inputs, "." + name))
+                os.rename(os.path.join(inputs, "." + name), os.path.join(inputs, name))
+                t0 = time.perf_counter()
+                query.processAllAvailable()
+                wall = time.perf_counter() - t0
+                progresses, last[engine] = _progress(query, last[engine])
+                trigger_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progresses)
+                rows = sum(p["numInputRows"] for p in progresses)
+                row[engine] = {"rows": rows, "micro_batches": len(progresses), "trigger_ms": trigger_ms,
+                               "wall_s": round(wall, 3),
+                               "rows_per_s": round(rows / (trigger_ms / 1000), 1) if trigger_ms else None}
+                print(f"  batch {batch} {engine}: {rows} rows in {trigger_ms} ms "
+                      f"({row[engine]['rows_per_s']} rows/s, {len(progresses)} micro-batches)", file=sys.stderr)
+            results["per_batch"].append(row)
+        for query, _ in queries.values():
+            query.stop()
+    finally:
+        spark.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def report(results: dict) -> str:
+    lines = [f"# Session-window StatefulProcessor: {results['keys']:,} keys, {results['batches']} batches, "
+             f"{results['partitions']} state partitions, local[2], {results['cores']} cores", "",
+             "| batch | first | Spark (RocksDB provider) rows/s | antkv rows/s | antkv / Spark |",
+             "|---:|---|---:|---:|---:|"]
+    for b in results["per_batch"]:
+        s, a = b["spark"]["rows_per_s"], b["antkv"]["rows_per_s"]
+        lines.append(f"| {b['batch']} | {b['first']} | {s:,.0f} | {a:,.0f} | {a / s:.1f}x |")
+    steady = results["per_batch"][1:] or results["per_batch"]
+    s = statistics.median(b["spark"]["rows_per_s"] for b in steady)
+    a = statistics.median(b["antkv"]["rows_per_s"] for b in steady)
+    lines += ["", f"median over the update batches: Spark {s:,.0f} rows/s, antkv {a:,.0f} rows/s: {a / s:.1f}x"]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--keys", type=int, default=10_000)
+    p.add_argument("--batches", type=int, default=3)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--dir", default=None, help="where the inputs and state go (a temp dir)")
+    p.add_argument("--json", default=None, help="also write the full results here")
+    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = p.parse_args(argv)
+    if args.keys < 1 or args.batches < 1 or args.partitions < 1:
+        p.error("--keys, --batches and --partitions must be positive")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    results = run(args)
+    print(report(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -68,14 +68,7 @@ def describe_location(location, operator: str | None = None, version: int | None
             f"{loc.uri}: no operator has a published version here (not a pipeline's checkpoint location?)")
     out = []
     for op in names:
-        versions = published_versions(loc, op)
-        if not versions:
-            raise antkv.InvalidArgumentError(f"{loc.uri}: operator {op!r} has no published version")
-        v = versions[-1] if version is None else version
-        if v not in versions:
-            raise antkv.InvalidArgumentError(
-                f"{loc.uri}: operator {op!r} has no published version {v} (published: {_span(versions)})")
-        marker = CommitCoordinator(loc, op, 1, query_id="inspect").marker(v)
+        versions, v, marker = _published(loc, op, version)
         pipeline_name = f"{op}/{PIPELINE_OBJECT}"
         pipeline = json.loads(loc.read(pipeline_name)) if loc.exists(pipeline_name) else None
         partitions = []
@@ -96,22 +89,24 @@ def describe_location(location, operator: str | None = None, version: int | None
     return out
 
 
-def _span(versions: list[int]) -> str:
-    return "none" if not versions else f"{versions[0]}..{versions[-1]}" if len(versions) > 1 else str(versions[0])
+def _published(loc, operator: str, version: int | None):
+    """``(every published version, the one wanted, its marker)``: ``version``, or the newest."""
+    versions = published_versions(loc, operator)
+    if not versions:
+        raise antkv.InvalidArgumentError(f"{loc.uri}: operator {operator!r} has no published version")
+    v = versions[-1] if version is None else version
+    if v not in versions:
+        span = f"{versions[0]}..{versions[-1]}" if len(versions) > 1 else str(versions[0])
+        raise antkv.InvalidArgumentError(
+            f"{loc.uri}: operator {operator!r} has no published version {v} (published: {span})")
+    return versions, v, CommitCoordinator(loc, operator, 1, query_id="inspect").marker(v)
 
 
 def _stores(location, operator: str, version: int | None, options: StoreOptions | None):
     """``(partition, store)`` for each partition of ``version`` (default: the newest); each
     store is aborted after its turn."""
     loc, operator = as_location(location), check_operator(operator)
-    versions = published_versions(loc, operator)
-    if not versions:
-        raise antkv.InvalidArgumentError(f"{loc.uri}: operator {operator!r} has no published version")
-    v = versions[-1] if version is None else version
-    if v not in versions:
-        raise antkv.InvalidArgumentError(
-            f"{loc.uri}: operator {operator!r} has no published version {v} (published: {_span(versions)})")
-    marker = CommitCoordinator(loc, operator, 1, query_id="inspect").marker(v)
+    _, v, marker = _published(loc, operator, version)
     for p, manifest in enumerate(marker.manifests):
         store = open_store(loc, operator, p, v, manifest=manifest, options=options)
         try:

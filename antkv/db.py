@@ -587,19 +587,21 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             raise InvalidArgumentError(f"ttl must be > 0 seconds, got {ttl!r}")
         return now_ms(self.options.clock) + max(1, int(ttl * 1000))
 
-    def _expiring_value(self, value: bytes, default):
-        """The value of an EXPIRING entry found by a point read: ``default`` once expired."""
+    def _entry_value(self, key: bytes, kind: int, value: bytes, sv, read_seq: int, default):
+        """The value a point read returns for the newest visible entry of ``key`` when its kind
+        is not VALUE (a DELETION never gets here): a value pointer resolved, an expiring entry
+        unwrapped (``default`` once expired), or the key's operands merged onto its base."""
+        if kind == VALUE_POINTER:
+            return self._vlog_reader.get(value)
+        if kind == MERGE:
+            if self.options.merge_operator is None:
+                raise missing_operator(f"database {self.path}")
+            merged = ReadView(self, sv, read_seq).merged_value(key)
+            return default if merged is None else merged
         live = live_inner(value, now_ms(self.options.clock))
         if live is None:
             return default
         return self._vlog_reader.get(live[1]) if live[0] == VALUE_POINTER else live[1]
-
-    def _merged_value(self, key: bytes, sv, read_seq: int, default):
-        """A point read that found a MERGE entry: the key's operands merged onto its base."""
-        if self.options.merge_operator is None:
-            raise missing_operator(f"database {self.path}")
-        value = ReadView(self, sv, read_seq).merged_value(key)
-        return default if value is None else value
 
     def _read_seq(self, snapshot) -> int:
         if snapshot is None:
@@ -631,11 +633,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
                 if tomb > e[0] or e[1] == DELETION:
                     return default
                 if e[1] != VALUE:
-                    if e[1] == VALUE_POINTER:
-                        return self._vlog_reader.get(e[2])
-                    if e[1] == MERGE:
-                        return self._merged_value(key, sv, read_seq, default)
-                    return self._expiring_value(e[2], default)
+                    return self._entry_value(key, e[1], e[2], sv, read_seq, default)
                 return e[2]
             if tomb:
                 return default
@@ -643,11 +641,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         if e is None or e[1] == DELETION:
             return default
         if e[1] != VALUE:
-            if e[1] == VALUE_POINTER:
-                return self._vlog_reader.get(e[2])
-            if e[1] == MERGE:
-                return self._merged_value(key, sv, read_seq, default)
-            return self._expiring_value(e[2], default)
+            return self._entry_value(key, e[1], e[2], sv, read_seq, default)
         return e[2]
 
     def _view(self, snapshot) -> ReadView:

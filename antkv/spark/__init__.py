@@ -24,7 +24,8 @@ from .commit_message import CommitMessage
 from .commit_protocol import CleanupResult, CommitCoordinator, CommitError, ConcurrentWriterError, PublishResult
 from .location import Location
 from .processor import TransformWithState, transform_with_state
-from .pipeline import BatchMetrics, BatchResult, PartitionMetrics, PartitionState, StatefulPipeline, read_state
+from .inspect import read_state
+from .pipeline import BatchMetrics, BatchResult, PartitionMetrics, PartitionState, StatefulPipeline
 from .sinks import ParquetBatchSink
 from .store import StateStore, StoreOptions, open_store, release_idle_stores
 

@@ -27,7 +27,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from .pipeline import StatefulPipeline, read_state
+from .inspect import read_state
+from .pipeline import StatefulPipeline
 from .sinks import ParquetBatchSink
 
 RECENT = 16  # events kept per user in the list state

@@ -124,6 +124,16 @@ def decoded_state(location, operator: str, version: int | None = None,
     return out
 
 
+def read_state(location, operator: str, version: int | None = None,
+               options: StoreOptions | None = None) -> dict:
+    """The whole state of published ``version`` (default: the newest) of a pipeline's
+    operator, as :func:`decoded_state`; ``{}`` for version 0 or an operator that has published
+    nothing yet.  Runs on the driver; reads everything: for checks and small states."""
+    if version == 0 or (version is None and not published_versions(location, operator)):
+        return {}
+    return decoded_state(location, operator, version, options)
+
+
 def export_state(location, operator: str, dest: str, version: int | None = None,
                  options: StoreOptions | None = None, progress=None) -> int:
     """Write every key and value of ``version`` into a new antkv database at ``dest`` (which

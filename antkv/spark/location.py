@@ -48,6 +48,7 @@ _OBJECT_RE = re.compile(
 _MARKER_RE = re.compile(r"^(?P<version>\d{20})\.marker$")
 _EVENT_TIME_RE = re.compile(r"^(\d{20})\.time$")
 MARKER_DIR = "_batches"
+PIPELINE_OBJECT = "pipeline.json"  # per operator: {"key_groups": K, "key": [...]}, written once
 EVENT_TIME_DIR = "_event_time"
 _TMP_INFIX = ".tmp-"  # <object name>.tmp-<8 hex>: a local write in progress (Location._local_write)
 

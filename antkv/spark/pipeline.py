@@ -64,9 +64,9 @@ from .keygroups import (
     route,
     validate_parallelism,
 )
-from .location import check_operator
+from .location import PIPELINE_OBJECT, check_operator
 from .rescale import open_rescaled_store
-from .state_views import KeyedState, group_batch, read_keyed_state
+from .state_views import KeyedState, group_batch
 from .store import StoreOptions, as_location, local_cache_counters, open_store
 
 log = logging.getLogger("antkv.spark")
@@ -74,7 +74,6 @@ log = logging.getLogger("antkv.spark")
 KEY_GROUP_COLUMN = "__key_group"
 COMMIT_COLUMN = "_antkv_commit"
 METRICS_COLUMN = "_antkv_metrics"
-PIPELINE_OBJECT = "pipeline.json"  # per operator: {"key_groups": K, "key": [...]}, written once
 
 
 class PartitionState(KeyedState):
@@ -338,25 +337,3 @@ class StatefulPipeline:
             yield pd.DataFrame(row)
 
         return task
-
-
-def read_state(location, operator: str, version: int | None = None,
-               options: StoreOptions | None = None) -> dict:
-    """The whole state of published ``version`` (default: the newest) of a pipeline's
-    operator, every partition's, as :func:`antkv.spark.state_views.read_keyed_state` gives
-    it.  Runs on the driver; reads everything: for checks and small states."""
-    loc, operator = as_location(location), check_operator(operator)
-    probe = CommitCoordinator(loc, operator, 1, query_id="read-state")
-    if version is None:
-        version = probe.latest_version()
-    out: dict = {}
-    if version == 0:
-        return out
-    marker = probe.marker(version)
-    for p, manifest in enumerate(marker.manifests):
-        store = open_store(loc, operator, p, version, manifest=manifest, options=options)
-        try:
-            read_keyed_state(store, out)
-        finally:
-            store.abort()
-    return out

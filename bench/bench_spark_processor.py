@@ -60,7 +60,7 @@ def _queries(spark, work: str, partitions: int):
         else:
             runner = TransformWithState(f"file://{work}/antkv-state", "sessions", "key", session_processor_class()(),
                                         OUTPUT_SCHEMA, time_mode="EventTime", event_time_column="ts",
-                                        partitions=partitions)
+                                        partitions=partitions, metrics_path=os.path.join(work, "antkv-metrics.jsonl"))
             writer = stream.select("key", "ts").writeStream.foreachBatch(runner.foreach_batch())
         query = writer.option("checkpointLocation", checkpoint).queryName(f"processor-{name}").start()
         queries[name] = (query, inputs)
@@ -71,6 +71,21 @@ def _progress(query, after: int) -> tuple[list[dict], int]:
     by_id = {p["batchId"]: p for p in query.recentProgress if p["batchId"] > after}
     progresses = [by_id[i] for i in sorted(by_id)]
     return progresses, (progresses[-1]["batchId"] if progresses else after)
+
+
+def _antkv_breakdown(work: str, batch: int) -> dict:
+    """Where antkv's batch went, from the runner's metrics: the driver's whole batch and, summed
+    over the partitions, loading, the processor and committing (seconds)."""
+    with open(os.path.join(work, "antkv-metrics.jsonl")) as f:
+        docs = [json.loads(line) for line in f]
+    doc = [d for d in docs if d["batch_id"] == batch][-1]
+    parts = doc["partition_metrics"]
+    return {"batch_s": round(doc["seconds"], 3),
+            "load_s": round(sum(p["load_s"] for p in parts), 3),
+            "process_s": round(sum(p["process_s"] for p in parts), 3),
+            "commit_s": round(sum(p["commit_s"] for p in parts), 3),
+            "reused_working_copies": sum(p["reused_working_copy"] for p in parts),
+            "snapshots": sum(p["snapshot"] for p in parts)}
 
 
 def run(args) -> dict:
@@ -103,6 +118,8 @@ def run(args) -> dict:
                                "rows_per_s": round(rows / (trigger_ms / 1000), 1) if trigger_ms else None}
                 print(f"  batch {batch} {engine}: {rows} rows in {trigger_ms} ms "
                       f"({row[engine]['rows_per_s']} rows/s, {len(progresses)} micro-batches)", file=sys.stderr)
+            row["antkv"]["breakdown"] = _antkv_breakdown(work, batch)
+            print(f"  batch {batch} antkv breakdown: {row['antkv']['breakdown']}", file=sys.stderr)
             results["per_batch"].append(row)
         for query, _ in queries.values():
             query.stop()

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import antkv
 from antkv.spark.codec import decode_key, decode_row, decode_rows, encode_key, encode_row, encode_rows
 from antkv.spark.keygroups import KeyGroupError, KeyGroupRange, key_group_range, route
-from antkv.spark.state_views import KeyedState, group_batch, iter_groups
+from antkv.spark.state_views import KeyedState, group_batch, iter_groups, row_slicer
 
 # Spark's Python workers must run this interpreter (see test_spark_keygroups.py).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -339,3 +339,19 @@ def test_a_stateful_batch_job_on_spark_equals_spark_aggregation(spark, tmp_path)
     got = out.set_index("user").sort_index()
     want = expected.set_index("user").sort_index()[["count", "amounts"]]
     assert got.equals(want.astype(got.dtypes.to_dict()))
+
+
+@given(FRAMES, st.data())
+def test_row_slicer_gives_ilocs_rows_numbered_from_zero(frame, data):
+    frame = frame.assign(when=pd.to_datetime(frame["payload"] % 10**9, unit="s"), ratio=frame["payload"] / 7)
+    slicer = row_slicer(frame)
+    assert slicer.__name__ == "by_blocks"  # the installed pandas takes the block-manager path
+    start = data.draw(st.integers(0, len(frame)))
+    end = data.draw(st.integers(start, len(frame)))
+    rows = slicer(start, end)
+    expected = frame.iloc[start:end].reset_index(drop=True)
+    pd.testing.assert_frame_equal(rows, expected)
+    assert isinstance(rows.index, pd.RangeIndex) and rows.index.start == 0
+    rows["added"] = 1  # a processor may add columns to its rows: the batch does not change
+    assert "added" not in frame.columns
+    pd.testing.assert_frame_equal(frame.iloc[start:end].reset_index(drop=True), expected)

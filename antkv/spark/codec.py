@@ -277,7 +277,14 @@ def _unzigzag(z: int) -> int:
 
 
 def _encode_value(value, out: bytearray) -> None:
-    if value is None:
+    if type(value) is int:  # the commonest value, inlined: zigzag then LEB128
+        out.append(R_INT)
+        z = value << 1 if value >= 0 else ((-value) << 1) - 1
+        while z > 0x7F:
+            out.append((z & 0x7F) | 0x80)
+            z >>= 7
+        out.append(z)
+    elif value is None:
         out.append(R_NONE)
     elif value is True or value is False:
         out.append(R_TRUE if value else R_FALSE)
@@ -338,12 +345,25 @@ def encode_rows(rows) -> bytes:
 
 
 def _decode_row_at(data: bytes, pos: int) -> tuple[tuple, int]:
-    count, pos = _get_varint(data, pos)
+    count = data[pos]
+    pos += 1
+    if count > 0x7F:
+        count, pos = _get_varint(data, pos - 1)
     out = []
     for _ in range(count):
         tag = data[pos]
         pos += 1
-        if tag == R_NONE:
+        if tag == R_INT:  # the commonest value, inlined: LEB128 then un-zigzag
+            z = shift = 0
+            while True:
+                byte = data[pos]
+                pos += 1
+                z |= (byte & 0x7F) << shift
+                if byte < 0x80:
+                    break
+                shift += 7
+            out.append(z >> 1 if not z & 1 else -((z + 1) >> 1))
+        elif tag == R_NONE:
             out.append(None)
         elif tag == R_FALSE or tag == R_TRUE:
             out.append(tag == R_TRUE)
@@ -354,9 +374,6 @@ def _decode_row_at(data: bytes, pos: int) -> tuple[tuple, int]:
             raw = bytes(data[pos : pos + n])
             pos += n
             out.append(raw.decode("utf-8") if tag == R_STR else raw)
-        elif tag == R_INT:
-            z, pos = _get_varint(data, pos)
-            out.append(_unzigzag(z))
         elif tag == R_FLOAT:
             out.append(_D_LE.unpack_from(data, pos)[0])
             pos += 8

@@ -49,7 +49,7 @@ from .location import event_time_name, marker_name, parse_event_time_name, EVENT
 from .objects import KIND_EVENT_TIME, seal, unseal
 from .pipeline import KEY_GROUP_COLUMN, BatchResult, StatefulPipeline
 from .processor_handle import DeclaringHandle, ProcessorHandle, check_time_mode
-from .state_views import group_batch, iter_groups
+from .state_views import group_batch, iter_groups, row_slicer
 
 INITIAL_COLUMN = "__antkv_initial"  # 1 on the rows of the initial state, 0 on input rows
 INITIAL_PREFIX = "__antkv_init__"  # the initial state's columns travel under this prefix
@@ -335,7 +335,6 @@ def _split(batch: _Batch, rows):
 
 
 def _run_partition(batch: _Batch, state, rows):
-    from pandas import RangeIndex
     from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
     processor = batch.processor
@@ -358,16 +357,14 @@ def _run_partition(batch: _Batch, state, rows):
         for kg, key, frame in iter_groups(initial, KEY_GROUP_COLUMN, list(batch.key)):
             pending[(kg, key)] = frame[init_columns].reset_index(drop=True)
     grouped = group_batch(rows, KEY_GROUP_COLUMN, list(batch.key))
-    ordered = grouped.frame[columns]  # the input's own columns, selected once for every group
+    rows_of = row_slicer(grouped.frame[columns])  # the input's own columns, selected once
     for kg, key, start, end in zip(grouped.key_groups.tolist(), grouped.keys, grouped.starts.tolist(),
                                    grouped.ends.tolist()):
         handle.set_current_key(kg, key)
         first = pending.pop((kg, key), None)
         if first is not None:
             processor.handleInitialState(key, first, timer_values)
-        frame = ordered.iloc[start:end]
-        frame.index = RangeIndex(end - start)  # each group's rows numbered from 0, as in Spark
-        yield from out.add(processor.handleInputRows(key, iter((frame,)), timer_values))
+        yield from out.add(processor.handleInputRows(key, iter((rows_of(start, end),)), timer_values))
     for (kg, key), first in pending.items():
         handle.set_current_key(kg, key)
         processor.handleInitialState(key, first, timer_values)

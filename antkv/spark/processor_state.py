@@ -128,17 +128,18 @@ class ValueState(StateVariable):
     """One row per grouping key."""
 
     kind = b"v"
-    _last = (None, None)  # (stored key, its value): exists() then get() read the store once
+    _last = (None, None)  # (stored key, its decoded (expiry, row) or None): exists() then get() read once
 
     def _read(self):
         key = self._key()
-        last_key, raw = self._last
+        last_key, stored = self._last
         if last_key != key:
             raw = self._handle.store.get(key)
-            self._last = (key, raw)
-        if raw is None:
+            stored = None if raw is None else decode_row(raw)
+            self._last = (key, stored)
+        if stored is None:
             return None
-        expiry, row = decode_row(raw)
+        expiry, row = stored
         return row if self._live(expiry) else None
 
     def exists(self) -> bool:
@@ -151,9 +152,8 @@ class ValueState(StateVariable):
         row = _row(newValue, self._arity, f"value state {self._name!r}")
         expiry = self._expiry()
         key = self._key()
-        raw = encode_row((expiry, row))
-        self._handle.store.put(key, raw)
-        self._last = (key, raw)
+        self._handle.store.put(key, encode_row((expiry, row)))
+        self._last = (None, None)  # a read decodes what was stored (numpy scalars become ints)
         self._index(key, expiry)
 
     def clear(self) -> None:

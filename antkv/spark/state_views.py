@@ -307,6 +307,33 @@ def group_batch(frame, key_group_col: str, key_cols) -> GroupedBatch:
     return GroupedBatch(ordered, starts, ends, key_groups, keys)
 
 
+def row_slicer(frame):
+    """A function ``(start, end) -> DataFrame``: ``frame``'s rows ``start:end`` numbered from 0,
+    i.e. ``frame.iloc[start:end]`` with a fresh ``RangeIndex`` (how Spark hands a group's rows
+    to a processor), sharing ``frame``'s data as ``iloc`` does.
+
+    Called once per grouping key, so it slices pandas' block manager directly: ~4.5 us
+    against ~9 us for ``iloc`` plus the new index.  A pandas without those internals gets the
+    ``iloc`` path; ``tests/test_spark_views.py`` checks both give equal frames."""
+    import pandas as pd
+
+    range_index = pd.RangeIndex
+    mgr = getattr(frame, "_mgr", None)
+    from_mgr = getattr(pd.DataFrame, "_from_mgr", None)
+    if from_mgr is None or not (hasattr(mgr, "get_slice") and hasattr(mgr, "set_axis")):
+        def by_iloc(start: int, end: int):
+            rows = frame.iloc[start:end]
+            rows.index = range_index(end - start)
+            return rows
+        return by_iloc
+
+    def by_blocks(start: int, end: int):
+        sliced = mgr.get_slice(slice(start, end), axis=1)
+        sliced.set_axis(1, range_index(end - start))
+        return from_mgr(sliced, sliced.axes)
+    return by_blocks
+
+
 def iter_groups(frame, key_group_col: str, key_cols):
     """Yield ``(key group, key tuple, rows)`` for each group of a pandas DataFrame or an Arrow
     table/record batch (see :func:`group_batch`), ``rows`` being a DataFrame slice."""

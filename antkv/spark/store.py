@@ -11,9 +11,21 @@ Spark's StateStore semantics::
 Version 8 becomes *the* version 8 only when the driver publishes the batch marker naming
 ``msg.manifest`` (``commit_protocol.py``); until then it is one candidate among the attempts.
 
-**Writes** go straight into the working copy's database (so reads, scans and prefix scans are
-the engine's own) and into the batch's net change set ``{key: value or None}`` plus its list
-of range deletions.
+**Writes** go into the batch's net change set ``{key: value or None}`` (plus its list of range
+deletions), which ``get`` consults first, and from there into the working copy's database, so
+scans and prefix scans are the engine's own.  Point writes reach the database in engine write
+batches: the keys written since the last one wait in ``_unapplied`` until anything else reads
+the database (a scan, a range deletion, the key count, a commit) or ``_APPLY_EVERY`` of them
+gathered.  A state update thus costs a dict store, and the engine one batched write per few
+thousand updates.  (A batch that outgrew its changelog keeps no values in the change set,
+``_drop_values``: from then on its writes go to the database at once.)  The database writes
+also keep the working copy's row cache (:mod:`antkv.spark.row_cache`) current.
+
+Those writes skip the working copy's WAL: a working copy is never recovered from its own
+files (a process that dies leaves its copy to the sweep, and the state is rebuilt from the
+location), and a commit checkpoints or closes the database, which flushes the memtable first.
+An engine error (a full disk) therefore surfaces at the next read of the database or at the
+commit, not at the write; either way the batch fails and nothing is published.
 
 **The exact key count** costs no read per write.  The count of version ``v + 1`` is the count
 of ``v`` plus, over every key the batch touched, ``live now - live in v``.  "Live now" is known
@@ -56,6 +68,7 @@ from dataclasses import dataclass, field, fields
 import xxhash
 
 import antkv
+from antkv.record.batch import as_bytes
 
 from .commit_message import CommitMessage
 from .local_cache import LocalCache
@@ -70,7 +83,8 @@ from .location import (
     new_attempt_id,
 )
 from .key_counts import add_counts, aligned, count_changes, in_range, scan_counts
-from .memory import worker_memory
+from .memory import worker_memory, worker_row_budget
+from .row_cache import MISSING, RowCache
 from .objects import FileRef, Manifest, Marker, encode_changelog
 from .working_copy import WorkingCopy
 
@@ -78,6 +92,7 @@ MiB = 1 << 20
 _UNSET = object()
 _SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base instead of reading each
 _LIVE = object()  # a changed key whose new value is not kept (the batch outgrew the changelog)
+_APPLY_EVERY = 4096  # point writes gathered before they go to the database as one batch
 
 
 @dataclass(frozen=True)
@@ -91,6 +106,7 @@ class StoreOptions:
     snapshot_ratio: float = 0.5  # ... or changelog bytes beyond this fraction of the snapshot's
     max_changelog_bytes: int = 64 * MiB  # a batch changing more commits a snapshot instead
     max_idle_stores: int = 16  # committed working copies kept open per process for reuse
+    row_cache_bytes: int = 64 * MiB  # the row caches of the process's working copies, together
     engine: dict = field(default_factory=dict)  # antkv.Options overrides for the stores' databases
 
     def __post_init__(self):
@@ -196,7 +212,8 @@ def local_cache_counters(options: StoreOptions | None = None) -> dict:
 
 
 def _build(loc, operator, partition, version, name, options) -> WorkingCopy:
-    copy = WorkingCopy(_cache_for(options), options.engine_options())
+    copy = WorkingCopy(_cache_for(options), options.engine_options(),
+                       RowCache(worker_row_budget(options.memory_bytes, options.row_cache_bytes)))
     try:
         if name is None:
             copy.open_empty()
@@ -224,12 +241,15 @@ class StateStore:
         self.options = options
         self._copy = copy
         self._db = copy.db
+        self._rows = copy.rows
+        self._rows.activate()
         self.version = copy.version  # the version this store was opened at
         self._base_snapshot = self._db.snapshot()
         self._changes: dict[bytes, object] = {}  # key -> new value, None (deleted) or _LIVE
         self._change_bytes = 0
         self._overflow = False  # values dropped from _changes: this batch commits a snapshot
         self._ranges: list[tuple[bytes, bytes]] = []
+        self._unapplied: list[bytes] = []  # keys whose value in _changes is not in self._db yet
         self._base_live: dict[bytes, bool] = {}  # keys read before first written: live in the base?
         self._base_keys = 0 if copy.manifest is None else copy.manifest.num_keys  # keys at _base_snapshot
         self._base_counts = {} if copy.manifest is None else copy.manifest.key_counts  # ... per prefix
@@ -241,6 +261,7 @@ class StateStore:
     def engine_stats(self) -> dict:
         """The working copy's ``antkv.DB.stats()`` (write amplification, levels, value log)."""
         self._check_active()
+        self._apply_pending()
         return self._db.stats()
 
     # ------------------------------------------------------------------ reads
@@ -248,23 +269,34 @@ class StateStore:
     def get(self, key, default=None):
         if self._done:
             self._check_active()
-        value = self._db.get(key, default)
         if type(key) is not bytes:
-            key = bytes(key)
+            key = as_bytes(key, "key")
+        value = self._changes.get(key, MISSING)
+        if type(value) is bytes:
+            return value
+        if value is None:
+            return default
+        value = self._rows.rows.get(key, MISSING)
+        if value is MISSING:
+            value = self._db.get(key)
+            self._rows.put(key, value)
         if not self._ranges and key not in self._changes:
-            self._base_live[key] = value is not default
-        return value
+            self._base_live[key] = value is not None
+        return default if value is None else value
 
     def items(self, start=None, stop=None, *, prefix=None, reverse=False):
         self._check_active()
+        self._apply_pending()
         return self._db.items(start, stop, prefix=prefix, reverse=reverse)
 
     def keys(self, start=None, stop=None, *, prefix=None, reverse=False):
         self._check_active()
+        self._apply_pending()
         return self._db.keys(start, stop, prefix=prefix, reverse=reverse)
 
     def values(self, start=None, stop=None, *, prefix=None, reverse=False):
         self._check_active()
+        self._apply_pending()
         return self._db.values(start, stop, prefix=prefix, reverse=reverse)
 
     def __contains__(self, key) -> bool:
@@ -273,29 +305,88 @@ class StateStore:
     # ------------------------------------------------------------------ writes
 
     def put(self, key, value) -> None:
-        self._check_active()
-        self._db.put(key, value)  # checks types; bytes-like keys arrive as bytes below
-        key, value = bytes(key), bytes(value)
-        old = self._changes.get(key)
+        if self._done:
+            self._check_active()
+        if type(key) is not bytes:
+            key = as_bytes(key, "key")
+        if type(value) is not bytes:
+            value = as_bytes(value, "value")
+        changes = self._changes
+        old = changes.get(key, MISSING)
+        if old is MISSING:
+            self._note_base(key)
         self._change_bytes += len(key) + len(value) - (len(old) if type(old) is bytes else 0)
-        self._changes[key] = _LIVE if self._overflow else value
-        if not self._overflow and self._change_bytes > self.options.max_changelog_bytes:
+        if self._overflow:
+            changes[key] = _LIVE
+            self._db.put(key, value)
+            self._rows.put(key, value)
+            return
+        changes[key] = value
+        self._unapplied.append(key)
+        if self._change_bytes > self.options.max_changelog_bytes:
             self._drop_values()
+        elif len(self._unapplied) >= _APPLY_EVERY:
+            self._apply_pending()
 
     def delete(self, key) -> None:
-        self._check_active()
-        self._db.delete(key)
-        key = bytes(key)
-        old = self._changes.get(key)
+        if self._done:
+            self._check_active()
+        if type(key) is not bytes:
+            key = as_bytes(key, "key")
+        changes = self._changes
+        old = changes.get(key, MISSING)
+        if old is MISSING:
+            self._note_base(key)
         if type(old) is bytes:
             self._change_bytes -= len(old)
-        elif old is None:
+        elif old is MISSING or old is None:
             self._change_bytes += len(key)
-        self._changes[key] = None
+        changes[key] = None
+        if self._overflow:
+            self._db.delete(key)
+            self._rows.discard(key)
+            return
+        self._unapplied.append(key)
+        if len(self._unapplied) >= _APPLY_EVERY:
+            self._apply_pending()
+
+    def _note_base(self, key: bytes) -> None:
+        """Before the batch first writes ``key``: whether it is live in the base, when the row
+        cache knows (the count then needs no read of it at commit)."""
+        if not self._ranges and key not in self._base_live:
+            cached = self._rows.rows.get(key, MISSING)
+            if cached is not MISSING:
+                self._base_live[key] = cached is not None
+
+    def _apply_pending(self) -> None:
+        """Write the values of the keys in ``_unapplied`` into the working copy's database, as
+        one batch without the WAL (see the module docstring), and into the row cache."""
+        if not self._unapplied:
+            return
+        changes, rows = self._changes, self._rows
+        batch = antkv.WriteBatch()
+        put, delete = batch.put, batch.delete
+        keys = dict.fromkeys(self._unapplied)
+        for key in keys:
+            value = changes[key]
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
+        self._db.write(batch, disable_wal=True)
+        self._unapplied = []
+        for key in keys:
+            value = changes[key]
+            if value is None:
+                rows.discard(key)
+            else:
+                rows.put(key, value)
 
     def delete_range(self, begin, end) -> None:
         self._check_active()
+        self._apply_pending()
         self._db.delete_range(begin, end)
+        self._rows.drop_range(bytes(begin), bytes(end))
         begin, end = bytes(begin), bytes(end)
         if begin == end:
             return
@@ -307,6 +398,7 @@ class StateStore:
 
     def _drop_values(self) -> None:
         """The batch outgrew a changelog: keep only which keys changed and whether they live."""
+        self._apply_pending()
         self._overflow = True
         self._changes = {k: (None if v is None else _LIVE) for k, v in self._changes.items()}
 
@@ -319,6 +411,7 @@ class StateStore:
 
     def _count(self) -> tuple[int, dict | None]:
         """``(keys now, keys per prefix now or None)``: :func:`key_counts.count_changes`."""
+        self._apply_pending()
         return count_changes(self._db, self._base_snapshot, self._base_keys, self._base_counts, self._changes,
                              self._base_live, _merge_ranges(self._ranges), _SCAN_FACTOR)
 
@@ -360,6 +453,7 @@ class StateStore:
         by_counts = aligned(begin, end)
         replaced = (in_range(counts, begin, end) if by_counts and counts is not None
                     else scan_counts(self._db, begin, end))
+        self._rows.clear()  # the range's keys change under the store: forget them all
         self._copy.ingest_version(self.location, source, begin, end)
         brought = (in_range(source.key_counts, begin, end) if by_counts and source.key_counts is not None
                    else scan_counts(self._db, begin, end))
@@ -447,8 +541,9 @@ class StateStore:
 
     def _finish(self) -> None:
         self._done = True
+        self._rows.deactivate()
         self._base_snapshot.release()
-        self._changes, self._ranges, self._base_live = {}, [], {}
+        self._changes, self._ranges, self._base_live, self._unapplied = {}, [], {}, []
 
     def _discard(self) -> None:
         try:

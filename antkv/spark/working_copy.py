@@ -35,6 +35,7 @@ import xxhash
 
 from .local_cache import LocalCache, os_errors
 from .location import Location, snapshot_file_name
+from .row_cache import RowCache
 from .objects import (
     CHANGE_DELETE,
     CHANGE_DELETE_RANGE,
@@ -51,8 +52,9 @@ _APPLY_CHUNK = 4096  # changelog records per engine write batch
 
 
 class WorkingCopy:
-    def __init__(self, cache: LocalCache, engine_options: antkv.Options):
+    def __init__(self, cache: LocalCache, engine_options: antkv.Options, rows: RowCache):
         self.cache = cache
+        self.rows = rows  # the store's row cache; changes to the database go through the store
         self.work = cache.new_work_dir()
         self.db: antkv.DB | None = None
         self.engine_options = engine_options
@@ -94,6 +96,7 @@ class WorkingCopy:
             raise antkv.CorruptionError("changelog does not match the hash in its manifest", path)
         whole = begin is None
         batch = antkv.WriteBatch()
+        rows = self.rows  # warmed with the records: the keys written last are the likeliest read next
         n = 0
         for kind, key, value in decode_changelog(data, path):
             if kind == CHANGE_DELETE_RANGE:
@@ -102,19 +105,22 @@ class WorkingCopy:
                     if key >= value:
                         continue
                 batch.delete_range(key, value)
+                rows.drop_range(key, value)
             elif not whole and not begin <= key < end:
                 continue
             elif kind == CHANGE_PUT:
                 batch.put(key, value)
+                rows.put(key, value)
             else:
                 assert kind == CHANGE_DELETE
                 batch.delete(key)
+                rows.discard(key)
             n += 1
             if n == _APPLY_CHUNK:
-                self.db.write(batch)
+                self.db.write(batch, disable_wal=True)  # a copy is never recovered from its WAL
                 batch, n = antkv.WriteBatch(), 0
         if n:
-            self.db.write(batch)
+            self.db.write(batch, disable_wal=True)
 
     def ingest_version(self, location: Location, manifest: Manifest, begin: bytes, end: bytes) -> None:
         """Replace ``[begin, end)`` of this copy's database by what the committed version
@@ -212,6 +218,7 @@ class WorkingCopy:
 
     def destroy(self) -> None:
         """Close the database and remove the working directory (nothing in it is needed)."""
+        self.rows.close()
         try:
             if self.db is not None:
                 self.db.close()

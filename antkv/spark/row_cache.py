@@ -1,0 +1,196 @@
+"""A working copy's row cache: the newest values of keys its state stores read or wrote.
+
+A stateful operator reads and rewrites the same keys batch after batch; the working copy
+stays open in the executor between batches (:mod:`antkv.spark.store`), and so does its row
+cache.  A point read it answers costs a dict lookup instead of an engine read (bloom filter,
+index, block search), as RocksDB's ``row_cache`` does for a database's point reads.
+
+Invariant: for every key in :attr:`RowCache.rows`, ``rows[key]`` is the key's value in the
+working copy's state -- the database plus the store's buffered writes -- or None when the
+key is absent.  It holds because every change to that state passes through the store, which
+updates the cache in the same call (a write stores the new value, a delete and a range
+deletion drop the keys, an ingest clears the cache), and because a copy's cache starts empty
+when the copy is built.
+
+A copy built from a manifest starts with the records of the manifest's changelogs (the keys
+written most recently, which a stateful operator tends to read next), so a working copy
+rebuilt in another process -- Spark gives a partition's next task to whichever Python worker
+is free -- does not start cold.
+
+**Memory.**  Each entry is charged its key and value bytes plus :data:`ENTRY_OVERHEAD` (the
+dict slot and the two bytes objects' headers, measured with ``tracemalloc`` in
+``tests/test_spark_row_cache.py``).  Every cache of a process draws from one
+:class:`RowBudget` (``StoreOptions.row_cache_bytes``), which charges what it lends to the
+process's block cache as pinned dummy entries, as the write buffer manager charges memtables:
+the row caches, the memtables and the table blocks of every store in the process stay within
+the one ``StoreOptions.memory_bytes`` figure.  A cache takes budget in :data:`CHUNK` steps;
+when the budget is spent, idle caches are emptied first (:class:`RowBudget`), then the cache
+evicts its own oldest entries (insertion order; an overwrite keeps its place); an entry larger
+than what it can free is simply not cached.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import antkv
+
+ENTRY_OVERHEAD = 112  # bytes per cached entry beyond its key and value (dict slot, two bytes headers)
+CHUNK = 256 * 1024  # budget taken from (and given back to) the process's RowBudget at a time
+_SMALL = 256  # a cache this small is searched for a range deletion's keys; a larger one is cleared
+MISSING = object()  # what RowCache.rows.get returns for a key the cache does not hold
+
+
+class RowBudget:
+    """The bytes every row cache of a process may hold together, charged to ``cache``.
+
+    Invariant: ``lent`` is the sum of the chunks the caches hold, ``lent <= limit``, and the
+    block cache holds ``lent / CHUNK`` pinned dummy entries for it (fewer only if a strict
+    cache refused one: that chunk is then not lent).  When the budget is spent, the caches of
+    working copies no store is using (idle copies kept for reuse, often of versions another
+    process has moved past) are emptied, least recently active first, before a cache in use
+    is refused a chunk."""
+
+    def __init__(self, limit: int, cache: antkv.Cache | None):
+        self.limit = limit
+        self.lent = 0
+        self._cache = cache
+        self._id = cache.new_id() if cache is not None else 0
+        self._handles: list = []
+        self._next = 0
+        self._members: dict[int, RowCache] = {}
+        self._clock = 0  # orders activations, for reclaiming the least recently active first
+        self._lock = threading.Lock()
+
+    def join(self, rows: "RowCache") -> None:
+        with self._lock:
+            self._members[id(rows)] = rows
+
+    def leave(self, rows: "RowCache") -> None:
+        with self._lock:
+            self._members.pop(id(rows), None)
+            self._give_back(rows)
+
+    def set_active(self, rows: "RowCache", active: bool) -> None:
+        """A store starts (True) or stops (False) using ``rows``: an active cache is never
+        reclaimed."""
+        with self._lock:
+            rows.active = active
+            self._clock += 1
+            rows.last_active = self._clock
+
+    def take_chunk(self, rows: "RowCache") -> bool:
+        """Lend ``rows`` one more :data:`CHUNK`; False when the budget (after reclaiming idle
+        caches) or a strict block cache is full."""
+        with self._lock:
+            if self.lent + CHUNK > self.limit:
+                self._reclaim(rows)
+                if self.lent + CHUNK > self.limit:
+                    return False
+            if self._cache is not None:
+                self._next += 1
+                try:
+                    self._handles.append(self._cache.insert((self._id, -self._next), None, CHUNK, "low"))
+                except antkv.MemoryLimitError:
+                    return False
+            self.lent += CHUNK
+            rows.chunks += 1
+            return True
+
+    def _give_back(self, rows: "RowCache") -> None:
+        """REQUIRES the lock.  Empty ``rows`` and take back all its chunks."""
+        rows.rows.clear()
+        rows.used = 0
+        for _ in range(rows.chunks):
+            self.lent -= CHUNK
+            if self._handles:
+                self._cache.release(self._handles.pop(), erase_if_last_ref=True)
+        rows.chunks = 0
+
+    def _reclaim(self, requester: "RowCache") -> None:
+        """REQUIRES the lock.  Empty idle caches, least recently active first, until a chunk
+        is free."""
+        idle = [c for c in self._members.values() if c is not requester and not c.active and c.chunks]
+        for rows in sorted(idle, key=lambda c: c.last_active):
+            self._give_back(rows)
+            if self.lent + CHUNK <= self.limit:
+                return
+
+
+class RowCache:
+    """The row cache of one working copy; see the module docstring.  Used by one store at a
+    time, between :meth:`activate` and :meth:`deactivate`; while inactive, the budget may
+    empty it (under its lock) to lend its memory to another cache."""
+
+    __slots__ = ("rows", "used", "chunks", "active", "last_active", "_budget")
+
+    def __init__(self, budget: RowBudget):
+        self.rows: dict[bytes, bytes | None] = {}
+        self.used = 0  # bytes charged for the entries in rows
+        self.chunks = 0  # chunks of budget this cache holds
+        self.active = False
+        self.last_active = 0
+        self._budget = budget
+        budget.join(self)
+
+    def activate(self) -> None:
+        self._budget.set_active(self, True)
+
+    def deactivate(self) -> None:
+        self._budget.set_active(self, False)
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        """Cache ``key``'s newest value (None: the key is absent)."""
+        rows = self.rows
+        old = rows.get(key, MISSING)
+        if old is MISSING:
+            charge = len(key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
+        else:
+            charge = (0 if value is None else len(value)) - (0 if old is None else len(old))
+        if self.used + charge > self.chunks * CHUNK and not self._make_room(charge, key):
+            if old is not MISSING:
+                self.discard(key)
+            return
+        rows[key] = value
+        self.used += charge
+
+    def discard(self, key: bytes) -> None:
+        old = self.rows.pop(key, MISSING)
+        if old is not MISSING:
+            self.used -= len(key) + (0 if old is None else len(old)) + ENTRY_OVERHEAD
+
+    def drop_range(self, begin: bytes, end: bytes) -> None:
+        """Forget every key in ``[begin, end)`` -- all keys, when there are many: range
+        deletions come in runs (one per key group), and each may not cost a pass."""
+        if len(self.rows) > _SMALL:
+            self.clear()
+            return
+        for key in [k for k in self.rows if begin <= k < end]:
+            self.discard(key)
+
+    def clear(self) -> None:
+        self.rows.clear()
+        self.used = 0
+
+    def close(self) -> None:
+        """Forget everything, give the budget back and leave it."""
+        self._budget.leave(self)
+
+    def _make_room(self, charge: int, keep: bytes) -> bool:
+        """Grow the reservation, else evict the oldest entries (never ``keep``), until
+        ``charge`` more bytes fit; False if they cannot."""
+        if charge > self._budget.limit:
+            return False
+        budget = self._budget
+        while self.used + charge > self.chunks * CHUNK and budget.take_chunk(self):
+            pass
+        rows = self.rows
+        while self.used + charge > self.chunks * CHUNK and rows:
+            oldest = next(iter(rows))
+            if oldest == keep:
+                if len(rows) == 1:
+                    break
+                rows[oldest] = rows.pop(oldest)  # move it to the end: it is being rewritten
+                continue
+            self.discard(oldest)
+        return self.used + charge <= self.chunks * CHUNK

@@ -1,0 +1,112 @@
+"""The row cache of a state store's working copy: honest memory charges, eviction, the one
+budget per process (charged to the block cache, idle caches reclaimed first), warming from
+changelogs, and reads that stay exact across batches, reuse and rebuilds."""
+
+from __future__ import annotations
+
+import os
+import tracemalloc
+
+import pytest
+
+import antkv
+from antkv.spark import StoreOptions, open_store, release_idle_stores
+from antkv.spark.row_cache import CHUNK, ENTRY_OVERHEAD, MISSING, RowBudget, RowCache
+
+
+@pytest.mark.parametrize("n, key_len, value_len", [(20000, 16, 30), (30000, 28, 0), (5000, 40, 200)])
+def test_entries_are_charged_what_they_take(n, key_len, value_len):
+    raw = os.urandom(n * (key_len + value_len))
+    step = key_len + value_len
+    tracemalloc.start()
+    try:
+        rows = RowCache(RowBudget(1 << 30, None))
+        for i in range(n):
+            rows.put(raw[i * step:i * step + key_len], raw[i * step + key_len:(i + 1) * step])
+        measured, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert rows.used == n * (key_len + value_len + ENTRY_OVERHEAD)
+    assert 0.7 <= measured / rows.used <= 1.3, (measured, rows.used)
+
+
+def test_a_cache_grows_by_chunks_then_evicts_its_oldest_entries():
+    budget = RowBudget(2 * CHUNK, None)
+    rows = RowCache(budget)
+    value = b"v" * 20_000
+    for i in range(40):
+        rows.put(b"k%03d" % i, value)
+        assert rows.used <= rows.chunks * CHUNK <= budget.limit
+    assert rows.chunks == 2 and budget.lent == 2 * CHUNK
+    kept = sorted(rows.rows)
+    assert kept == [b"k%03d" % i for i in range(40 - len(kept), 40)]  # the newest, oldest gone first
+    newest = kept[-1]
+    rows.put(newest, b"w" * 60_000)  # rewriting a key never evicts it
+    assert rows.rows[newest] == b"w" * 60_000 and rows.used <= rows.chunks * CHUNK
+    rows.put(b"huge", b"x" * (3 * CHUNK))  # larger than the whole budget: not cached, nothing lost
+    assert rows.rows.get(b"huge", MISSING) is MISSING and newest in rows.rows
+    rows.put(b"absent", None)
+    assert rows.rows[b"absent"] is None
+    rows.close()
+    assert budget.lent == 0 and rows.rows == {}
+
+
+def test_idle_caches_give_their_budget_to_a_busy_one_least_recently_used_first():
+    budget = RowBudget(2 * CHUNK, None)
+    first, second, busy = RowCache(budget), RowCache(budget), RowCache(budget)
+    for rows, tag in ((first, b"a"), (second, b"b")):
+        rows.activate()
+        rows.put(tag, b"x" * (CHUNK // 2))
+        rows.deactivate()
+    assert budget.lent == 2 * CHUNK
+    busy.activate()
+    busy.put(b"c", b"x" * (CHUNK // 2))
+    assert first.rows == {} and first.chunks == 0  # the least recently active went first
+    assert second.rows == {b"b": b"x" * (CHUNK // 2)}
+    second.activate()  # in use again: never reclaimed
+    busy.put(b"d", b"x" * (CHUNK // 2))
+    assert b"b" in second.rows and budget.lent <= budget.limit
+    assert b"d" in busy.rows and b"c" not in busy.rows  # busy made room by evicting its own oldest
+
+
+def test_the_budget_is_charged_to_the_block_cache():
+    cache = antkv.Cache(8 * CHUNK)
+    budget = RowBudget(4 * CHUNK, cache)
+    rows = RowCache(budget)
+    for i in range(12):
+        rows.put(b"k%d" % i, b"v" * (CHUNK // 4))
+    assert budget.lent == rows.chunks * CHUNK and cache.usage == budget.lent > 0
+    rows.close()
+    assert cache.usage == 0 and budget.lent == 0
+
+
+def test_store_reads_stay_exact_through_reuse_rebuilds_and_range_deletes(tmp_path):
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"))
+    location = f"file://{tmp_path}/state"
+    model: dict[bytes, bytes] = {}
+    manifest = None
+    for version in range(6):
+        store = open_store(location, "op", 0, version, manifest=manifest, options=options)
+        if version:
+            cached = {k: v for k, v in store._rows.rows.items() if v is not None}
+            assert cached and all(model.get(k) == v for k, v in cached.items())  # warm and exact
+        for k in list(model)[: len(model) // 2]:
+            assert store.get(k) == model[k]
+        for i in range(300):
+            key = b"k%04d" % ((i * 7 + version * 13) % 500)
+            if i % 5 == 4:
+                store.delete(key)
+                model.pop(key, None)
+            else:
+                model[key] = b"%d-%d" % (version, i)
+                store.put(key, model[key])
+            assert store.get(key) == model.get(key)
+        if version == 3:
+            store.delete_range(b"k01", b"k02")
+            model = {k: v for k, v in model.items() if not b"k01" <= k < b"k02"}
+        assert dict(store.items()) == model
+        assert all(store.get(b"k%04d" % i) == model.get(b"k%04d" % i) for i in range(500))
+        assert store.num_keys() == len(model)
+        manifest = store.commit().manifest
+        if version % 2:
+            release_idle_stores()  # the next batch rebuilds the copy, as in another process

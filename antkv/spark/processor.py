@@ -361,9 +361,10 @@ def _run_partition(batch: _Batch, state, rows):
     for kg, key, start, end in zip(grouped.key_groups.tolist(), grouped.keys, grouped.starts.tolist(),
                                    grouped.ends.tolist()):
         handle.set_current_key(kg, key)
-        first = pending.pop((kg, key), None)
-        if first is not None:
-            processor.handleInitialState(key, first, timer_values)
+        if pending:
+            first = pending.pop((kg, key), None)
+            if first is not None:
+                processor.handleInitialState(key, first, timer_values)
         yield from out.add(processor.handleInputRows(key, iter((rows_of(start, end),)), timer_values))
     for (kg, key), first in pending.items():
         handle.set_current_key(kg, key)

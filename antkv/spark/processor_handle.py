@@ -83,14 +83,19 @@ class ProcessorHandle:
         self._variables: dict[bytes, object] = {}  # state id bytes -> state variable
         self._kg = None
         self._key = b""
+        self._kg_number = None  # the key group of _kg_prefix, the last one set
+        self._kg_prefix = b""
 
     # ------------------------------------------------------------------ the current key
 
     def set_current_key(self, key_group: int, key: tuple) -> None:
-        if key_group not in self.owned:
-            raise KeyGroupError(f"key group {key_group} is outside this partition's key groups "
-                                f"[{self.owned.start}, {self.owned.stop})")
-        self._kg = key_group_prefix(int(key_group))
+        if key_group != self._kg_number:  # keys come grouped by key group: check and encode once
+            if key_group not in self.owned:
+                raise KeyGroupError(f"key group {key_group} is outside this partition's key groups "
+                                    f"[{self.owned.start}, {self.owned.stop})")
+            self._kg_prefix = key_group_prefix(int(key_group))
+            self._kg_number = key_group
+        self._kg = self._kg_prefix
         self._key = encode_key(key)
 
     def clear_current_key(self) -> None:

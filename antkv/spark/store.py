@@ -313,8 +313,10 @@ class StateStore:
             value = as_bytes(value, "value")
         changes = self._changes
         old = changes.get(key, MISSING)
-        if old is MISSING:
-            self._note_base(key)
+        if old is MISSING and not self._ranges:  # first written: was it live? (the row cache may know)
+            cached = self._rows.rows.get(key, MISSING)
+            if cached is not MISSING:
+                self._base_live.setdefault(key, cached is not None)
         self._change_bytes += len(key) + len(value) - (len(old) if type(old) is bytes else 0)
         if self._overflow:
             changes[key] = _LIVE
@@ -335,8 +337,10 @@ class StateStore:
             key = as_bytes(key, "key")
         changes = self._changes
         old = changes.get(key, MISSING)
-        if old is MISSING:
-            self._note_base(key)
+        if old is MISSING and not self._ranges:  # as in put
+            cached = self._rows.rows.get(key, MISSING)
+            if cached is not MISSING:
+                self._base_live.setdefault(key, cached is not None)
         if type(old) is bytes:
             self._change_bytes -= len(old)
         elif old is MISSING or old is None:
@@ -349,14 +353,6 @@ class StateStore:
         self._unapplied.append(key)
         if len(self._unapplied) >= _APPLY_EVERY:
             self._apply_pending()
-
-    def _note_base(self, key: bytes) -> None:
-        """Before the batch first writes ``key``: whether it is live in the base, when the row
-        cache knows (the count then needs no read of it at commit)."""
-        if not self._ranges and key not in self._base_live:
-            cached = self._rows.rows.get(key, MISSING)
-            if cached is not MISSING:
-                self._base_live[key] = cached is not None
 
     def _apply_pending(self) -> None:
         """Write the values of the keys in ``_unapplied`` into the working copy's database, as

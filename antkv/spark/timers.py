@@ -16,6 +16,8 @@ prefix scan.  Registering, deleting and listing act on the current key of the ha
 
 from __future__ import annotations
 
+import struct
+
 from antkv import CorruptionError
 
 from .codec import decode_key
@@ -27,6 +29,18 @@ TIMER_BY_KEY_ID = 0xFFF1  # part of the stored layout
 _BY_TIME = state_id_bytes(TIMER_BY_TIME_ID)
 _BY_KEY = state_id_bytes(TIMER_BY_KEY_ID)
 _HEAD = KEY_GROUP_BYTES + STATE_ID_BYTES
+
+
+_TIME_PACK = struct.Struct(">Q").pack
+_SIGN = 1 << 63
+_LOW, _HIGH = -(1 << 63), 1 << 63
+
+
+def _encoded(ms) -> bytes:
+    """``encode_time(ms)``, with the plain int case inline (one per timer call)."""
+    if type(ms) is int and _LOW <= ms < _HIGH:
+        return _TIME_PACK(ms + _SIGN)
+    return encode_time(_time(ms))
 
 
 def _time(ms) -> int:
@@ -46,16 +60,18 @@ class Timers:
         self._handle = handle
 
     def register(self, ms) -> None:
-        t = encode_time(_time(ms))
+        t = _encoded(ms)
         kg, key = self._handle.current_key_bytes()
-        self._store.put(kg + _BY_TIME + t + key, b"")
-        self._store.put(kg + _BY_KEY + key + t, b"")
+        put = self._store.put
+        put(kg + _BY_TIME + t + key, b"")
+        put(kg + _BY_KEY + key + t, b"")
 
     def delete(self, ms) -> None:
-        t = encode_time(_time(ms))
+        t = _encoded(ms)
         kg, key = self._handle.current_key_bytes()
-        self._store.delete(kg + _BY_TIME + t + key)
-        self._store.delete(kg + _BY_KEY + key + t)
+        delete = self._store.delete
+        delete(kg + _BY_TIME + t + key)
+        delete(kg + _BY_KEY + key + t)
 
     def list(self) -> list[int]:
         """The current key's timers, earliest first."""

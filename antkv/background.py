@@ -125,16 +125,20 @@ class Background:
             if not self._imms:
                 return
             mem = self._imms[-1]
+            created = set(self._wal_names_unsynced)  # WALs the job's directory sync will cover
         started = time.monotonic()
         snapshots = self._snapshots.sequences()
         meta, garbage = write_level0_table(self._jobs, self._vlog, mem, snapshots, self._stats)
         with self._mutex:
+            self._wal_names_unsynced.difference_update(created)
             edit = VersionEdit()
             if meta is not None:
                 edit.new_tables.append((0, meta))
             edit.vlog_garbage.extend(sorted(garbage.items()))
             remaining = self._imms[:-1]
             edit.log_number = remaining[-1].log_number if remaining else self._mem.log_number
+            if edit.log_number in self._wal_names_unsynced:  # created during the job
+                self._sync_wal_names()  # a durable edit must never name a WAL a power loss can take
             self._apply_edit(edit, on_success=self._imms.pop)
             if self._wbm is not None:
                 self._wbm_reserved -= mem.memory

@@ -84,3 +84,26 @@ def test_a_flush_writes_its_table_in_few_large_appends():
         assert len(list(db.items())) == 20_000
     finally:
         db.close()
+
+
+def test_large_appends_on_a_real_file_start_writeback_and_keep_every_byte(tmp_path):
+    """Every ``WRITEBACK_BYTES`` appended, an OS file hands its new bytes to the writeback
+    thread (a hint to the kernel); the bytes are the ones appended, in order."""
+    import threading
+
+    from antkv.fs import posix
+
+    rng = random.Random(11)
+    path = str(tmp_path / "w")
+    f = OSFileSystem().create(path)
+    expected = []
+    for _ in range(50):
+        piece = rng.randbytes(64 * 1024 + rng.randrange(100))
+        f.append(piece)
+        expected.append(piece)
+    f.sync()
+    f.close()
+    with open(path, "rb") as fh:
+        assert fh.read() == b"".join(expected)
+    if posix._sync_file_range is not None:  # Linux
+        assert any(t.name == "antkv-writeback" for t in threading.enumerate())

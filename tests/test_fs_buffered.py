@@ -87,9 +87,9 @@ def test_a_flush_writes_its_table_in_few_large_appends():
 
 
 def test_large_appends_on_a_real_file_start_writeback_and_keep_every_byte(tmp_path):
-    """Every ``WRITEBACK_BYTES`` appended, an OS file hands its new bytes to the writeback
-    thread (a hint to the kernel); the bytes are the ones appended, in order."""
-    import threading
+    """Every ``WRITEBACK_BYTES`` appended, an OS file asks the kernel to start writing its
+    new bytes back (a hint); the bytes are the ones appended, in order."""
+    import sys
 
     from antkv.fs import posix
 
@@ -105,5 +105,6 @@ def test_large_appends_on_a_real_file_start_writeback_and_keep_every_byte(tmp_pa
     f.close()
     with open(path, "rb") as fh:
         assert fh.read() == b"".join(expected)
-    if posix._sync_file_range is not None:  # Linux
-        assert any(t.name == "antkv-writeback" for t in threading.enumerate())
+    assert f.size > 3 * posix.WRITEBACK_BYTES
+    if sys.platform.startswith("linux"):  # where the hint exists (and the benchmarks ran)
+        assert posix._sync_file_range is not None

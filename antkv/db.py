@@ -434,10 +434,9 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
 
     def _sync_wal_names(self) -> None:
         """Make the names of the WALs created by switches durable (docs/durability.md section 4)."""
-        if self._wal_names_unsynced:
-            names = set(self._wal_names_unsynced)
+        if self._wal_names_unsynced:  # no switch adds one meanwhile: every caller holds a lock it takes
             self._fs.sync_dir(self.path)
-            self._wal_names_unsynced.difference_update(names)
+            self._wal_names_unsynced = set()
 
     def _vlog_add(self, key: bytes, value: bytes) -> bytes:
         """Append a large value to the value log (REQUIRES the write lock); its pointer."""
@@ -744,6 +743,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
                     target = self._imms[0] if self._imms else None
                 else:
                     target = self._mem
+                    target.flush_waited = wait
                     self._switch_memtable()
             if wait and target is not None:
                 self._wait_for_background(lambda: target not in self._imms)

@@ -107,11 +107,13 @@ class Background:
         Memtables are flushed oldest first, and their edits are logged in that order.  The
         flushing thread (or the only one) takes the oldest one nobody is flushing.  The
         compaction thread also flushes, but only the next memtable in line after the one the
-        flushing thread is working on, and only when a ``flush(wait=True)`` call waits for it:
-        then the writers are idle (or stalled), so it runs in this process alongside the
-        oldest one's flush in the worker, and its edit waits until the oldest one's is logged
+        flushing thread is working on, and only when a ``flush(wait=True)`` call waits for it
+        (its caller writes nothing meanwhile), so it runs in this process alongside the oldest
+        one's flush in the worker; its edit waits until the oldest one's is logged
         (``_flush_oldest``).  A settle after a bulk load ends with both memtables' flushes at
-        once instead of one after the other."""
+        once instead of one after the other.  (As with a compaction running beside a flush, a
+        crash between the two edits leaves the newer table unnamed below the recorded next file
+        number: the next open moves it to ``lost/``.)"""
         imms = self._imms
         if role != "compaction":
             for mem in reversed(imms):

@@ -16,6 +16,7 @@ import time
 
 import logging
 
+from .base.filenames import table_file_name
 from .base.progress import progress_callback
 from .compaction import picker
 from .compaction.flush import write_level0_table
@@ -96,9 +97,33 @@ class Background:
         """REQUIRES self._mutex.  ``role``: "flush", "compaction" or "all"."""
         if self._bg_error is not None or self._closed and not self._imms:
             return False
-        if self._imms and role != "compaction":
+        if self._next_flush(role) is not None:
             return True
         return role != "flush" and self._pick_compaction() is not None
+
+    def _next_flush(self, role: str):
+        """REQUIRES self._mutex.  The immutable memtable thread ``role`` should flush now, or None.
+
+        Memtables are flushed oldest first, and their edits are logged in that order.  The
+        flushing thread (or the only one) takes the oldest one nobody is flushing.  The
+        compaction thread also flushes, but only the next memtable in line after the one the
+        flushing thread is working on, and only when a ``flush(wait=True)`` call waits for it
+        (its caller writes nothing meanwhile), so it runs in this process alongside the oldest
+        one's flush in the worker; its edit waits until the oldest one's is logged
+        (``_flush_oldest``).  A settle after a bulk load ends with both memtables' flushes at
+        once instead of one after the other.  (As with a compaction running beside a flush, a
+        crash between the two edits leaves the newer table unnamed below the recorded next file
+        number: the next open moves it to ``lost/``.)"""
+        imms = self._imms
+        if role != "compaction":
+            for mem in reversed(imms):
+                if not mem.flushing:
+                    return mem
+            return None
+        if len(imms) >= 2 and imms[-1].flushing and not imms[-2].flushing and imms[-2].flush_waited:
+            if not any(m.flushing for m in imms[:-2]):
+                return imms[-2]
+        return None
 
     def _pick_compaction(self):
         """REQUIRES self._mutex.  The most urgent compaction now (nothing changes: asking is free)."""
@@ -109,8 +134,10 @@ class Background:
         )
 
     def _do_one_step(self, role: str = "all") -> None:
-        if self._imms and role != "compaction":
-            self._flush_oldest()
+        with self._mutex:
+            flush = self._next_flush(role) is not None
+        if flush:
+            self._flush_oldest(role)
         else:
             self._compact_once()
 
@@ -120,21 +147,44 @@ class Background:
         while self._compact_once():
             pass
 
-    def _flush_oldest(self) -> None:
+    def _flush_oldest(self, role: str = "all") -> None:
+        """Flush the memtable :meth:`_next_flush` names for ``role``; log its edit once every
+        older memtable's edit is logged (nothing is logged if one of those flushes failed: its
+        table is removed, the database has a background error)."""
         with self._mutex:
-            if not self._imms:
+            mem = self._next_flush(role)
+            if mem is None:
                 return
-            mem = self._imms[-1]
+            mem.flushing = True
+            created = set(self._wal_names_unsynced)  # WALs the job's directory sync will cover
+            self._bg_cv.notify_all()  # the compaction thread may flush the next memtable now
+        try:
+            self._flush_memtable(mem, created)
+        finally:
+            with self._mutex:
+                mem.flushing = False
+                self._bg_cv.notify_all()
+
+    def _flush_memtable(self, mem, created: set[int]) -> None:
         started = time.monotonic()
         snapshots = self._snapshots.sequences()
         meta, garbage = write_level0_table(self._jobs, self._vlog, mem, snapshots, self._stats)
         with self._mutex:
+            self._wal_names_unsynced.difference_update(created)
+            while self._imms[-1] is not mem and self._bg_error is None:  # an older flush runs
+                self._bg_cv.wait()
+            if self._imms[-1] is not mem:  # the older flush failed: this table is never logged
+                if meta is not None:
+                    self._fs.remove(table_file_name(self.path, meta.number))
+                return
             edit = VersionEdit()
             if meta is not None:
                 edit.new_tables.append((0, meta))
             edit.vlog_garbage.extend(sorted(garbage.items()))
             remaining = self._imms[:-1]
             edit.log_number = remaining[-1].log_number if remaining else self._mem.log_number
+            if edit.log_number in self._wal_names_unsynced:  # created during the job
+                self._sync_wal_names()  # a durable edit must never name a WAL a power loss can take
             self._apply_edit(edit, on_success=self._imms.pop)
             if self._wbm is not None:
                 self._wbm_reserved -= mem.memory

@@ -159,6 +159,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         self._sv: SuperVersion | None = None  # the current read view; readers read it without a lock
         self._table_files: set[int] = set()  # tables on disk not yet deleted
         self._wal_files: set[int] = set()  # WALs on disk not yet deleted
+        self._wal_names_unsynced: set[int] = set()  # WALs whose directory entries may not be durable yet
         self._memtable_counter = 0  # numbers memtables (under _write_lock at a switch)
         self._bg_error: Error | None = None  # set once; then every write raises BackgroundError
         self._bg_thread: threading.Thread | None = None  # the first background thread (None: inline work)
@@ -424,11 +425,18 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
 
     def _sync_wal(self) -> None:
         """REQUIRES the write lock.  Make every WAL record durable -- and first the value-log
-        records they point to, or recovery would have to stop before them."""
+        records they point to, or recovery would have to stop before them -- and the WAL's name."""
         if self._vlog_dirty:
             self._vlog.sync()
             self._vlog_dirty = False
         self._wal.sync()
+        self._sync_wal_names()
+
+    def _sync_wal_names(self) -> None:
+        """Make the names of the WALs created by switches durable (docs/durability.md section 4)."""
+        if self._wal_names_unsynced:  # no switch adds one meanwhile: every caller holds a lock it takes
+            self._fs.sync_dir(self.path)
+            self._wal_names_unsynced = set()
 
     def _vlog_add(self, key: bytes, value: bytes) -> bytes:
         """Append a large value to the value log (REQUIRES the write lock); its pointer."""
@@ -506,15 +514,13 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             old = self._mem
             new_log = self._versions.new_file_number()
             try:
-                wal_file = self._fs.create(wal_file_name(self.path, new_log))
-                # its name must be durable before a synced write to it is acknowledged
-                self._fs.sync_dir(self.path)
-                # the old WAL is synced so a later synced write can never survive a power
-                # loss that its predecessors did not (recovery must yield a prefix)
+                # the old WAL (records, name) is synced: no later synced write outlives it (prefix rule)
                 self._sync_wal()
+                wal_file = self._fs.create(wal_file_name(self.path, new_log))
             except AntIOError as e:
                 self._set_bg_error(e)
                 raise
+            self._wal_names_unsynced.add(new_log)  # durable before a synced write or an edit names it
             self._stats["wal_bytes_written"] += self._wal.size
             self._wal.close()
             self._wal = LogWriter(wal_file)
@@ -737,6 +743,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
                     target = self._imms[0] if self._imms else None
                 else:
                     target = self._mem
+                    target.flush_waited = wait
                     self._switch_memtable()
             if wait and target is not None:
                 self._wait_for_background(lambda: target not in self._imms)

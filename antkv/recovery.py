@@ -337,6 +337,7 @@ class Recovery:
                     if self._vlog is not None:
                         self._vlog.sync()
                     self._wal.sync()
+                    self._sync_wal_names()
                 except Exception as e:  # noqa: BLE001 - reported below, resources still released
                     log.warning("sync at close failed: %s", e)
                 self._delete_obsolete_files(closing=True)

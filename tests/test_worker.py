@@ -26,7 +26,7 @@ def _opts(**kw):
 
 
 def _settle(db) -> None:
-    db.flush()
+    db.flush(wait=False)  # nobody waits for the flush itself: it goes to the worker (JobRunner.flush)
     db._wait_for_background(lambda: not db._imms and db._bg_running == 0 and not db._has_work())
 
 
@@ -98,7 +98,8 @@ def test_workers_start_when_the_first_memtable_is_half_full(tmp_path):
 def test_a_small_memtable_is_flushed_without_starting_a_worker(tmp_path):
     """A short job (open, a few writes, flush, close) never starts a process: a memtable that
     did not reach the warm-up point is flushed by the background thread itself.  Once the
-    worker runs, flushes go to it whatever their size."""
+    worker runs, flushes go to it whatever their size -- except one a ``flush(wait=True)``
+    call waits for, which the background thread runs itself (no shipping to the worker)."""
     db = antkv.open(str(tmp_path / "db"))  # default options: a 64 MiB write buffer
     model: dict = {}
     _fill(db, 1000, model)
@@ -107,7 +108,9 @@ def test_a_small_memtable_is_flushed_without_starting_a_worker(tmp_path):
     assert db._jobs.stats["worker_jobs"] == 0
     _check(db, model)
     db.close()
-    db = antkv.open(str(tmp_path / "db2"), **_opts(write_buffer_size=256 * 1024))
+    no_compactions = dict(level0_file_num_compaction_trigger=100, level0_slowdown_writes_trigger=1000,
+                          level0_stop_writes_trigger=1000)  # worker_jobs counts flushes only
+    db = antkv.open(str(tmp_path / "db2"), **_opts(write_buffer_size=256 * 1024, **no_compactions))
     n = 0
     while not db._jobs.worker_processes():  # past the warm-up point: the worker starts
         db.put(b"k%06d" % n, b"v" * 100)
@@ -115,9 +118,15 @@ def test_a_small_memtable_is_flushed_without_starting_a_worker(tmp_path):
     _settle(db)
     jobs = db._jobs.stats["worker_jobs"]
     db.put(b"small", b"x")
-    db.flush()
+    _settle(db)
     assert db._jobs.stats["worker_jobs"] == jobs + 1
+    flushes = db.stats()["flushes"]
+    for i in range(500):  # ~170 KB: fits the 256 KiB buffer, so only flush() switches
+        db.put(b"waited%05d" % i, b"w" * 100)
+    db.flush()  # waited for: flushed by the background thread itself
+    assert db.stats()["flushes"] == flushes + 1 and db._jobs.stats["worker_jobs"] == jobs + 1
     assert db.get(b"small") == b"x" and db.get(b"k%06d" % (n - 1)) == b"v" * 100
+    assert db.get(b"waited00499") == b"w" * 100
     db.close()
 
 

@@ -135,6 +135,45 @@ def test_sync_write_right_after_a_memtable_switch_survives_a_power_loss():
 
 
 
+def test_a_clean_close_makes_a_new_wal_name_durable():
+    """A switch leaves its new WAL's name to the next directory sync.  Here the switch happens
+    while a flush job runs (after the job's directory sync) and the database closes before the
+    new memtable is flushed: ``close()`` must leave the name durable, or a power loss after a
+    clean close would lose the writes in that WAL."""
+    import threading
+
+    from antkv.fs.fault import FaultInjectionFileSystem
+
+    switched, state = threading.Event(), {}
+
+    class SwitchDuringFlush(FaultInjectionFileSystem):
+        def sync_dir(self, path):
+            super().sync_dir(path)
+            db = state.pop("db", None)  # once (the switch below syncs the directory too)
+            if db is not None and threading.current_thread() in db._bg_threads:
+                db.put(b"fill2", b"y" * 1200)  # from the flushing thread, after its directory sync
+                db.put(b"c", b"3")  # lands in the WAL the switch created
+                switched.set()
+                for _ in range(500):  # hold the job until close() asked the threads to stop
+                    if db._bg_shutdown:
+                        break
+                    threading.Event().wait(0.01)
+
+    inner = MemoryFileSystem()
+    db = antkv.open("db", file_system=SwitchDuringFlush(inner), max_background_jobs=1, write_buffer_size=1000,
+                    max_write_buffer_number=4,  # the put in the flushing thread must not stall on it
+                    enable_blob_files=False)
+    db.put(b"a", b"1")
+    state["db"] = db
+    db.put(b"fill", b"x" * 1200)
+    db.put(b"b", b"2")  # switches: the flush of the first memtable starts
+    assert switched.wait(10)
+    db.close()
+    inner.crash("power")
+    got = _reopen(inner, max_background_jobs=0)
+    assert (got[b"a"], got[b"b"], got[b"c"]) == (b"1", b"2", b"3")
+
+
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_a_checkpoint_opens_with_every_acknowledged_write(config, tmp_path):
     """On the real file system: MemoryFileSystem cannot rename the checkpoint's directory."""

@@ -81,7 +81,7 @@ def execute_flush(mem: MemTable, snapshots: list[int], env: OutputEnv, merge_ope
     except BaseException:
         outputs.abandon()
         raise
-    env.fs.sync_dir(env.path)
+    env.fs.sync_dir(env.path)  # always, even with no table: it also makes the WALs' names durable
     env.stats["flushes"] = env.stats.get("flushes", 0) + 1
     return JobResult(tables, garbage, env.stats)
 

@@ -9,7 +9,8 @@ Every read, write, fsync, rename, hard link and directory sync of the engine goe
   made durable, so a test can simulate a process kill or a power loss exactly;
 
 plus :class:`~antkv.fs.fault.FaultInjectionFileSystem`, a wrapper that fails or "crashes" at
-the n-th call, for crash and I/O-error tests.
+the n-th call, for crash and I/O-error tests, and :class:`~antkv.fs.buffered.BufferedWritableFile`,
+a write buffer for files that count only once synced (output tables).
 
 Contract of every implementation:
 

@@ -64,6 +64,8 @@ class MemTable:
         "first_vlog",
         "pending",
         "older",
+        "flush_waited",
+        "flushing",
     )
 
     def __init__(self, id: int = 0, log_number: int = 0, first_vlog: int | None = None):
@@ -79,6 +81,8 @@ class MemTable:
         self.lock = threading.Lock()
         self.log_number = log_number  # the WAL that holds this memtable's writes
         self.first_vlog = first_vlog  # value-log files this memtable may point into are >= it
+        self.flush_waited = False  # a ``flush(wait=True)`` call waits for this memtable's flush
+        self.flushing = False  # a background thread is writing this (immutable) memtable's table
 
     # --- writes (REQUIRES: the DB's write lock) ---
 

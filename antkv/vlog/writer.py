@@ -58,6 +58,7 @@ class ValueLogWriter:
         "_ctype",
         "_lock",
         "_state",
+        "_synced_size",
     )
 
     def __init__(self, fs, path: str, file_number: int, *, compression: str | None = None):
@@ -74,6 +75,7 @@ class ValueLogWriter:
         self.record_bytes = 0
         self._lock = threading.Lock()
         self._state = "open"  # "open" | "failed" | "sealed" | "closed"
+        self._synced_size = 0  # bytes made durable by sync (an open file: ``size`` at its last sync)
         self._file = fs.create(path)
         try:
             self._file.append(encode_file_header(file_number, self._ctype))
@@ -115,13 +117,16 @@ class ValueLogWriter:
 
         A sealed file is durable already (``seal`` syncs it before it says so), so syncing one
         is a no-op: a flush may sync the file its memtable points into just after a writer
-        sealed it and started the next one."""
+        sealed it and started the next one.  So is syncing an open file nothing was added to
+        since its last sync (every flush syncs the active file, which small values never reach)."""
         with self._lock:
-            if self._state == "sealed":
+            if self._state == "sealed" or (self._state == "open" and self._synced_size == self.size):
                 return
             if self._state not in ("open", "failed"):
                 self._refuse()
+            size = self.size
             self._file.sync()
+            self._synced_size = size
 
     def seal(self) -> None:
         """Append the footer, sync and close; the file is immutable afterwards."""

@@ -56,8 +56,6 @@ are left to the ``fsync`` that follows."""
 _NEVER = 1 << 63
 
 
-
-
 class _OSWritableFile(WritableFile):
     __slots__ = ("path", "size", "_fd", "_writeback_from", "_writeback_at")
 

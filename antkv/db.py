@@ -48,9 +48,10 @@ from .manifest.version_set import VersionSet
 from .memory.cache import Cache
 from .memtable.memtable import MemTable
 from .memtable.memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
+from .memtable.memtable import TUPLE_VERSIONS as _TUPLE_VERSIONS
 from .memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
 from .obsolete import ObsoleteFiles
-from .options import Options, WriteOptions, resolve_open_args
+from .options import Options, WriteOptions, resolve_open_args, resolve_write_flags
 from .read.iterators import DBIterator, narrow_to_prefix
 from .read.read_view import ReadView, SuperVersion, prefetch_threads
 from .read.sizes import approximate_size
@@ -266,10 +267,10 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             value = as_bytes(value, "value")
         if write_options is not None or ttl is not None:
             if ttl is not None:
-                sync, disable_wal = _write_options(sync, False, write_options)
+                sync, disable_wal = resolve_write_flags(sync, False, write_options)
                 self._write_ops([(EXPIRING, key, encode_expiring(self._expiry(ttl), VALUE, value))], sync, disable_wal)
                 return
-            sync, disable_wal = _write_options(sync, False, write_options)
+            sync, disable_wal = resolve_write_flags(sync, False, write_options)
             self._write_ops([(VALUE, key, value)], sync, disable_wal)
             return
         if sync is not False and sync is not True:
@@ -309,9 +310,11 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             else:
                 older = mem.older.get(key)
                 if older is None:
-                    mem.older[key] = [old]
-                else:
+                    mem.older[key] = (old,)
+                elif type(older) is list:
                     older.append(old)
+                else:
+                    mem.older[key] = older + (old,) if len(older) < _TUPLE_VERSIONS else [*older, old]
                 versions[key] = (seq, kind, value)  # after the append (memtable.py docstring)
                 added = _VERSION_OVERHEAD + lv
             mem.memory += added
@@ -323,13 +326,13 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         """Remove ``key`` (no error if it is absent)."""
         if type(key) is not bytes:
             key = as_bytes(key, "key")
-        sync, disable_wal = _write_options(sync, False, write_options)
+        sync, disable_wal = resolve_write_flags(sync, False, write_options)
         self._write_ops([(DELETION, key, b"")], sync, disable_wal)
 
     def merge(self, key, operand, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:
         """Merge ``operand`` into ``key`` with ``Options.merge_operator`` (RocksDB's Merge)."""
         key, operand = as_bytes(key, "key"), as_bytes(operand, "operand")
-        sync, disable_wal = _write_options(sync, False, write_options)
+        sync, disable_wal = resolve_write_flags(sync, False, write_options)
         if self.options.merge_operator is None:
             raise InvalidArgumentError("db.merge needs a merge operator: open with Options(merge_operator=...)")
         self._write_ops([(MERGE, key, operand)], sync, disable_wal)
@@ -340,7 +343,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         end = as_bytes(end, "end")
         if begin > end:
             raise InvalidArgumentError(f"delete_range: begin {begin!r} > end {end!r}")
-        sync, disable_wal = _write_options(sync, False, write_options)
+        sync, disable_wal = resolve_write_flags(sync, False, write_options)
         if begin == end:
             self._check_writable()
             return
@@ -357,7 +360,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         """
         if not isinstance(batch, WriteBatch):
             raise TypeError(f"batch must be an antkv.WriteBatch, not {type(batch).__name__}")
-        sync, disable_wal = _write_options(sync, disable_wal, write_options)
+        sync, disable_wal = resolve_write_flags(sync, disable_wal, write_options)
         if not isinstance(sync, bool) or not isinstance(disable_wal, bool):
             raise TypeError("sync and disable_wal must be bools")
         if batch.num_merges and self.options.merge_operator is None:
@@ -372,7 +375,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         self, sync: bool = False, disable_wal: bool = False, write_options: WriteOptions | None = None
     ) -> "_BatchContext":
         """``with db.write_batch() as b: b.put(...)`` -- written when the block exits cleanly."""
-        sync, disable_wal = _write_options(sync, disable_wal, write_options)
+        sync, disable_wal = resolve_write_flags(sync, disable_wal, write_options)
         return _BatchContext(self, sync, disable_wal)
 
     def _write_ops(self, ops: list, sync: bool, disable_wal: bool) -> None:
@@ -887,13 +890,3 @@ class _BatchContext:
         if exc_type is None:
             self._db.write(self.batch, sync=self._sync, disable_wal=self._disable_wal)
 
-
-def _write_options(sync, disable_wal, write_options) -> tuple[bool, bool]:
-    """``(sync, disable_wal)``: from ``write_options`` when given, else the keywords."""
-    if write_options is None:
-        if not isinstance(sync, bool) or not isinstance(disable_wal, bool):
-            raise TypeError("sync and disable_wal must be bools")
-        return sync, disable_wal
-    if not isinstance(write_options, WriteOptions):
-        raise TypeError(f"write_options must be an antkv.WriteOptions, not {type(write_options).__name__}")
-    return write_options.sync, write_options.disable_wal

@@ -107,6 +107,18 @@ class WriteOptions:
                 raise InvalidArgumentError(f"WriteOptions.{name} must be a bool")
 
 
+def resolve_write_flags(sync, disable_wal, write_options) -> tuple[bool, bool]:
+    """``(sync, disable_wal)`` of a write call: from ``write_options`` when given, else the
+    keywords."""
+    if write_options is None:
+        if not isinstance(sync, bool) or not isinstance(disable_wal, bool):
+            raise TypeError("sync and disable_wal must be bools")
+        return sync, disable_wal
+    if not isinstance(write_options, WriteOptions):
+        raise TypeError(f"write_options must be an antkv.WriteOptions, not {type(write_options).__name__}")
+    return write_options.sync, write_options.disable_wal
+
+
 def resolve_open_args(path, options, overrides: dict) -> tuple[str, "Options"]:
     """``(path, options)`` of an ``open``-like call: ``path`` a str, bytes or PathLike;
     ``options`` an :class:`Options` or None, with keyword ``overrides`` applied."""

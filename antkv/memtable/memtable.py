@@ -3,10 +3,13 @@
 A memtable holds two structures, as RocksDB does:
 
 * the *point memtable*: ``versions`` maps a user key to its newest ``(seq, kind, value)``, and
-  ``older`` maps the keys that have older versions to their list, in ascending sequence order.
-  Most keys have one version, and a lone tuple of atoms is ignored by CPython's cyclic garbage
-  collector where a one-element list is not: with lists, the collector's passes over a memtable
-  of a few hundred thousand keys cost ~40% of the insert time.  ``keys`` (a
+  ``older`` maps the keys that have older versions to them, in ascending sequence order: a
+  tuple while there are at most :data:`TUPLE_VERSIONS`, a list beyond.  A tuple of atoms (or of
+  such tuples) is ignored by CPython's cyclic garbage collector where a list is not: with lists,
+  the collector's passes over a memtable of a few hundred thousand keys cost ~40% of the insert
+  time, and a memtable where most keys were overwritten paid it again (a Spark state store
+  rewriting every key each batch: ~15% of its processing).  A tuple is replaced by a longer one
+  on each new version, so a key rewritten more often gets a list, which grows in place.  ``keys`` (a
   ``sortedcontainers.SortedList``) plus ``pending`` (new keys not sorted in yet) hold every user
   key.  A put only appends to ``pending``: sorting happens in bulk, in C, the first time an
   iterator needs order (:meth:`_settle`), which keeps the put path free of per-key sorting;
@@ -14,7 +17,7 @@ A memtable holds two structures, as RocksDB does:
   fragmented view (:mod:`antkv.memtable.rangedel`) built lazily and cached until the next tombstone.
 
 Invariants: every key of ``versions`` is in exactly one of ``keys`` and ``pending``, once;
-``older[k]`` is strictly ascending in seq and older than ``versions[k]``.
+``older[k]`` (a tuple or a list) is strictly ascending in seq and older than ``versions[k]``.
 
 Concurrency: one writer at a time (the DB's write lock); it never takes ``lock``.  Readers call
 :meth:`get` without a lock (dict and list reads are atomic in CPython).  The writer appends the
@@ -45,6 +48,7 @@ from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
 # the two bytes-object headers (33 B each) beyond the payload; another version of an existing
 # key costs the tuple, a slot in its ``older`` list and the value's object header.
 VERSION_OVERHEAD = 138
+TUPLE_VERSIONS = 8  # older versions of a key kept in a tuple; more go into a list
 NEW_KEY_OVERHEAD = 230
 RANGE_DEL_OVERHEAD = 200
 _CHUNK = 256  # keys read per lock hold by iterators
@@ -71,7 +75,7 @@ class MemTable:
     def __init__(self, id: int = 0, log_number: int = 0, first_vlog: int | None = None):
         self.id = id
         self.versions: dict[bytes, tuple[int, int, bytes]] = {}
-        self.older: dict[bytes, list[tuple[int, int, bytes]]] = {}
+        self.older: dict[bytes, tuple | list] = {}  # key -> its older (seq, kind, value), ascending
         self.keys = SortedList()
         self.pending: list[bytes] = []
         self.range_dels: list[tuple[bytes, bytes, int]] = []
@@ -106,11 +110,13 @@ class MemTable:
             self.pending.append(key)
             added = NEW_KEY_OVERHEAD + len(key) + len(value)
         else:
-            lst = self.older.get(key)
-            if lst is None:
-                self.older[key] = [old]
+            older = self.older.get(key)
+            if older is None:
+                self.older[key] = (old,)
+            elif type(older) is list:
+                older.append(old)
             else:
-                lst.append(old)
+                self.older[key] = older + (old,) if len(older) < TUPLE_VERSIONS else [*older, old]
             versions[key] = (seq, kind, value)  # after the append: see the module docstring
             added = VERSION_OVERHEAD + len(value)
         self.memory += added
@@ -226,7 +232,7 @@ class MemTable:
             self._settle()
         assert len(self.keys) == len(self.versions)
         for k in self.keys:
-            lst = self.older.get(k, []) + [self.versions[k]]
+            lst = [*self.older.get(k, ()), self.versions[k]]
             assert all(lst[i][0] < lst[i + 1][0] for i in range(len(lst) - 1)), k
         assert set(self.older) <= set(self.versions)
         self.fragments()._check()

@@ -110,3 +110,50 @@ def test_store_reads_stay_exact_through_reuse_rebuilds_and_range_deletes(tmp_pat
         manifest = store.commit().manifest
         if version % 2:
             release_idle_stores()  # the next batch rebuilds the copy, as in another process
+
+
+def test_a_prefix_read_whole_answers_absent_keys_until_an_entry_of_it_is_evicted():
+    rows = RowCache(RowBudget(2 * CHUNK, None))
+    big = b"v" * (CHUNK // 4)
+    assert rows.fill([(b"aa1", b"x"), (b"aa2", b"y"), (b"ab1", big)]) == 3
+    assert rows.complete == {b"aa", b"ab"}
+    assert rows.lookup(b"aa1") == b"x" and rows.lookup(b"aa9") is None  # absent: known
+    assert rows.lookup(b"ac1") is MISSING  # a prefix not read whole: unknown
+    rows.discard(b"aa1")  # a delete keeps the prefix whole: the key is now absent
+    assert rows.lookup(b"aa1") is None and b"aa" in rows.complete
+    for i in range(8):  # more than the budget: the oldest entries go, and their prefixes' wholeness
+        rows.put(b"zz%d" % i, big)
+    assert rows.rows.get(b"ab1", MISSING) is MISSING and b"ab" not in rows.complete
+    assert rows.lookup(b"ab1") is MISSING  # not "absent": the cache no longer knows
+    rows.drop_range(b"a", b"b")
+    assert not rows.complete
+
+
+def test_warm_reads_key_groups_whole_and_counts_stay_exact(tmp_path):
+    # every changelog is big enough for a snapshot: each reload is a snapshot alone, a cold cache
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"), snapshot_ratio=1e-9)
+    location = f"file://{tmp_path}/state"
+    store = open_store(location, "op", 0, 0, options=options)
+    model = {b"aa%d" % i: b"a%d" % i for i in range(5)} | {b"ab1": b"b", b"k1x": b"k"}
+    for k, v in model.items():
+        store.put(k, v)
+    manifest = store.commit().manifest
+    release_idle_stores()
+    store = open_store(location, "op", 0, 1, manifest=manifest, options=options)
+    assert store._rows.rows == {}  # rebuilt from a snapshot alone: nothing cached
+    assert store.warm([b"aa", b"zz"]) == 5
+    assert store.warm([b"aa"]) == 0  # already whole
+    assert store.get(b"aa9") is None and store.get(b"zz1") is None and store.get(b"ab1") == b"b"
+    with pytest.raises(antkv.InvalidArgumentError):
+        store.warm([b"a"])
+    store.put(b"aa9", b"new")  # blind writes in a whole prefix: their base liveness is known
+    store.delete(b"aa0")
+    store.put(b"zz1", b"z")
+    del model[b"aa0"]
+    model |= {b"aa9": b"new", b"zz1": b"z"}
+    assert store.num_keys() == len(model)
+    assert all(store.get(k) == v for k, v in model.items())
+    manifest = store.commit().manifest
+    store = open_store(location, "op", 0, 2, manifest=manifest, options=options)
+    assert dict(store.items()) == model and store.num_keys() == len(model)
+    store.abort()

@@ -3,7 +3,7 @@ the same machine against a real S3 API).
 
 A hypothesis state machine drives ``antkv.spark`` stores of two partitions and a plain dict per
 partition and per published version side by side: put, delete, delete_range, get, range and
-prefix scans, exact key counts, commit + publish + cleanup, abort, duplicate (losing) attempts,
+prefix scans, exact key counts, row-cache warming, commit + publish + cleanup, abort, duplicate (losing) attempts,
 cold reloads from the location and loading any retained version.  After every cleanup the
 location holds exactly the objects the retained versions reference.
 """
@@ -114,6 +114,11 @@ def make_machine(make_location):
             got = list(self.stores[p].items(a, b, prefix=prefix))
             assert got == model_items(self.pending[p], a, b, prefix)
             assert list(self.stores[p].keys(a, b, prefix=prefix)) == [k for k, _ in got]
+
+        @rule(p=PARTS, prefixes=st.lists(st.sampled_from([b"aa", b"ab", b"ba", b"cc", b"k1", b"k2", b"zz"]),
+                                         max_size=3))
+        def warm(self, p, prefixes):  # the row cache then holds these prefixes whole
+            self.stores[p].warm(prefixes)
 
         @rule(p=PARTS)
         def count(self, p):

@@ -15,7 +15,9 @@ exactly-once commits, rescale, metrics) whose function drives the processor.  In
 for its partition and batch, in Spark's order:
 
 1. ``init(handle)`` with an antkv-backed handle (:mod:`antkv.spark.processor_handle`);
-2. on the first batch, ``handleInitialState(key, rows, timerValues)`` for each key of the
+2. the key groups the batch touches densely are read whole into the store's row cache
+   (``StateStore.warm_touched``: one ordered scan instead of a point read per key);
+   on the first batch, ``handleInitialState(key, rows, timerValues)`` for each key of the
    initial state (all its rows in one pandas DataFrame), before that key's input;
 3. ``handleInputRows(key, rows, timerValues)`` once per grouping key of the batch, ``rows``
    being an iterator of pandas DataFrames with the input's columns, as in Spark;
@@ -44,7 +46,7 @@ from dataclasses import dataclass
 
 import antkv
 
-from .keygroups import DEFAULT_KEY_GROUPS
+from .keygroups import DEFAULT_KEY_GROUPS, key_group_prefix
 from .location import event_time_name, marker_name, parse_event_time_name, EVENT_TIME_DIR
 from .objects import KIND_EVENT_TIME, seal, unseal
 from .pipeline import KEY_GROUP_COLUMN, BatchResult, StatefulPipeline
@@ -335,6 +337,7 @@ def _split(batch: _Batch, rows):
 
 
 def _run_partition(batch: _Batch, state, rows):
+    import numpy as np
     from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
     processor = batch.processor
@@ -357,6 +360,9 @@ def _run_partition(batch: _Batch, state, rows):
         for kg, key, frame in iter_groups(initial, KEY_GROUP_COLUMN, list(batch.key)):
             pending[(kg, key)] = frame[init_columns].reset_index(drop=True)
     grouped = group_batch(rows, KEY_GROUP_COLUMN, list(batch.key))
+    if len(grouped):  # read the key groups the batch touches densely in one scan each
+        groups, per_group = np.unique(grouped.key_groups, return_counts=True)
+        state.store.warm_touched({key_group_prefix(int(g)): int(n) for g, n in zip(groups, per_group)})
     rows_of = row_slicer(grouped.frame[columns])  # the input's own columns, selected once
     for kg, key, start, end in zip(grouped.key_groups.tolist(), grouped.keys, grouped.starts.tolist(),
                                    grouped.ends.tolist()):

@@ -7,7 +7,11 @@ index, block search), as RocksDB's ``row_cache`` does for a database's point rea
 
 Invariant: for every key in :attr:`RowCache.rows`, ``rows[key]`` is the key's value in the
 working copy's state -- the database plus the store's buffered writes -- or None when the
-key is absent.  It holds because every change to that state passes through the store, which
+key is absent; and for every prefix in :attr:`RowCache.complete` (the first
+:data:`PREFIX_LEN` bytes of keys, a key group), ``rows`` holds every live key with that prefix,
+so a key of it that ``rows`` lacks is absent.  A prefix becomes complete when the store reads
+it whole into the cache (``StateStore.warm``); it stops being complete as soon as an entry of
+it is evicted or cannot be cached.  It holds because every change to that state passes through the store, which
 updates the cache in the same call (a write stores the new value, a delete and a range
 deletion drop the keys, an ingest clears the cache), and because a copy's cache starts empty
 when the copy is built.
@@ -15,7 +19,9 @@ when the copy is built.
 A copy built from a manifest starts with the records of the manifest's changelogs (the keys
 written most recently, which a stateful operator tends to read next), so a working copy
 rebuilt in another process -- Spark gives a partition's next task to whichever Python worker
-is free -- does not start cold.
+is free -- does not start cold; when those changelogs are dense (they rewrote much of the
+state) and the state fits half the budget, the snapshot is read whole into the cache first,
+before the changelogs, so every prefix is held whole (``WorkingCopy.load``).
 
 **Memory.**  Each entry is charged its key and value bytes plus :data:`ENTRY_OVERHEAD` (the
 dict slot and the two bytes objects' headers, measured with ``tracemalloc`` in
@@ -37,6 +43,7 @@ import antkv
 
 ENTRY_OVERHEAD = 112  # bytes per cached entry beyond its key and value (dict slot, two bytes headers)
 CHUNK = 256 * 1024  # budget taken from (and given back to) the process's RowBudget at a time
+PREFIX_LEN = 2  # the prefixes the cache may hold whole: key groups
 _SMALL = 256  # a cache this small is searched for a range deletion's keys; a larger one is cleared
 MISSING = object()  # what RowCache.rows.get returns for a key the cache does not hold
 
@@ -100,6 +107,7 @@ class RowBudget:
     def _give_back(self, rows: "RowCache") -> None:
         """REQUIRES the lock.  Empty ``rows`` and take back all its chunks."""
         rows.rows.clear()
+        rows.complete.clear()
         rows.used = 0
         for _ in range(rows.chunks):
             self.lent -= CHUNK
@@ -122,10 +130,11 @@ class RowCache:
     time, between :meth:`activate` and :meth:`deactivate`; while inactive, the budget may
     empty it (under its lock) to lend its memory to another cache."""
 
-    __slots__ = ("rows", "used", "chunks", "active", "last_active", "_budget")
+    __slots__ = ("rows", "complete", "used", "chunks", "active", "last_active", "_budget")
 
     def __init__(self, budget: RowBudget):
         self.rows: dict[bytes, bytes | None] = {}
+        self.complete: set[bytes] = set()  # prefixes whose every live key is in rows
         self.used = 0  # bytes charged for the entries in rows
         self.chunks = 0  # chunks of budget this cache holds
         self.active = False
@@ -139,8 +148,37 @@ class RowCache:
     def deactivate(self) -> None:
         self._budget.set_active(self, False)
 
-    def put(self, key: bytes, value: bytes | None) -> None:
-        """Cache ``key``'s newest value (None: the key is absent)."""
+    @property
+    def capacity(self) -> int:
+        """The most this cache could hold: the process's whole row-cache budget."""
+        return self._budget.limit
+
+    def fill(self, items) -> int:
+        """Cache every ``(key, value)`` of ``items`` -- in key order, every entry of each
+        prefix it reaches -- and hold those prefixes whole; returns the entries cached."""
+        complete, put = self.complete, self.put
+        last = None
+        n = 0
+        for key, value in items:
+            prefix = key[:PREFIX_LEN]
+            if prefix != last:
+                complete.add(prefix)  # an eviction from here on un-marks it (_evict)
+                last = prefix
+            put(key, value)
+            n += 1
+        return n
+
+    def lookup(self, key: bytes):
+        """``key``'s cached value, None if it is absent, or :data:`MISSING` if the cache does
+        not know."""
+        value = self.rows.get(key, MISSING)
+        if value is MISSING and key[:PREFIX_LEN] in self.complete:
+            return None
+        return value
+
+    def put(self, key: bytes, value: bytes | None) -> bool:
+        """Cache ``key``'s newest value (None: the key is absent); False if it did not fit
+        (then the cache no longer holds the key, nor its prefix whole)."""
         rows = self.rows
         old = rows.get(key, MISSING)
         if old is MISSING:
@@ -148,16 +186,22 @@ class RowCache:
         else:
             charge = (0 if value is None else len(value)) - (0 if old is None else len(old))
         if self.used + charge > self.chunks * CHUNK and not self._make_room(charge, key):
-            if old is not MISSING:
-                self.discard(key)
-            return
+            self._evict(key)
+            return False
         rows[key] = value
         self.used += charge
+        return True
 
     def discard(self, key: bytes) -> None:
+        """Forget ``key``, which is now absent (its prefix stays whole if it was)."""
         old = self.rows.pop(key, MISSING)
         if old is not MISSING:
             self.used -= len(key) + (0 if old is None else len(old)) + ENTRY_OVERHEAD
+
+    def _evict(self, key: bytes) -> None:
+        """Forget ``key`` although it may be live: its prefix is no longer held whole."""
+        self.discard(key)
+        self.complete.discard(key[:PREFIX_LEN])
 
     def drop_range(self, begin: bytes, end: bytes) -> None:
         """Forget every key in ``[begin, end)`` -- all keys, when there are many: range
@@ -167,9 +211,11 @@ class RowCache:
             return
         for key in [k for k in self.rows if begin <= k < end]:
             self.discard(key)
+        self.complete.clear()  # (a range deletion also deletes keys the cache never held)
 
     def clear(self) -> None:
         self.rows.clear()
+        self.complete.clear()
         self.used = 0
 
     def close(self) -> None:
@@ -192,5 +238,5 @@ class RowCache:
                     break
                 rows[oldest] = rows.pop(oldest)  # move it to the end: it is being rewritten
                 continue
-            self.discard(oldest)
+            self._evict(oldest)
         return self.used + charge <= self.chunks * CHUNK

@@ -84,7 +84,7 @@ from .location import (
 )
 from .key_counts import add_counts, aligned, count_changes, in_range, scan_counts
 from .memory import worker_memory, worker_row_budget
-from .row_cache import MISSING, RowCache
+from .row_cache import MISSING, PREFIX_LEN, RowCache
 from .objects import FileRef, Manifest, Marker, encode_changelog
 from .working_copy import WorkingCopy
 
@@ -93,6 +93,8 @@ _UNSET = object()
 _SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base instead of reading each
 _LIVE = object()  # a changed key whose new value is not kept (the batch outgrew the changelog)
 _APPLY_EVERY = 4096  # point writes gathered before they go to the database as one batch
+_WARM_FACTOR = 8  # warm a key group the batch touches at least 1/8 of (one read beats 8 scanned)
+_WARM_ENTRY_BYTES = 256  # what warming assumes an entry costs in the row cache
 
 
 @dataclass(frozen=True)
@@ -276,7 +278,7 @@ class StateStore:
             return value
         if value is None:
             return default
-        value = self._rows.rows.get(key, MISSING)
+        value = self._rows.lookup(key)
         if value is MISSING:
             value = self._db.get(key)
             self._rows.put(key, value)
@@ -314,7 +316,7 @@ class StateStore:
         changes = self._changes
         old = changes.get(key, MISSING)
         if old is MISSING and not self._ranges:  # first written: was it live? (the row cache may know)
-            cached = self._rows.rows.get(key, MISSING)
+            cached = self._rows.lookup(key)
             if cached is not MISSING:
                 self._base_live.setdefault(key, cached is not None)
         self._change_bytes += len(key) + len(value) - (len(old) if type(old) is bytes else 0)
@@ -338,7 +340,7 @@ class StateStore:
         changes = self._changes
         old = changes.get(key, MISSING)
         if old is MISSING and not self._ranges:  # as in put
-            cached = self._rows.rows.get(key, MISSING)
+            cached = self._rows.lookup(key)
             if cached is not MISSING:
                 self._base_live.setdefault(key, cached is not None)
         if type(old) is bytes:
@@ -377,6 +379,45 @@ class StateStore:
                 rows.discard(key)
             else:
                 rows.put(key, value)
+
+    def warm(self, prefixes) -> int:
+        """Read every entry under each prefix of :data:`~antkv.spark.row_cache.PREFIX_LEN`
+        bytes (a key group) in ``prefixes`` into the row cache, which then holds the prefix
+        whole: a read of any key there, present or absent, needs no engine read, and the commit
+        needs none to count keys written without being read.  For a batch that touches most
+        keys of its key groups, one ordered scan replaces a point read per key.  A prefix whose
+        entries do not all fit the cache stays partly cached, not whole.  Returns the entries read."""
+        self._check_active()
+        self._apply_pending()
+        rows = self._rows
+        wanted = set()
+        for prefix in prefixes:
+            if type(prefix) is not bytes or len(prefix) != PREFIX_LEN:
+                raise antkv.InvalidArgumentError(f"warm: a prefix is {PREFIX_LEN} bytes, not {prefix!r}")
+            if prefix not in rows.complete:
+                wanted.add(prefix)
+        read = 0
+        for begin, end in _prefix_runs(sorted(wanted)):  # adjacent prefixes: one scan
+            rows.complete.update(p for p in wanted if begin <= p < end)  # an eviction un-marks one
+            put = rows.put
+            for key, value in self._db.items(begin, end):
+                put(key, value)
+                read += 1
+        return read
+
+    def warm_touched(self, touched: dict) -> int:
+        """:meth:`warm` the prefixes where the batch is dense: ``touched[prefix]`` grouping
+        keys of the batch, times :data:`_WARM_FACTOR`, reach the prefix's stored keys (as the
+        base version counts them), and all those keys fit in half the row-cache budget at
+        :data:`_WARM_ENTRY_BYTES` each.  Nothing when the base's counts are unknown."""
+        counts = self._base_counts
+        if not counts or self._ranges:
+            return 0
+        dense = [p for p, n in touched.items() if n * _WARM_FACTOR >= counts.get(p, 0)]
+        entries = sum(counts.get(p, 0) for p in dense)
+        if not dense or entries * _WARM_ENTRY_BYTES > self.options.row_cache_bytes // 2:
+            return 0
+        return self.warm(sorted(dense))
 
     def delete_range(self, begin, end) -> None:
         self._check_active()
@@ -550,6 +591,20 @@ class StateStore:
 
     def __repr__(self) -> str:
         return f"StateStore({self.location.uri!r}, {self.operator!r}, partition={self.partition}, version={self.version})"
+
+
+def _prefix_runs(prefixes: list[bytes]):
+    """``[begin, end)`` ranges covering sorted fixed-length ``prefixes``, adjacent ones merged
+    (``end`` None: unbounded)."""
+    runs = []
+    for p in prefixes:
+        n = int.from_bytes(p, "big") + 1
+        nxt = None if n >> (8 * len(p)) else n.to_bytes(len(p), "big")  # None: no key is above p
+        if runs and runs[-1][1] == p:
+            runs[-1][1] = nxt
+        else:
+            runs.append([p, nxt])
+    return runs
 
 
 def _merge_ranges(ranges: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -346,8 +346,9 @@ class DBIterator:
 
     def seek(self, key) -> None:
         """Position at the first key >= ``key``."""
-        self._check_open()
-        self._start_forward(_key_arg(key), False)
+        if self._closed or self._db._closed:
+            self._check_open()
+        self._start_forward(key if type(key) is bytes else as_bytes(key, "key"), False)
 
     def seek_for_prev(self, key) -> None:
         """Position at the last key <= ``key``."""
@@ -378,10 +379,17 @@ class DBIterator:
             self._check_open()
         if self._key is None:
             raise InvalidArgumentError("iterator is not valid")
-        if self._forward:
-            self._advance()
-        else:
+        if not self._forward:
             self._start_forward(self._key, True)
+            return
+        # _advance, inline: a cursor's per-entry path
+        try:
+            key, kind, value = next(self._gen)  # type: ignore[arg-type]
+        except StopIteration:
+            self._key = self._value = None
+            return
+        self._key = key
+        self._value = self._view.resolve(value) if kind == VALUE_POINTER else value
 
     def prev(self) -> None:
         if self._closed or self._db._closed:

@@ -167,6 +167,9 @@ def encode_entries(entries: list[tuple[bytes, int, int, bytes]]) -> bytes:
 
 
 _DECODE_ERRORS = (struct.error, KeyError, ValueError, IndexError, TypeError)
+_FOOTER_AT = BLOCK_FOOTER.unpack_from
+# one sequence number's unpacker per width Q (None, hence a TypeError, for a width that is not one)
+_SEQ_AT = tuple(struct.Struct("<" + _WIDTH_CODES[q]).unpack_from if q in _WIDTH_CODES else None for q in range(9))
 
 
 _PIECE_CODES = [f"{i}s" for i in range(4096)]  # struct codes of piece lengths, cached
@@ -279,11 +282,28 @@ def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, off
     keys it compares (one slice of the group prefix, one of the suffix).  None when absent.
     """
     try:
-        layout, g, seqs_off, qw, kinds_off = _block_layout(buf, size)
+        # _block_layout's cache probe, inline (a point read's hot path); anything unusual --
+        # a layout not cached yet, an empty or malformed block -- takes _block_layout itself
+        layout = None
+        if size >= BLOCK_FOOTER_SIZE:
+            n, r, ew, qw = _FOOTER_AT(buf, size - BLOCK_FOOTER_SIZE)
+            if n and r:
+                kinds_off = size - BLOCK_FOOTER_SIZE - n
+                seqs_off = kinds_off - n * qw
+                g = (n + r - 1) // r
+                ends_off = seqs_off - (g + 2 * n) * ew
+                if ends_off > 0:
+                    layout = _layouts.get(buf[ends_off:seqs_off])
+                    if layout is not None and (
+                        layout[1] != n or layout[2] != r or layout[3] != ew or layout[4] != ends_off
+                    ):
+                        layout = None
         if layout is None:
-            return None
+            layout, g, seqs_off, qw, kinds_off = _block_layout(buf, size)
+            if layout is None:
+                return None
         n, r, ends = layout[1], layout[2], layout[_ENDS]
-        seq_at = _array_struct(1, _WIDTH_CODES[qw]).unpack_from
+        seq_at = _SEQ_AT[qw]
         width = layout[_KEY_WIDTH]
         if width:
             if len(key) != width:

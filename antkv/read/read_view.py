@@ -179,7 +179,7 @@ class SuperVersion:
 class ReadView:
     """A super version seen at one read sequence number."""
 
-    __slots__ = ("db", "sv", "read_seq", "now", "merge_op")
+    __slots__ = ("db", "sv", "read_seq", "now", "merge_op", "_makers")
 
     def __init__(self, db, sv: SuperVersion, read_seq: int):
         self.db = db
@@ -187,6 +187,7 @@ class ReadView:
         self.read_seq = read_seq
         self.now = now_ms(db.options.clock)  # EXPIRING entries expired by now read as deleted
         self.merge_op = db.options.merge_operator  # set: scans apply merge operands (merging.py)
+        self._makers = None  # see _forward_makers
 
     def check_open(self) -> None:
         if self.db._closed:
@@ -204,24 +205,33 @@ class ReadView:
 
     # --- sources ---
 
+    def _forward_makers(self) -> list[tuple]:
+        """``(j, make, largest)`` per source that can hold entries, newest first: ``j`` its
+        place among all sources (as in :meth:`SuperVersion.fragments`), ``make(start)`` its
+        forward iterator from ``start``, ``largest`` an L0 table's largest key (None for the
+        others: a seek past it skips the table).  Built once per view, which a cursor seeks
+        again and again; a memtable empty now gets only entries newer than this view."""
+        makers = self._makers
+        if makers is None:
+            sv = self.sv
+            open_table = self.db._open_table
+            makers = [(j, m.iter_forward, None) for j, m in enumerate(sv.memtables) if not m.is_empty()]
+            j = len(sv.memtables)
+            levels = sv.version.levels
+            for f in levels[0]:
+                makers.append((j, (f.reader or open_table(f)).iter_forward, f.largest))
+                j += 1
+            for level in range(1, len(levels)):
+                if levels[level]:
+                    makers.append((j, LevelSource(open_table, levels[level]).forward, None))
+                    j += 1
+            self._makers = makers
+        return makers
+
     def _forward_sources(self, start: bytes | None, newer) -> list[Iterator]:
-        db, sv = self.db, self.sv
-        open_table = db._open_table
         srcs: list[Iterator] = []
-        makers = []
-        for m in sv.memtables:
-            if not m.is_empty():
-                makers.append(m.iter_forward)
-            else:
-                makers.append(None)
-        levels = sv.version.levels
-        for f in levels[0]:
-            makers.append((f.reader or open_table(f)).iter_forward if (start is None or f.largest >= start) else None)
-        for level in range(1, len(levels)):
-            if levels[level]:
-                makers.append(LevelSource(open_table, levels[level]).forward)
-        for j, make in enumerate(makers):
-            if make is None:
+        for j, make, largest in self._forward_makers():
+            if start is not None and largest is not None and largest < start:
                 continue
             src = make(start)
             if newer is not None and j < len(newer) and newer[j] is not None:

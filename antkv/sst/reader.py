@@ -13,9 +13,9 @@ Data blocks are read on demand with one ``pread`` each and checked.  In the cach
 * *raw* ``(contents, size)`` -- what a point lookup that missed the cache leaves: ``get``
   binary-searches the bytes directly (:func:`~antkv.sst.block.search_block`) without decoding
   the rest of the block;
-* *decoded* -- the parallel lists ``(keys, neg_seqs, kinds, values)``, decoded ONCE by an
-  iterator or by the second lookup that touches a raw block (a block read twice is hot); lookups
-  then ``bisect`` and iterators ``zip`` slices of the lists, all in C.
+* *decoded* -- the parallel tuples ``(keys, neg_seqs, kinds, values)``, decoded ONCE by an
+  iterator (a raw block an iterator reaches is decoded then); lookups then ``bisect`` and
+  iterators ``zip`` slices of the tuples, all in C.
 
 Index invariant (see ``builder.py``): entries of block ``i`` <= index key ``i`` < entries of
 block ``i + 1``.  A lookup therefore bisects the index for the first index key >= the target

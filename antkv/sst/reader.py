@@ -209,7 +209,9 @@ class TableReader:
         """The decoded blocks at index positions ``order`` (ascending or descending, step 1):
         the first :data:`SCAN_CACHED_BLOCKS` through the cache, the rest read ahead in runs of
         about :data:`READAHEAD` bytes and decoded without touching the cache."""
-        _, _, offsets, sizes = self.index()
+        if self._file is None:  # index(), inline
+            raise DBClosedError(f"table {self.path} is closed")
+        _, _, offsets, sizes = self._index
         cache = self._cache
         if cache is None:
             for i in order[:SCAN_CACHED_BLOCKS]:
@@ -388,7 +390,9 @@ class TableReader:
         """Entry tuples in internal order from the first whose user key >= ``start``: each
         block's ``zip``, chained in C (no Python frame per entry; per block, only the frame of
         :meth:`_scan_blocks`)."""
-        ikeys = self.index()[0]
+        if self._file is None:  # index(), inline
+            raise DBClosedError(f"table {self.path} is closed")
+        ikeys = self._index[0]
         b = 0 if start is None else bisect_left(ikeys, start)
         blocks = self._scan_blocks(range(b, len(ikeys)))
         if start is None:

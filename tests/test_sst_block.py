@@ -45,8 +45,8 @@ def test_restart_points_and_prefix_compression():
     n, restart, ew, qw = BLOCK_FOOTER.unpack_from(raw, len(raw) - BLOCK_FOOTER_SIZE)
     assert (n, restart, ew, qw) == (40, 16, 1, 1)  # every column fits a byte
     keys2, negs, kinds, values = decode_block(raw, len(raw), "t", 0)
-    assert keys2 == keys and negs == [-i for i in range(40)] and kinds == [VALUE] * 40
-    assert values == [b"v"] * 40
+    assert keys2 == tuple(keys) and negs == tuple(-i for i in range(40)) and kinds == (VALUE,) * 40
+    assert values == (b"v",) * 40
 
 
 def model_search(entries, key, neg):
@@ -73,7 +73,7 @@ def test_block_round_trip_and_search_random(restart):
         raw = encode_block(keys, seqs, kinds, values, restart)
         padded = raw + b"trailer!"  # decoders must use the size, not len(buffer)
         decoded = decode_block(padded, len(raw), "t", 0)
-        assert decoded == (keys, [-s for s in seqs], kinds, values)
+        assert decoded == (tuple(keys), tuple(-s for s in seqs), tuple(kinds), tuple(values))
         entries = list(zip(*decoded))
         probes = keys + [k + b"\x00" for k in keys] + [b"", b"\xff" * 8]
         for key in probes:
@@ -238,17 +238,17 @@ def test_a_layout_is_not_reused_for_the_same_ends_bytes_at_another_width():
     y = bytes(range(256)) * (wide[-1] // 256 + 1)
     y = y[: wide[-1]] + column + bytes([9, VALUE]) + BLOCK_FOOTER.pack(1, 1, 2, 1)
     expect = (
-        [y[: wide[0]] + y[wide[0] : wide[1]]],
-        [-9],
-        [VALUE],
-        [y[wide[1] : wide[2]]],
+        (y[: wide[0]] + y[wide[0] : wide[1]],),
+        (-9,),
+        (VALUE,),
+        (y[wide[1] : wide[2]],),
     )
     for first in (x, y):
         _layouts.clear()
         decode_block(first, len(first), "t", 0)
         assert decode_block(y, len(y), "t", 0) == expect
         assert search_block(y, len(y), expect[0][0], -9, "t", 0) == (9, VALUE, expect[3][0])
-        assert decode_block(x, len(x), "t", 0) == ([b"a", b"b"], [-1, -2], [VALUE, VALUE], [b"vv", b"ww"])
+        assert decode_block(x, len(x), "t", 0) == ((b"a", b"b"), (-1, -2), (VALUE, VALUE), (b"vv", b"ww"))
 
 
 def test_random_keys_store_no_group_prefixes():
@@ -260,7 +260,7 @@ def test_random_keys_store_no_group_prefixes():
     n = len(keys)
     raw = encode_block(keys, list(range(n)), [VALUE] * n, [b"v"] * n)
     assert raw.startswith(keys[0] + keys[1])  # no prefix before the first suffix: whole keys
-    assert decode_block(raw, len(raw), "t", 0)[0] == keys
+    assert decode_block(raw, len(raw), "t", 0)[0] == tuple(keys)
     for i, k in enumerate(keys):
         assert search_block(raw, len(raw), k, -(1 << 56), "t", 0) == (i, VALUE, b"v")
 

@@ -196,10 +196,21 @@ class _Shard:
         lru, table = self.lru, self.table
         while self.usage + charge > self.capacity and lru.next is not lru:
             e = lru.next
-            self.lru_remove(e)
+            # lru_remove(e), inline: every insert into a full cache comes here
+            if self.low_pri is e:
+                self.low_pri = lru
+            n = e.next
+            lru.next = n
+            n.prev = lru
+            e.prev = e.next = None
+            c = e.charge
+            if e.in_high_pool:
+                e.in_high_pool = False
+                self.high_usage -= c
+            self.lru_usage -= c
             del table[e.key]
             e.in_cache = False
-            self.usage -= e.charge
+            self.usage -= c
             self.evictions += 1
 
     def insert(self, key, value, charge: int, high: bool, pin: bool):
@@ -402,7 +413,18 @@ class Cache:
 
     def put(self, key: Hashable, value: Any, charge: int, priority: str = "low") -> bool:
         """Insert without a handle; False (and nothing kept) if it cannot fit."""
-        return self._insert(key, value, charge, priority, False) is not None
+        if type(charge) is not int or charge < 0:
+            _check_int("charge", charge, 0)
+        high = _PRIORITIES.get(priority)
+        if high is None:
+            high = _priority(priority)
+        s = self._shards[hash(key) & self._mask]
+        lock = s.lock
+        lock.acquire()
+        try:
+            return s.insert(key, value, charge, high, False) is not None
+        finally:
+            lock.release()
 
     def _insert(self, key: Hashable, value: Any, charge: int, priority: str, pin: bool):
         if type(charge) is not int or charge < 0:

@@ -302,7 +302,9 @@ class DBIterator:
         self._key: bytes | None = None
         self._value: bytes | None = None
         self._closed = False
-        self._db = view.db  # its ``_closed`` flag is read inline on every call: a hot path
+        # its ``_closed`` flag is read inline on every call (a hot path); close() swaps in
+        # _ClosedView, whose flag is True, so that one test also catches a closed iterator
+        self._db = view.db
 
     # --- positioning ---
 
@@ -346,8 +348,9 @@ class DBIterator:
 
     def seek(self, key) -> None:
         """Position at the first key >= ``key``."""
-        self._check_open()
-        self._start_forward(_key_arg(key), False)
+        if self._db._closed:
+            self._check_open()
+        self._start_forward(key if type(key) is bytes else as_bytes(key, "key"), False)
 
     def seek_for_prev(self, key) -> None:
         """Position at the last key <= ``key``."""
@@ -355,36 +358,43 @@ class DBIterator:
         self._start_backward(_key_arg(key), False)
 
     def valid(self) -> bool:
-        if self._closed or self._db._closed:
+        if self._db._closed:
             self._check_open()
         return self._key is not None
 
     def key(self) -> bytes:
-        if self._closed or self._db._closed:
+        if self._db._closed:
             self._check_open()
         if self._key is None:
             raise InvalidArgumentError("iterator is not valid")
         return self._key
 
     def value(self) -> bytes:
-        if self._closed or self._db._closed:
+        if self._db._closed:
             self._check_open()
         if self._key is None:
             raise InvalidArgumentError("iterator is not valid")
         return self._value  # type: ignore[return-value]
 
     def next(self) -> None:
-        if self._closed or self._db._closed:
+        if self._db._closed:
             self._check_open()
         if self._key is None:
             raise InvalidArgumentError("iterator is not valid")
-        if self._forward:
-            self._advance()
-        else:
+        if not self._forward:
             self._start_forward(self._key, True)
+            return
+        # _advance, inline: a cursor's per-entry path
+        try:
+            key, kind, value = next(self._gen)  # type: ignore[arg-type]
+        except StopIteration:
+            self._key = self._value = None
+            return
+        self._key = key
+        self._value = self._view.resolve(value) if kind == VALUE_POINTER else value
 
     def prev(self) -> None:
-        if self._closed or self._db._closed:
+        if self._db._closed:
             self._check_open()
         if self._key is None:
             raise InvalidArgumentError("iterator is not valid")

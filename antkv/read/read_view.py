@@ -179,7 +179,7 @@ class SuperVersion:
 class ReadView:
     """A super version seen at one read sequence number."""
 
-    __slots__ = ("db", "sv", "read_seq", "now", "merge_op")
+    __slots__ = ("db", "sv", "read_seq", "now", "merge_op", "_makers", "_frags")
 
     def __init__(self, db, sv: SuperVersion, read_seq: int):
         self.db = db
@@ -187,6 +187,8 @@ class ReadView:
         self.read_seq = read_seq
         self.now = now_ms(db.options.clock)  # EXPIRING entries expired by now read as deleted
         self.merge_op = db.options.merge_operator  # set: scans apply merge operands (merging.py)
+        self._makers = None  # see _forward_makers
+        self._frags = None  # see fragments
 
     def check_open(self) -> None:
         if self.db._closed:
@@ -204,24 +206,42 @@ class ReadView:
 
     # --- sources ---
 
+    def fragments(self) -> tuple:
+        """``(all, newer)`` of :meth:`SuperVersion.fragments` at this view's read sequence, kept
+        with the view: a tombstone written after the view was made is newer than its read
+        sequence, so the answer never changes (a cursor asks at every seek)."""
+        frags = self._frags
+        if frags is None:
+            frags = self._frags = self.sv.fragments(self.db._open_table, self.read_seq)
+        return frags
+
+    def _forward_makers(self) -> list[tuple]:
+        """``(j, make, largest)`` per source that can hold entries, newest first: ``j`` its
+        place among all sources (as in :meth:`SuperVersion.fragments`), ``make(start)`` its
+        forward iterator from ``start``, ``largest`` an L0 table's largest key (None for the
+        others: a seek past it skips the table).  Built once per view, which a cursor seeks
+        again and again; a memtable empty now gets only entries newer than this view."""
+        makers = self._makers
+        if makers is None:
+            sv = self.sv
+            open_table = self.db._open_table
+            makers = [(j, m.iter_forward, None) for j, m in enumerate(sv.memtables) if not m.is_empty()]
+            j = len(sv.memtables)
+            levels = sv.version.levels
+            for f in levels[0]:
+                makers.append((j, (f.reader or open_table(f)).iter_forward, f.largest))
+                j += 1
+            for level in range(1, len(levels)):
+                if levels[level]:
+                    makers.append((j, LevelSource(open_table, levels[level]).forward, None))
+                    j += 1
+            self._makers = makers
+        return makers
+
     def _forward_sources(self, start: bytes | None, newer) -> list[Iterator]:
-        db, sv = self.db, self.sv
-        open_table = db._open_table
         srcs: list[Iterator] = []
-        makers = []
-        for m in sv.memtables:
-            if not m.is_empty():
-                makers.append(m.iter_forward)
-            else:
-                makers.append(None)
-        levels = sv.version.levels
-        for f in levels[0]:
-            makers.append((f.reader or open_table(f)).iter_forward if (start is None or f.largest >= start) else None)
-        for level in range(1, len(levels)):
-            if levels[level]:
-                makers.append(LevelSource(open_table, levels[level]).forward)
-        for j, make in enumerate(makers):
-            if make is None:
+        for j, make, largest in self._makers or self._forward_makers():
+            if start is not None and largest is not None and largest < start:
                 continue
             src = make(start)
             if newer is not None and j < len(newer) and newer[j] is not None:
@@ -301,8 +321,9 @@ class ReadView:
     def scan_forward(self, start: bytes | None, upper: bytes | None, exclusive: bool) -> Iterator:
         """The per-entry forward scan (the cursor's: a seek followed by a few ``next`` costs less
         here than setting up the batched merge of :meth:`items`)."""
-        frags, newer = self.sv.fragments(self.db._open_table, self.read_seq)
-        merged = merge_forward(self._forward_sources(start, newer))
+        frags, newer = self._frags or self.fragments()
+        srcs = self._forward_sources(start, newer)
+        merged = srcs[0] if len(srcs) == 1 else merge_forward(srcs)
         if self.merge_op is not None:
             gen = merging_forward(merged, self.read_seq, frags, upper, self.now, self.merge_op, self.resolve)
         else:
@@ -312,7 +333,7 @@ class ReadView:
         return gen
 
     def scan_backward(self, start: bytes | None, lower: bytes | None, exclusive: bool) -> Iterator:
-        frags, newer = self.sv.fragments(self.db._open_table, self.read_seq)
+        frags, newer = self.fragments()
         merged = merge_backward(self._backward_sources(start, newer))
         if self.merge_op is not None:
             gen = merging_backward(merged, self.read_seq, frags, lower, self.now, self.merge_op, self.resolve)
@@ -342,7 +363,7 @@ class ReadView:
         iterator lives."""
         if lo is not None and hi is not None and lo >= hi:
             return iter(())
-        frags, _ = self.sv.fragments(self.db._open_table, self.read_seq)
+        frags, _ = self.fragments()
         merges = self.merge_op is not None
         if reverse:
             if not frags:

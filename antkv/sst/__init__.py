@@ -3,7 +3,7 @@
 * ``format.py`` -- the file layout: block handle, block trailer (compression + xxh3 checksum),
   footer with magic number and format version;
 * ``block.py`` -- block contents: columns with restart points and key prefix compression,
-  decoded into parallel lists for ``bisect``;
+  decoded into parallel tuples for ``bisect``;
 * ``bloom.py`` -- the blocked bloom filter (mmh3, one 512-bit block per key);
 * ``properties.py`` -- :class:`TableProperties` and the properties block;
 * ``builder.py`` -- :class:`TableBuilder` writes a table;

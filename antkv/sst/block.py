@@ -31,9 +31,12 @@ previous key, which forces a sequential decode), so :func:`decode_block` rebuild
 block straight from its bytes, building only the ~log2(n) keys it compares.  The column widths
 are chosen per block (the smallest that fits).
 
-A *decoded block* is the tuple of PARALLEL LISTS ``(keys, neg_seqs, kinds, values)`` with
+A *decoded block* is the tuple of PARALLEL TUPLES ``(keys, neg_seqs, kinds, values)`` with
 ``neg_seqs[i] == -seq[i]``, so ``zip(*decoded)`` yields antkv's entry tuples and ``bisect`` on
-``keys`` (then on ``neg_seqs`` within one key's run) finds an internal key.
+``keys`` (then on ``neg_seqs`` within one key's run) finds an internal key.  Tuples, not lists:
+the keys and values come straight out of the block's splitter as one tuple (no copy), and a
+tuple of bytes and ints leaves the garbage collector's watch, so a cache full of decoded blocks
+costs no collection time.  Decoded blocks are shared (through the cache): never mutated.
 
 PART OF THE FILE FORMAT: the layout above and the block footer struct.
 """
@@ -167,6 +170,9 @@ def encode_entries(entries: list[tuple[bytes, int, int, bytes]]) -> bytes:
 
 
 _DECODE_ERRORS = (struct.error, KeyError, ValueError, IndexError, TypeError)
+_FOOTER_AT = BLOCK_FOOTER.unpack_from
+# one sequence number's unpacker per width Q (None, hence a TypeError, for a width that is not one)
+_SEQ_AT = tuple(struct.Struct("<" + _WIDTH_CODES[q]).unpack_from if q in _WIDTH_CODES else None for q in range(9))
 
 
 _PIECE_CODES = [f"{i}s" for i in range(4096)]  # struct codes of piece lengths, cached
@@ -239,7 +245,7 @@ def _block_layout(buf: bytes, size: int) -> tuple:
     return hit, g, seqs_off, qw, kinds_off
 
 
-def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, list, list, list]:
+def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[tuple, tuple, tuple, tuple]:
     """The decoded block ``(keys, neg_seqs, kinds, values)`` of contents ``buf[:size]``.
 
     Raises CorruptionError (naming ``path`` and the block's file ``offset``) when the contents
@@ -248,21 +254,21 @@ def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[list, l
     try:
         layout, g, seqs_off, qw, kinds_off = _block_layout(buf, size)
         if layout is None:
-            return [], [], [], []
+            return (), (), (), ()
         n, r = layout[1], layout[2]
         splitter = layout[_SPLITTER]
         if splitter is None:
             splitter = layout[_SPLITTER] = _compile_splitter(layout[_ENDS])
         pieces = splitter.unpack_from(buf)
-        neg_seqs = list(map(neg, _array_struct(n, _WIDTH_CODES[qw]).unpack_from(buf, seqs_off)))
-        kinds = list(buf[kinds_off : kinds_off + n])
+        neg_seqs = tuple(map(neg, _array_struct(n, _WIDTH_CODES[qw]).unpack_from(buf, seqs_off)))
+        kinds = tuple(buf[kinds_off : kinds_off + n])
         if max(kinds) > MAX_KIND:
             raise ValueError("unknown entry kind")
         if layout[_HAS_PREFIX]:
-            keys = list(map(concat, chain.from_iterable(map(repeat, pieces[:g], repeat(r))), pieces[g : g + n]))
+            keys = tuple(map(concat, chain.from_iterable(map(repeat, pieces[:g], repeat(r))), pieces[g : g + n]))
         else:
-            keys = list(pieces[g : g + n])
-        return keys, neg_seqs, kinds, list(pieces[g + n :])
+            keys = pieces[g : g + n]
+        return keys, neg_seqs, kinds, pieces[g + n :]
     except _DECODE_ERRORS as e:
         raise CorruptionError(f"undecodable block ({e})", path, offset) from None
 
@@ -279,11 +285,28 @@ def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, off
     keys it compares (one slice of the group prefix, one of the suffix).  None when absent.
     """
     try:
-        layout, g, seqs_off, qw, kinds_off = _block_layout(buf, size)
+        # _block_layout's cache probe, inline (a point read's hot path); anything unusual --
+        # a layout not cached yet, an empty or malformed block -- takes _block_layout itself
+        layout = None
+        if size >= BLOCK_FOOTER_SIZE:
+            n, r, ew, qw = _FOOTER_AT(buf, size - BLOCK_FOOTER_SIZE)
+            if n and r:
+                kinds_off = size - BLOCK_FOOTER_SIZE - n
+                seqs_off = kinds_off - n * qw
+                g = (n + r - 1) // r
+                ends_off = seqs_off - (g + 2 * n) * ew
+                if ends_off > 0:
+                    layout = _layouts.get(buf[ends_off:seqs_off])
+                    if layout is not None and (
+                        layout[1] != n or layout[2] != r or layout[3] != ew or layout[4] != ends_off
+                    ):
+                        layout = None
         if layout is None:
-            return None
+            layout, g, seqs_off, qw, kinds_off = _block_layout(buf, size)
+            if layout is None:
+                return None
         n, r, ends = layout[1], layout[2], layout[_ENDS]
-        seq_at = _array_struct(1, _WIDTH_CODES[qw]).unpack_from
+        seq_at = _SEQ_AT[qw]
         width = layout[_KEY_WIDTH]
         if width:
             if len(key) != width:

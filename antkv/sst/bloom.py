@@ -187,6 +187,8 @@ def may_contain_probe(filt: tuple[bytes, int, int], probe: tuple) -> bool:
         return True
     if not (bits[o + f[0]] & f[1] and bits[o + f[2]] & f[3] and bits[o + f[4]] & f[5]):
         return False
+    if k == 2 * BITS_PER_MASK:  # the default (10 bits per key): two masks, both tested
+        return True
     for lane in _MORE_LANES(d, 8)[: k // BITS_PER_MASK - 2]:
         e = PROBE_TABLE[lane & _LANE_MASK]
         if not (bits[o + e[0]] & e[1] and bits[o + e[2]] & e[3] and bits[o + e[4]] & e[5]):

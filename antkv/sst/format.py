@@ -142,8 +142,13 @@ def read_block(file, offset: int, size: int, verify: bool, path: str) -> tuple[b
     The buffer may hold trailing bytes beyond ``n`` (the trailer) -- decoders use ``n``, never
     ``len(buffer)``.  Checks the trailer checksum when ``verify``; decompresses zstd blocks.
     """
+    return check_block(file.read(offset, size + BLOCK_TRAILER_SIZE), offset, size, verify, path)
+
+
+def check_block(buf: bytes, offset: int, size: int, verify: bool, path: str) -> tuple[bytes, int]:
+    """:func:`read_block` once the block's bytes are read: ``buf`` is what was read at ``offset``
+    for a block of ``size`` bytes plus its trailer."""
     want = size + BLOCK_TRAILER_SIZE
-    buf = file.read(offset, want)
     if len(buf) != want:
         raise CorruptionError(f"truncated block ({len(buf)} of {want} bytes)", path, offset)
     if verify:

@@ -13,9 +13,9 @@ Data blocks are read on demand with one ``pread`` each and checked.  In the cach
 * *raw* ``(contents, size)`` -- what a point lookup that missed the cache leaves: ``get``
   binary-searches the bytes directly (:func:`~antkv.sst.block.search_block`) without decoding
   the rest of the block;
-* *decoded* -- the parallel lists ``(keys, neg_seqs, kinds, values)``, decoded ONCE by an
-  iterator or by the second lookup that touches a raw block (a block read twice is hot); lookups
-  then ``bisect`` and iterators ``zip`` slices of the lists, all in C.
+* *decoded* -- the parallel tuples ``(keys, neg_seqs, kinds, values)``, decoded ONCE by an
+  iterator (a raw block an iterator reaches is decoded then); lookups then ``bisect`` and
+  iterators ``zip`` slices of the tuples, all in C.
 
 Index invariant (see ``builder.py``): entries of block ``i`` <= index key ``i`` < entries of
 block ``i + 1``.  A lookup therefore bisects the index for the first index key >= the target
@@ -27,7 +27,7 @@ A reader is immutable after ``open`` and safe to share between threads.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from itertools import chain
+from itertools import chain, starmap
 from operator import le, lt
 from typing import Iterator
 
@@ -38,7 +38,7 @@ from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment
 from .block import decode_block, search_block
 from .bloom import decode_filter
 from .bloom import may_contain as bloom_may_contain
-from .format import BLOCK_HANDLE, BLOCK_TRAILER_SIZE, FOOTER_SIZE, BlockRun, decode_footer, read_block
+from .format import BLOCK_HANDLE, BLOCK_TRAILER_SIZE, FOOTER_SIZE, BlockRun, check_block, decode_footer, read_block
 from .properties import TableProperties, decode_properties
 from ..vlog.pointer import decode_pointer
 
@@ -193,25 +193,39 @@ class TableReader:
             return decode_block(*self._read(offset, size), self.path, offset)
         key = (self._cache_id, offset)
         block = cache.get(key)
-        if block is None:
-            buf, n = self._read(offset, size)
-        elif len(block) == 2:  # raw
-            buf, n = block
-        else:
-            return block
+        if block is None or len(block) == 2:
+            return self._decode_to_cache(key, block, offset, size)
+        return block
+
+    def _decode_to_cache(self, key: tuple, raw, offset: int, size: int):
+        """Decode the block at ``offset`` -- ``raw`` ``(contents, size)`` from the cache, or read
+        from the file when None -- and leave the decoded form in the cache under ``key``."""
+        buf, n = self._read(offset, size) if raw is None else raw
         block = decode_block(buf, n, self.path, offset)
-        cache.put(key, block, _block_charge(n, len(block[0])))
+        self._cache.put(key, block, _block_charge(n, len(block[0])))
         return block
 
     def _scan_blocks(self, order: range) -> Iterator[tuple[list, list, list, list]]:
         """The decoded blocks at index positions ``order`` (ascending or descending, step 1):
         the first :data:`SCAN_CACHED_BLOCKS` through the cache, the rest read ahead in runs of
         about :data:`READAHEAD` bytes and decoded without touching the cache."""
-        _, _, offsets, sizes = self.index()
-        data_block = self._data_block
-        cached = order[:SCAN_CACHED_BLOCKS]
-        for i in cached:
-            yield data_block(offsets[i], sizes[i])
+        if self._file is None:  # index(), inline
+            raise DBClosedError(f"table {self.path} is closed")
+        _, _, offsets, sizes = self._index
+        cache = self._cache
+        if cache is None:
+            for i in order[:SCAN_CACHED_BLOCKS]:
+                yield self._data_block(offsets[i], sizes[i])
+        else:
+            # the _data_block of a cached block, inline: a cursor's seek + a few next visit a
+            # few blocks each, and this frame is all a cached block costs on the way
+            get, cache_id = cache.get, self._cache_id
+            for i in order[:SCAN_CACHED_BLOCKS]:
+                key = (cache_id, offsets[i])
+                block = get(key)
+                if block is None or len(block) == 2:
+                    block = self._decode_to_cache(key, block, key[1], sizes[i])
+                yield block
         rest = order[SCAN_CACHED_BLOCKS:]
         if not rest:
             return
@@ -284,7 +298,16 @@ class TableReader:
         ckey = (self._cache_id, offset)
         block = cache.get(ckey)
         if block is None:
-            buf, size = self._read(offset, sizes[i])
+            # the miss: _read inline (one pread through the file system, then the checks)
+            f = self._file
+            if f is None:
+                raise DBClosedError(f"table {self.path} is closed")
+            size = sizes[i]
+            try:
+                buf = f.read(offset, size + BLOCK_TRAILER_SIZE)
+                buf, size = check_block(buf, offset, size, self._verify, self.path)
+            except (AntIOError, CorruptionError) as e:
+                self._read_failed(e)
             cache.put(ckey, (buf, size), size + _BLOCK_CHARGE)
             return search_block(buf, size, user_key, neg_read, self.path, offset)
         if len(block) == 2:
@@ -365,19 +388,16 @@ class TableReader:
 
     def iter_forward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Entry tuples in internal order from the first whose user key >= ``start``: each
-        block's ``zip``, chained in C (no Python frame per entry)."""
-        return chain.from_iterable(self._zips_forward(start))
-
-    def _zips_forward(self, start: bytes | None) -> Iterator[Iterator]:
-        ikeys, _, offsets, sizes = self.index()
+        block's ``zip``, chained in C (no Python frame per entry; per block, only the frame of
+        :meth:`_scan_blocks`)."""
+        if self._file is None:  # index(), inline
+            raise DBClosedError(f"table {self.path} is closed")
+        ikeys = self._index[0]
         b = 0 if start is None else bisect_left(ikeys, start)
-        order = range(b, len(ikeys))
-        for i, (keys, negs, kinds, values) in zip(order, self._scan_blocks(order)):
-            if i == b and start is not None:
-                j = bisect_left(keys, start)
-                if j:
-                    keys, negs, kinds, values = keys[j:], negs[j:], kinds[j:], values[j:]
-            yield zip(keys, negs, kinds, values)
+        blocks = self._scan_blocks(range(b, len(ikeys)))
+        if start is None:
+            return chain.from_iterable(starmap(zip, blocks))
+        return chain.from_iterable(chain(_first_block_from(blocks, start), starmap(zip, blocks)))
 
     def iter_backward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Entry tuples in reverse internal order from the last whose user key <= ``start``."""
@@ -450,6 +470,17 @@ class TableReader:
 
     def __repr__(self) -> str:
         return f"TableReader({self.path!r}, file_number={self.file_number})"
+
+
+def _first_block_from(blocks: Iterator[tuple], start: bytes) -> Iterator[Iterator]:
+    """The ``zip`` of the first of ``blocks`` cut to begin at user key ``start`` (the rest of
+    ``blocks`` is left to the caller)."""
+    for keys, negs, kinds, values in blocks:
+        j = bisect_left(keys, start)
+        if j:
+            keys, negs, kinds, values = keys[j:], negs[j:], kinds[j:], values[j:]
+        yield zip(keys, negs, kinds, values)
+        return
 
 
 def dump_table(fs, path: str) -> Iterator[str]:

@@ -92,6 +92,7 @@ MiB = 1 << 20
 _UNSET = object()
 _SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base instead of reading each
 _LIVE = object()  # a changed key whose new value is not kept (the batch outgrew the changelog)
+_NO_WAL = antkv.WriteOptions(disable_wal=True)  # a working copy's writes (module docstring)
 _APPLY_EVERY = 4096  # point writes gathered before they go to the database as one batch
 _WARM_FACTOR = 8  # warm a key group the batch touches at least 1/8 of (one read beats 8 scanned)
 _WARM_ENTRY_BYTES = 256  # what warming assumes an entry costs in the row cache
@@ -322,7 +323,7 @@ class StateStore:
         self._change_bytes += len(key) + len(value) - (len(old) if type(old) is bytes else 0)
         if self._overflow:
             changes[key] = _LIVE
-            self._db.put(key, value)
+            self._db.put(key, value, write_options=_NO_WAL)
             self._rows.put(key, value)
             return
         changes[key] = value
@@ -349,7 +350,7 @@ class StateStore:
             self._change_bytes += len(key)
         changes[key] = None
         if self._overflow:
-            self._db.delete(key)
+            self._db.delete(key, write_options=_NO_WAL)
             self._rows.discard(key)
             return
         self._unapplied.append(key)
@@ -371,7 +372,7 @@ class StateStore:
                 delete(key)
             else:
                 put(key, value)
-        self._db.write(batch, disable_wal=True)
+        self._db.write(batch, write_options=_NO_WAL)
         self._unapplied = []
         for key in keys:
             value = changes[key]

@@ -413,18 +413,7 @@ class Cache:
 
     def put(self, key: Hashable, value: Any, charge: int, priority: str = "low") -> bool:
         """Insert without a handle; False (and nothing kept) if it cannot fit."""
-        if type(charge) is not int or charge < 0:
-            _check_int("charge", charge, 0)
-        high = _PRIORITIES.get(priority)
-        if high is None:
-            high = _priority(priority)
-        s = self._shards[hash(key) & self._mask]
-        lock = s.lock
-        lock.acquire()
-        try:
-            return s.insert(key, value, charge, high, False) is not None
-        finally:
-            lock.release()
+        return self._insert(key, value, charge, priority, False) is not None
 
     def _insert(self, key: Hashable, value: Any, charge: int, priority: str, pin: bool):
         if type(charge) is not int or charge < 0:

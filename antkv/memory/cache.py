@@ -196,21 +196,10 @@ class _Shard:
         lru, table = self.lru, self.table
         while self.usage + charge > self.capacity and lru.next is not lru:
             e = lru.next
-            # lru_remove(e), inline: every insert into a full cache comes here
-            if self.low_pri is e:
-                self.low_pri = lru
-            n = e.next
-            lru.next = n
-            n.prev = lru
-            e.prev = e.next = None
-            c = e.charge
-            if e.in_high_pool:
-                e.in_high_pool = False
-                self.high_usage -= c
-            self.lru_usage -= c
+            self.lru_remove(e)
             del table[e.key]
             e.in_cache = False
-            self.usage -= c
+            self.usage -= e.charge
             self.evictions += 1
 
     def insert(self, key, value, charge: int, high: bool, pin: bool):

@@ -44,6 +44,7 @@ import antkv
 ENTRY_OVERHEAD = 112  # bytes per cached entry beyond its key and value (dict slot, two bytes headers)
 CHUNK = 256 * 1024  # budget taken from (and given back to) the process's RowBudget at a time
 PREFIX_LEN = 2  # the prefixes the cache may hold whole: key groups
+PLANNED_ENTRY_BYTES = 256  # what an entry is assumed to cost when planning to read key groups whole
 _SMALL = 256  # a cache this small is searched for a range deletion's keys; a larger one is cleared
 MISSING = object()  # what RowCache.rows.get returns for a key the cache does not hold
 
@@ -148,10 +149,10 @@ class RowCache:
     def deactivate(self) -> None:
         self._budget.set_active(self, False)
 
-    @property
-    def capacity(self) -> int:
-        """The most this cache could hold: the process's whole row-cache budget."""
-        return self._budget.limit
+    def can_hold_whole(self, entries: int) -> bool:
+        """Whether ``entries`` entries, read whole, fit half the budget (at
+        :data:`PLANNED_ENTRY_BYTES` each): the test before reading key groups whole."""
+        return entries * PLANNED_ENTRY_BYTES <= self._budget.limit // 2
 
     def fill(self, items) -> int:
         """Cache every ``(key, value)`` of ``items`` -- in key order, every entry of each

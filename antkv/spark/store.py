@@ -95,7 +95,6 @@ _LIVE = object()  # a changed key whose new value is not kept (the batch outgrew
 _NO_WAL = antkv.WriteOptions(disable_wal=True)  # a working copy's writes (module docstring)
 _APPLY_EVERY = 4096  # point writes gathered before they go to the database as one batch
 _WARM_FACTOR = 8  # warm a key group the batch touches at least 1/8 of (one read beats 8 scanned)
-_WARM_ENTRY_BYTES = 256  # what warming assumes an entry costs in the row cache
 
 
 @dataclass(frozen=True)
@@ -409,14 +408,14 @@ class StateStore:
     def warm_touched(self, touched: dict) -> int:
         """:meth:`warm` the prefixes where the batch is dense: ``touched[prefix]`` grouping
         keys of the batch, times :data:`_WARM_FACTOR`, reach the prefix's stored keys (as the
-        base version counts them), and all those keys fit in half the row-cache budget at
-        :data:`_WARM_ENTRY_BYTES` each.  Nothing when the base's counts are unknown."""
+        base version counts them), and the row cache can hold them all
+        (:meth:`RowCache.can_hold_whole`).  Nothing when the base's counts are unknown."""
         counts = self._base_counts
         if not counts or self._ranges:
             return 0
         dense = [p for p, n in touched.items() if n * _WARM_FACTOR >= counts.get(p, 0)]
         entries = sum(counts.get(p, 0) for p in dense)
-        if not dense or entries * _WARM_ENTRY_BYTES > self.options.row_cache_bytes // 2:
+        if not dense or not self._rows.can_hold_whole(entries):
             return 0
         return self.warm(sorted(dense))
 

@@ -16,8 +16,6 @@ prefix scan.  Registering, deleting and listing act on the current key of the ha
 
 from __future__ import annotations
 
-import struct
-
 from antkv import CorruptionError
 
 from .codec import decode_key
@@ -31,23 +29,16 @@ _BY_KEY = state_id_bytes(TIMER_BY_KEY_ID)
 _HEAD = KEY_GROUP_BYTES + STATE_ID_BYTES
 
 
-_TIME_PACK = struct.Struct(">Q").pack
-_SIGN = 1 << 63
 _LOW, _HIGH = -(1 << 63), 1 << 63
 
 
-def _encoded(ms) -> bytes:
-    """``encode_time(ms)``, with the plain int case inline (one per timer call)."""
-    if type(ms) is int and _LOW <= ms < _HIGH:
-        return _TIME_PACK(ms + _SIGN)
-    return encode_time(_time(ms))
-
-
 def _time(ms) -> int:
+    if type(ms) is int and _LOW <= ms < _HIGH:  # the usual case, checked first
+        return ms
     if isinstance(ms, bool) or not hasattr(ms, "__index__"):
         raise TypeError(f"a timer time is an int (ms), not {type(ms).__name__}")
     ms = int(ms)
-    if not -(1 << 63) <= ms < (1 << 63):
+    if not _LOW <= ms < _HIGH:
         raise OverflowError(f"timer time {ms} is outside the 64-bit range")
     return ms
 
@@ -60,14 +51,14 @@ class Timers:
         self._handle = handle
 
     def register(self, ms) -> None:
-        t = _encoded(ms)
+        t = encode_time(_time(ms))
         kg, key = self._handle.current_key_bytes()
         put = self._store.put
         put(kg + _BY_TIME + t + key, b"")
         put(kg + _BY_KEY + key + t, b"")
 
     def delete(self, ms) -> None:
-        t = _encoded(ms)
+        t = encode_time(_time(ms))
         kg, key = self._handle.current_key_bytes()
         delete = self._store.delete
         delete(kg + _BY_TIME + t + key)

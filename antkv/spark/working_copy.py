@@ -50,7 +50,6 @@ from .objects import (
 _SNAPSHOT_SUFFIXES = (".sst", ".vlog")  # immutable engine files, uploaded as objects
 _APPLY_CHUNK = 4096  # changelog records per engine write batch
 _WHOLE_FACTOR = 16  # changelogs (compressed) of 1/16 of the snapshot's bytes: read the snapshot whole
-_WHOLE_ENTRY_BYTES = 256  # what reading it whole assumes an entry costs in the row cache
 
 
 class WorkingCopy:
@@ -91,10 +90,9 @@ class WorkingCopy:
     def _worth_reading_whole(self, manifest: Manifest) -> bool:
         """Whether to read the snapshot whole into the row cache at load: when the changelogs
         since it are at least 1/16 of its bytes, compressed (the batches touch most keys: one ordered
-        scan beats a point read per key) and its keys fit half the row-cache budget."""
+        scan beats a point read per key) and the row cache can hold its keys."""
         changed = sum(ref.size for ref in manifest.changelogs)
-        return (changed * _WHOLE_FACTOR >= manifest.snapshot.bytes
-                and manifest.num_keys * _WHOLE_ENTRY_BYTES <= self.rows.capacity // 2)
+        return changed * _WHOLE_FACTOR >= manifest.snapshot.bytes and self.rows.can_hold_whole(manifest.num_keys)
 
     def apply_changelog(self, location: Location, ref: FileRef, begin: bytes | None = None,
                         end: bytes | None = None) -> None:

@@ -260,6 +260,13 @@ class StateStore:
         self.reused_working_copy = False  # opened on a working copy this process held (no load)
         self.bytes_referenced = 0  # after commit: bytes of every object the new version names
 
+    @property
+    def memo(self) -> dict:
+        """Facts a layer above derived from this partition's contents, kept with the working
+        copy across batches (:attr:`WorkingCopy.memo`: each must keep holding as this store's
+        writes change the contents; a copy rebuilt or ingested into starts with none)."""
+        return self._copy.memo
+
     def engine_stats(self) -> dict:
         """The working copy's ``antkv.DB.stats()`` (write amplification, levels, value log)."""
         self._check_active()
@@ -515,6 +522,9 @@ class StateStore:
         base_name, base = copy.manifest_name, copy.manifest
         try:
             num_keys, key_counts = self._count()
+            # the count was the base snapshot's last reader: released now, the snapshot's flush
+            # below writes each key's newest version only, not the base's as well
+            self._base_snapshot.release()
             snapshot = None if base is None else base.snapshot
             chain = () if base is None else base.changelogs
             nbytes = nobjects = 0

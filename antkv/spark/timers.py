@@ -12,6 +12,14 @@ order).  The *by time* space answers "which timers expired at ``t``" with one bo
 key group, ``[kg | BY_TIME, kg | BY_TIME | encode_time(t + 1))``, reading only expired timers
 and never the state; the *by key* space answers ``listTimers()`` for the current key with one
 prefix scan.  Registering, deleting and listing act on the current key of the handle.
+
+**Floors.**  A batch fires expired timers with one scan per key group, a seek into every
+source of the database even when nothing expired.  The working copy therefore keeps, across
+batches, a *floor* per key group it scanned (``StateStore.memo``): no live timer of the key
+group is earlier.  A scan sets it to the key group's first timer (past every time when there is none), a
+registration lowers it, a deletion leaves it (still a lower bound); a key group whose floor is
+above the threshold is not scanned.  A rebuilt or ingested
+copy knows no floors and scans each key group once.
 """
 
 from __future__ import annotations
@@ -26,10 +34,12 @@ TIMER_BY_TIME_ID = 0xFFF0  # part of the stored layout
 TIMER_BY_KEY_ID = 0xFFF1  # part of the stored layout
 _BY_TIME = state_id_bytes(TIMER_BY_TIME_ID)
 _BY_KEY = state_id_bytes(TIMER_BY_KEY_ID)
+_BY_TIME_END = state_id_bytes(TIMER_BY_TIME_ID + 1)  # above every by-time key of a key group
 _HEAD = KEY_GROUP_BYTES + STATE_ID_BYTES
+_FLOORS = "timer_floors"  # StateStore.memo: key group prefix -> no live timer there is earlier
 
 
-_LOW, _HIGH = -(1 << 63), 1 << 63
+_LOW, _HIGH = -(1 << 63), 1 << 63  # _HIGH: the floor of a key group without timers
 
 
 def _time(ms) -> int:
@@ -49,13 +59,18 @@ class Timers:
     def __init__(self, store, handle):
         self._store = store
         self._handle = handle
+        self._floors = store.memo.setdefault(_FLOORS, {})
 
     def register(self, ms) -> None:
-        t = encode_time(_time(ms))
+        ms = _time(ms)
+        t = encode_time(ms)
         kg, key = self._handle.current_key_bytes()
         put = self._store.put
         put(kg + _BY_TIME + t + key, b"")
         put(kg + _BY_KEY + key + t, b"")
+        floors = self._floors
+        if ms < floors.get(kg, _LOW):
+            floors[kg] = ms
 
     def delete(self, ms) -> None:
         t = encode_time(_time(ms))
@@ -73,14 +88,23 @@ class Timers:
     def expired(self, key_groups, threshold: int) -> list[tuple[int, bytes, int, tuple]]:
         """Every timer of ``key_groups`` with time ``<= threshold``, as ``(time, encoded key,
         key group, key tuple)`` sorted by time, then encoded key: the order they fire in."""
-        stop = encode_time(threshold + 1)
+        floors = self._floors
         out = []
         for kg in key_groups:
-            head = key_group_prefix(kg) + _BY_TIME
-            for stored in self._store.keys(head, head + stop):
+            prefix = key_group_prefix(kg)
+            if floors.get(prefix, _LOW) > threshold:
+                continue  # nothing there expired (the module docstring: floors)
+            floor, before = _HIGH, len(out)
+            for stored in self._store.keys(prefix + _BY_TIME, prefix + _BY_TIME_END):
                 if len(stored) < _HEAD + 8:
                     raise CorruptionError(f"timer entry {stored.hex()} is too short")
+                expiry = decode_time(stored, _HEAD)
+                if expiry > threshold:
+                    floor = expiry
+                    break
                 encoded = stored[_HEAD + 8:]
-                out.append((decode_time(stored, _HEAD), encoded, kg, decode_key(encoded, 0)[0]))
+                out.append((expiry, encoded, kg, decode_key(encoded, 0)[0]))
+            # the expired ones stay live until fired and deleted: until then the floor is theirs
+            floors[prefix] = out[before][0] if len(out) > before else floor
         out.sort(key=lambda timer: (timer[0], timer[1]))
         return out

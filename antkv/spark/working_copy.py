@@ -62,6 +62,11 @@ class WorkingCopy:
         self.manifest_name: str | None = None  # the manifest of the version this copy holds
         self.manifest: Manifest | None = None
         self.file_map: dict[str, FileRef] = {}
+        # Facts derived from the database's contents, kept across batches for whoever derived
+        # them (the timers' floors, antkv.spark.timers).  Invariant: each still holds for the
+        # contents as the store's own writes change them; anything else that changes them
+        # (an ingest) empties it.
+        self.memo: dict = {}
 
     @property
     def version(self) -> int:
@@ -144,6 +149,7 @@ class WorkingCopy:
         temporary directory is removed whatever happens.  Snapshot files ingested unchanged
         join :attr:`file_map` under their new names (the module docstring says why that keeps
         its invariant), so a snapshot commit names those objects instead of uploading them."""
+        self.memo.clear()  # keys arrive that no store write made
         tmp = os.path.join(self.work.path, f"ingest-{uuid.uuid4().hex}")
         try:
             snap = manifest.snapshot

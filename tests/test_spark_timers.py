@@ -1,0 +1,90 @@
+"""Timers in the store, without Spark: the timers that fire are exactly the model's, batch
+after batch, on working copies reused (whose key-group floors skip scans), rebuilt (which
+know no floors) and ingested into."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from antkv.spark import StoreOptions, open_store, release_idle_stores
+from antkv.spark.keygroups import key_group_prefix, key_group_range
+from antkv.spark.processor_handle import ProcessorHandle
+
+K = 32  # key groups, one partition
+
+
+def _handle(store):
+    return ProcessorHandle(store, key_group_range(K, 1, 0), "EventTime", 0)
+
+
+def _expired(store, handle, threshold):
+    """``(timers expired at threshold as (time, key group, key), key groups scanned)``."""
+    scanned = []
+    keys = store.keys
+    store.keys = lambda *a, **k: (scanned.append(int.from_bytes(a[0][:2], "big")), keys(*a, **k))[1]
+    try:
+        fired = handle.timers.expired(key_group_range(K, 1, 0), threshold)
+    finally:
+        del store.keys
+    assert [t for t, *_ in fired] == sorted(t for t, *_ in fired)
+    return [(t, kg, key) for t, _encoded, kg, key in fired], scanned
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_expired_timers_are_the_models_across_reuse_and_rebuilds(tmp_path, seed):
+    rng = random.Random(seed)
+    loc, opts = f"file://{tmp_path}/loc", StoreOptions(cache_dir=str(tmp_path / "cache"))
+    model: set[tuple[int, tuple, int]] = set()  # (key group, key, time)
+    manifest, threshold, skipped = None, 0, 0
+    for batch in range(16):
+        store = open_store(loc, "t", 0, batch, manifest=manifest, options=opts)
+        handle = _handle(store)
+        for _ in range(rng.randrange(0, 80)):
+            kg, key = rng.randrange(K), (f"k{rng.randrange(12)}",)
+            handle.set_current_key(kg, key)
+            mine = sorted(t for g, k, t in model if (g, k) == (kg, key))
+            assert list(handle.listTimers()) == mine
+            if mine and rng.random() < 0.4:
+                t = rng.choice(mine)
+                handle.deleteTimer(t)
+                model.discard((kg, key, t))
+            else:  # some at or below the coming threshold: registered under a key group's floor
+                t = rng.randrange(threshold - 20, threshold + 300)
+                handle.registerTimer(t)
+                model.add((kg, key, t))
+        threshold += rng.randrange(0, 80)
+        handle.clear_current_key()
+        fired, scanned = _expired(store, handle, threshold)
+        assert sorted(fired) == sorted((t, kg, key) for kg, key, t in model if t <= threshold)
+        skipped += K - len(scanned)
+        for t, kg, key in fired:  # as the runner: fire, then delete
+            handle.set_current_key(kg, key)
+            handle.deleteTimer(t)
+            model.discard((kg, key, t))
+        manifest = store.commit().manifest
+        if rng.random() < 0.3:
+            release_idle_stores()  # the next batch rebuilds its copy: no floors
+    release_idle_stores()
+    assert skipped > 0  # the floors did spare scans
+
+
+def test_an_ingest_forgets_the_floors(tmp_path):
+    """Timers brought in by an ingest are found although a floor said the key group had none."""
+    loc, opts = f"file://{tmp_path}/loc", StoreOptions(cache_dir=str(tmp_path / "cache"))
+    other = open_store(loc, "t", 1, 0, manifest=None, options=opts)
+    h = _handle(other)
+    h.set_current_key(3, ("late",))
+    h.registerTimer(50)
+    source = other.commit().manifest
+    store = open_store(loc, "t", 0, 0, manifest=None, options=opts)
+    assert _expired(store, _handle(store), 100) == ([], list(range(K)))  # no floors yet: all scanned
+    manifest = store.commit().manifest
+    store = open_store(loc, "t", 0, 1, manifest=manifest, options=opts)
+    assert store.reused_working_copy
+    assert _expired(store, _handle(store), 100) == ([], [])  # every floor is above 100
+    store.ingest_version(source, key_group_prefix(3), key_group_prefix(4))
+    assert _expired(store, _handle(store), 100) == ([(50, 3, ("late",))], list(range(K)))
+    store.abort()
+    release_idle_stores()

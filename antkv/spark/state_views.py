@@ -312,15 +312,18 @@ def row_slicer(frame):
     i.e. ``frame.iloc[start:end]`` with a fresh ``RangeIndex`` (how Spark hands a group's rows
     to a processor), sharing ``frame``'s data as ``iloc`` does.
 
-    Called once per grouping key, so it slices pandas' block manager directly: ~4.5 us
-    against ~9 us for ``iloc`` plus the new index.  A pandas without those internals gets the
-    ``iloc`` path; ``tests/test_spark_views.py`` checks both give equal frames."""
+    Called once per grouping key, so it slices pandas' block manager directly and gives the
+    slice its index without re-validating it: ~4.6 us against ~9 us for ``iloc`` plus the new
+    index.  A pandas without those internals gets the ``iloc`` path;
+    ``tests/test_spark_views.py`` checks both give equal frames."""
     import pandas as pd
 
     range_index = pd.RangeIndex
     mgr = getattr(frame, "_mgr", None)
     from_mgr = getattr(pd.DataFrame, "_from_mgr", None)
-    if from_mgr is None or not (hasattr(mgr, "get_slice") and hasattr(mgr, "set_axis")):
+    new_index = getattr(range_index, "_simple_new", None)
+    if (from_mgr is None or new_index is None or not hasattr(mgr, "get_slice")
+            or not isinstance(getattr(mgr, "axes", None), list)):
         def by_iloc(start: int, end: int):
             rows = frame.iloc[start:end]
             rows.index = range_index(end - start)
@@ -329,7 +332,7 @@ def row_slicer(frame):
 
     def by_blocks(start: int, end: int):
         sliced = mgr.get_slice(slice(start, end), axis=1)
-        sliced.set_axis(1, range_index(end - start))
+        sliced.axes[1] = new_index(range(end - start))  # the rows' axis: end - start long
         return from_mgr(sliced, sliced.axes)
     return by_blocks
 

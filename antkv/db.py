@@ -821,7 +821,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         """Close the database.
 
         In order: refuse new writes and maintenance calls (they raise DBClosedError); flush
-        writes that skipped the WAL; wait for user-thread maintenance calls to stop (a running
+        writes that skipped the WAL (``Options.avoid_flush_during_shutdown`` drops them); wait for user-thread maintenance calls to stop (a running
         ``compact_range`` or GC stops at its next step with DBClosedError) and for the
         background threads to finish their current job; sync the WAL and release every file and
         the LOCK.  A write either raised DBClosedError or is in the reopened database.  Open
@@ -833,8 +833,9 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             self._closing = True
             self._write_blocked = True
             flush_error = None
-            if self._unpersisted and self._bg_error is None and not self._mem.is_empty():
-                # As RocksDB does (avoid_flush_during_shutdown=false): writes that skipped the
+            flush = self._unpersisted and not self.options.avoid_flush_during_shutdown
+            if flush and self._bg_error is None and not self._mem.is_empty():
+                # As RocksDB does (unless avoid_flush_during_shutdown): writes that skipped the
                 # WAL live only in memtables, so flush them; a clean close loses no acknowledged
                 # write.  Under the write lock, so no write slips in after this switch.
                 try:
@@ -844,7 +845,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         with self._mutex:
             while self._maintenance_calls:
                 self._bg_cv.wait()
-        if self._unpersisted and flush_error is None:
+        if flush and flush_error is None:
             try:
                 self._wait_for_background(lambda: not self._imms)
             except Error as e:

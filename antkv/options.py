@@ -37,6 +37,9 @@ class Options:
     paranoid_checks: bool = True
     read_only: bool = False  # replay the WAL in memory; write, delete and lock nothing
     wal_recovery_mode: str = TOLERATE_CORRUPTED_TAIL  # one of WAL_RECOVERY_MODES
+    # close() drops the writes that skipped the WAL instead of flushing them (RocksDB's
+    # option): for a database thrown away after use, whose last writes need not survive
+    avoid_flush_during_shutdown: bool = False
 
     # --- memtables ---
     write_buffer_size: int = 64 * MiB
@@ -138,7 +141,8 @@ def resolve_open_args(path, options, overrides: dict) -> tuple[str, "Options"]:
     return path, options
 
 
-_BOOLS = ("create_if_missing", "error_if_exists", "paranoid_checks", "read_only", "enable_blob_files", "background_process")
+_BOOLS = ("create_if_missing", "error_if_exists", "paranoid_checks", "read_only", "enable_blob_files",
+          "background_process", "avoid_flush_during_shutdown")
 # field -> smallest allowed value
 _INTS = {
     "write_buffer_size": 1,

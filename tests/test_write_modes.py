@@ -3,7 +3,8 @@
 * ``sync=False``: survives a process kill, not a power loss (until a later sync or flush);
 * ``sync=True``: survives a power loss, and so does every write acknowledged before it;
 * ``disable_wal=True``: survives neither crash until a flush, but a clean ``close()`` flushes it
-  (as RocksDB does with ``avoid_flush_during_shutdown=false``).
+  (as RocksDB does with ``avoid_flush_during_shutdown=false``); with
+  ``Options.avoid_flush_during_shutdown`` a close drops it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,23 @@ def test_disable_wal_writes_in_an_immutable_memtable_survive_close():
     fs.crash("power")
     got = _reopen(fs, **opts)
     assert len(got) == 201 and got[b"k0199"] == b"v" * 40
+
+
+@pytest.mark.parametrize("config", ["inline", "blobs"])
+def test_avoid_flush_during_shutdown_drops_only_the_unlogged_writes(config):
+    opts = dict(CONFIGS[config], avoid_flush_during_shutdown=True)
+    fs = MemoryFileSystem()
+    db = antkv.open("db", file_system=fs, **opts)
+    db.put(b"logged", b"1")
+    with db.write_batch(disable_wal=True) as b:
+        b.put(b"unlogged", b"value-of-twenty-bytes")
+        b.delete(b"logged")
+    db.put(b"later", b"value-logged-after-them")
+    tables = [n for n in fs.listdir("db") if n.endswith(".sst")]
+    db.close()
+    assert [n for n in fs.listdir("db") if n.endswith(".sst")] == tables  # close flushed nothing
+    fs.crash("power")
+    assert _reopen(fs, **opts) == {b"logged": b"1", b"later": b"value-logged-after-them"}
 
 
 def test_disable_wal_writes_are_lost_by_a_crash_until_flushed():

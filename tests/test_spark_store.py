@@ -242,6 +242,48 @@ def test_local_cache_is_shared_by_processes_and_kept_within_its_disk_budget(tmp_
     assert small.evict() > 0 and small.usage() == 0
 
 
+def _commit_in_child(args):
+    uri, cache_dir, manifest = args
+    with open_store(uri, "op", 1, 1, manifest=manifest, options=StoreOptions(cache_dir=cache_dir)) as s:
+        s.put(b"from-the-other-worker", b"1")
+        return s.commit().to_json()
+
+
+def test_copies_another_process_moved_past_are_closed_unflushed(tmp_path):
+    """As in Spark, where any Python worker may run a partition's next batch: partition 1's
+    version 2 is committed by another process, so this process's copy of it at version 1 can
+    never be opened again.  The next open of the operator's version 2 closes it -- its
+    memtable's memory goes back to the budget without a flush -- and partition 1 is then
+    rebuilt from the location with the other process's writes."""
+    uri, cache_dir = str(tmp_path / "loc"), str(tmp_path / "cache")
+    options = StoreOptions(cache_dir=cache_dir)
+    loc = Location(uri)
+    coord = CommitCoordinator(loc, "op", P, query_id="q")
+    release_idle_stores()
+    batch(loc, coord, 0, options, {b"k%04d" % i: b"%06d" % i * 100 for i in range(3000)})  # idle here at version 1
+    bases = coord.base_manifests(1)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        other = CommitMessage.from_json(pool.apply(_commit_in_child, ((uri, cache_dir, bases[1]),)))
+    s = open_store(loc, "op", 0, 1, manifest=bases[0], options=options)
+    assert s.reused_working_copy
+    s.put(b"k000", b"new")
+    coord.publish(2, [s.commit(), other])
+    _, wbm = worker_memory(options.memory_bytes)
+    held = wbm.memory_usage
+    s = open_store(loc, "op", 0, 2, manifest=coord.marker(2).manifests[0], options=options)
+    assert s.reused_working_copy and 0 < wbm.memory_usage < held  # the stale copy's memtable is gone
+    assert s._db.options.avoid_flush_during_shutdown  # ... unflushed (tests/test_write_modes.py)
+    s.abort()
+    s = open_store(loc, "op", 1, 1, manifest=bases[1], options=options)
+    assert not s.reused_working_copy  # closed, so rebuilt
+    s.abort()
+    s = open_store(loc, "op", 1, 2, manifest=coord.marker(2).manifests[1], options=options)
+    assert s.get(b"from-the-other-worker") == b"1" and len(list(s.keys())) == 3001
+    s.abort()
+    release_idle_stores()
+
+
 def test_every_store_of_a_process_shares_one_memory_budget(tmp_path, options):
     loc = Location(str(tmp_path / "loc"))
     stores = [open_store(loc, op, p, 0, options=options) for op in ("a", "b") for p in range(2)]

@@ -281,29 +281,34 @@ def _batch_function(batch: _Batch):
 
 
 class _Output:
-    """Buffers the processor's small output frames and hands them on in large ones."""
+    """Buffers the processor's small output frames and hands them on in large ones: ``add``
+    what a handler returned, then ``flush`` when ``full``."""
 
     def __init__(self, columns):
+        import pandas as pd
+
+        self._frame_type = pd.DataFrame
         self.columns = list(columns)
         self.frames, self.rows = [], 0
 
-    def add(self, produced):
-        import pandas as pd
-
+    def add(self, produced) -> None:
         if produced is None:
             return
-        if isinstance(produced, pd.DataFrame):
+        frame_type = self._frame_type
+        if isinstance(produced, frame_type):
             produced = (produced,)
         for frame in produced:
-            if not isinstance(frame, pd.DataFrame):
+            if not isinstance(frame, frame_type):
                 raise TypeError(f"a processor yields pandas DataFrames, not {type(frame).__name__}")
             if len(frame):
                 if not all(isinstance(c, str) for c in frame.columns) and len(frame.columns) == len(self.columns):
                     frame = frame.set_axis(self.columns, axis=1)  # matched by position, as Spark
                 self.frames.append(frame)
                 self.rows += len(frame)
-        if self.rows >= _FLUSH_ROWS or len(self.frames) >= _FLUSH_FRAMES:
-            yield from self.flush()
+
+    @property
+    def full(self) -> bool:
+        return self.rows >= _FLUSH_ROWS or len(self.frames) >= _FLUSH_FRAMES
 
     def flush(self):
         import pandas as pd
@@ -371,7 +376,9 @@ def _run_partition(batch: _Batch, state, rows):
             first = pending.pop((kg, key), None)
             if first is not None:
                 processor.handleInitialState(key, first, timer_values)
-        yield from out.add(processor.handleInputRows(key, iter((rows_of(start, end),)), timer_values))
+        out.add(processor.handleInputRows(key, iter((rows_of(start, end),)), timer_values))
+        if out.full:
+            yield from out.flush()
     for (kg, key), first in pending.items():
         handle.set_current_key(kg, key)
         processor.handleInitialState(key, first, timer_values)
@@ -379,8 +386,10 @@ def _run_partition(batch: _Batch, state, rows):
         threshold = batch.batch_timestamp_ms if batch.time_mode == "ProcessingTime" else batch.watermark_ms
         for expiry, _encoded, kg, key in handle.timers.expired(state.owned, threshold):
             handle.set_current_key(kg, key)
-            yield from out.add(processor.handleExpiredTimer(key, timer_values, ExpiredTimerInfo(expiry)))
+            out.add(processor.handleExpiredTimer(key, timer_values, ExpiredTimerInfo(expiry)))
             handle.timers.delete(expiry)
+            if out.full:
+                yield from out.flush()
     handle.clear_current_key()
     handle.clear_expired_state()
     processor.close()

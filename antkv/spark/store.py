@@ -138,7 +138,10 @@ class StoreOptions:
 
     def engine_options(self) -> antkv.Options:
         cache, wbm = worker_memory(self.memory_bytes)
-        base = dict(block_cache=cache, write_buffer_manager=wbm, background_process=False)
+        # a working copy's database is closed only to be thrown away (WorkingCopy.destroy):
+        # flushing its memtable first would be wasted work
+        base = dict(block_cache=cache, write_buffer_manager=wbm, background_process=False,
+                    avoid_flush_during_shutdown=True)
         base.update(self.engine)
         return antkv.Options(**base)
 
@@ -197,7 +200,7 @@ def open_store(location, operator: str, partition: int, version: int, *, manifes
         raise antkv.InvalidArgumentError(f"version {version} needs {'no' if version == 0 else 'a'} manifest")
     if manifest is not None and not isinstance(manifest, str):
         raise TypeError(f"manifest must be an object name (str), not {type(manifest).__name__}")
-    copy = _registry.take(loc, operator, source, manifest)
+    copy = _registry.take(loc, operator, source, manifest, version)
     reused = copy is not None
     if copy is None:
         copy = _build(loc, operator, source, version, manifest, options)
@@ -638,11 +641,21 @@ class _Registry:
         self._lock = threading.Lock()
         self._idle: "collections.OrderedDict[tuple, WorkingCopy]" = collections.OrderedDict()
 
-    def take(self, loc: Location, operator: str, partition: int, manifest: str | None) -> WorkingCopy | None:
-        if manifest is None:
-            return None
+    def take(self, loc: Location, operator: str, partition: int, manifest: str | None,
+             version: int) -> WorkingCopy | None:
+        """The idle copy of ``partition`` holding ``manifest`` (version ``version``), if this
+        process has one.  On the way, the operator's idle copies older than ``version`` are
+        closed: every batch commits every partition, so another process already holds each of
+        their partitions at a newer version and they can never be opened again.  (Kept, they
+        would hold memtable memory that the process's write buffer manager flushes, oldest
+        first, in the middle of a live task.)"""
         with self._lock:
-            copy = self._idle.pop((loc.identity, operator, partition), None)
+            copy = None if manifest is None else self._idle.pop((loc.identity, operator, partition), None)
+            stale = [k for k, c in self._idle.items()
+                     if k[0] == loc.identity and k[1] == operator and c.version < version]
+            dropped = [self._idle.pop(k) for k in stale]
+        for c in dropped:
+            c.destroy()
         if copy is None:
             return None
         if copy.manifest_name == manifest:

@@ -26,15 +26,21 @@ def _reopen(fs, **opts) -> dict:
         return dict(db.items())
 
 
-@pytest.mark.parametrize("config", sorted(CONFIGS))
-def test_disable_wal_writes_survive_a_clean_close(config):
-    opts = CONFIGS[config]
+def _unlogged_over_logged(opts):
+    """A database where an unlogged batch overwrote a logged write: ``(fs, db)``."""
     fs = MemoryFileSystem()
     db = antkv.open("db", file_system=fs, **opts)
     db.put(b"logged", b"1")
     with db.write_batch(disable_wal=True) as b:
         b.put(b"unlogged", b"value-of-twenty-bytes")
         b.delete(b"logged")
+    return fs, db
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_disable_wal_writes_survive_a_clean_close(config):
+    opts = CONFIGS[config]
+    fs, db = _unlogged_over_logged(opts)
     db.close()
     fs.crash("power")  # close() made everything durable
     assert _reopen(fs, **opts) == {b"unlogged": b"value-of-twenty-bytes"}
@@ -58,12 +64,7 @@ def test_disable_wal_writes_in_an_immutable_memtable_survive_close():
 @pytest.mark.parametrize("config", ["inline", "blobs"])
 def test_avoid_flush_during_shutdown_drops_only_the_unlogged_writes(config):
     opts = dict(CONFIGS[config], avoid_flush_during_shutdown=True)
-    fs = MemoryFileSystem()
-    db = antkv.open("db", file_system=fs, **opts)
-    db.put(b"logged", b"1")
-    with db.write_batch(disable_wal=True) as b:
-        b.put(b"unlogged", b"value-of-twenty-bytes")
-        b.delete(b"logged")
+    fs, db = _unlogged_over_logged(opts)
     db.put(b"later", b"value-logged-after-them")
     tables = [n for n in fs.listdir("db") if n.endswith(".sst")]
     db.close()

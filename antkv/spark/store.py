@@ -53,7 +53,8 @@ changed nothing writes only the manifest.
 
 **Working copies are reused**: after a commit the copy stays open in this process (up to
 ``max_idle_stores``); opening the next version on the base it committed picks it up without
-reading anything.  Any other open rebuilds from the location and the local cache.
+reading anything.  Any other open rebuilds from the location and the local cache, and closes
+the operator's idle copies older than the version it opens (``_Registry.take``).
 """
 
 from __future__ import annotations

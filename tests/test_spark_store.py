@@ -243,44 +243,44 @@ def test_local_cache_is_shared_by_processes_and_kept_within_its_disk_budget(tmp_
 
 
 def _commit_in_child(args):
-    uri, cache_dir, manifest = args
-    with open_store(uri, "op", 1, 1, manifest=manifest, options=StoreOptions(cache_dir=cache_dir)) as s:
+    """Another Python worker runs partition 1's batch 1 (as Spark may give it any free one)."""
+    uri, cache_dir, manifest, chain = args
+    options = StoreOptions(cache_dir=cache_dir, max_changelog_chain=chain)
+    with open_store(uri, "op", 1, 1, manifest=manifest, options=options) as s:
         s.put(b"from-the-other-worker", b"1")
+        s.delete(b"k0001")
         return s.commit().to_json()
 
 
-def test_copies_another_process_moved_past_are_closed_unflushed(tmp_path):
-    """As in Spark, where any Python worker may run a partition's next batch: partition 1's
-    version 2 is committed by another process, so this process's copy of it at version 1 can
-    never be opened again.  The next open of the operator's version 2 closes it -- its
-    memtable's memory goes back to the budget without a flush -- and partition 1 is then
-    rebuilt from the location with the other process's writes."""
+@pytest.mark.parametrize("snapshot", [False, True])
+def test_a_copy_another_process_moved_past_catches_up_by_its_changelogs(tmp_path, snapshot):
+    """Partition 1's version 2 is committed by another process.  This process's copy of it,
+    at version 1, catches up by applying that version's changelog -- when version 2 is a
+    changelog on the same snapshot; a version 2 that is a new snapshot is rebuilt instead.
+    Either way the state read is the rebuilt one's."""
     uri, cache_dir = str(tmp_path / "loc"), str(tmp_path / "cache")
     options = StoreOptions(cache_dir=cache_dir)
     loc = Location(uri)
     coord = CommitCoordinator(loc, "op", P, query_id="q")
     release_idle_stores()
-    batch(loc, coord, 0, options, {b"k%04d" % i: b"%06d" % i * 100 for i in range(3000)})  # idle here at version 1
+    batch(loc, coord, 0, options, {b"k%04d" % i: b"%06d" % i * 10 for i in range(300)})  # held here at version 1
     bases = coord.base_manifests(1)
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(1) as pool:
-        other = CommitMessage.from_json(pool.apply(_commit_in_child, ((uri, cache_dir, bases[1]),)))
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        args = (uri, cache_dir, bases[1], 1 if snapshot else 8)  # a chain of 1: version 2 is a snapshot
+        other = CommitMessage.from_json(pool.apply(_commit_in_child, (args,)))
+    assert other.snapshot == snapshot
     s = open_store(loc, "op", 0, 1, manifest=bases[0], options=options)
-    assert s.reused_working_copy
-    s.put(b"k000", b"new")
+    s.put(b"k0000", b"new")
     coord.publish(2, [s.commit(), other])
-    _, wbm = worker_memory(options.memory_bytes)
-    held = wbm.memory_usage
-    s = open_store(loc, "op", 0, 2, manifest=coord.marker(2).manifests[0], options=options)
-    assert s.reused_working_copy and 0 < wbm.memory_usage < held  # the stale copy's memtable is gone
-    assert s._db.options.avoid_flush_during_shutdown  # ... unflushed (tests/test_write_modes.py)
-    s.abort()
-    s = open_store(loc, "op", 1, 1, manifest=bases[1], options=options)
-    assert not s.reused_working_copy  # closed, so rebuilt
-    s.abort()
     s = open_store(loc, "op", 1, 2, manifest=coord.marker(2).manifests[1], options=options)
-    assert s.get(b"from-the-other-worker") == b"1" and len(list(s.keys())) == 3001
+    assert s.reused_working_copy == (not snapshot) and s.memo == {}
+    caught_up = sorted(s.items())
     s.abort()
+    release_idle_stores()
+    with open_store(loc, "op", 1, 2, manifest=coord.marker(2).manifests[1], options=options) as s:
+        assert not s.reused_working_copy and caught_up == sorted(s.items())
+    assert dict(caught_up)[b"from-the-other-worker"] == b"1" and b"k0001" not in dict(caught_up)
+    assert len(caught_up) == 300
     release_idle_stores()
 
 

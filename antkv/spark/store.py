@@ -53,8 +53,9 @@ changed nothing writes only the manifest.
 
 **Working copies are reused**: after a commit the copy stays open in this process (up to
 ``max_idle_stores``); opening the next version on the base it committed picks it up without
-reading anything.  Any other open rebuilds from the location and the local cache, and closes
-the operator's idle copies older than the version it opens (``_Registry.take``).
+reading anything; a copy of an older version that the wanted one extends (same snapshot, its
+changelogs first) catches up by applying the changelogs it lacks (``_catch_up``).  Any other
+open rebuilds from the location and the local cache.
 """
 
 from __future__ import annotations
@@ -201,7 +202,11 @@ def open_store(location, operator: str, partition: int, version: int, *, manifes
         raise antkv.InvalidArgumentError(f"version {version} needs {'no' if version == 0 else 'a'} manifest")
     if manifest is not None and not isinstance(manifest, str):
         raise TypeError(f"manifest must be an object name (str), not {type(manifest).__name__}")
-    copy = _registry.take(loc, operator, source, manifest, version)
+    copy = None if manifest is None else _registry.take(loc, operator, source)
+    if copy is not None and copy.manifest_name != manifest and not _catch_up(copy, loc, operator, source,
+                                                                            version, manifest):
+        copy.destroy()  # another version's copy that cannot be brought to this one: rebuild
+        copy = None
     reused = copy is not None
     if copy is None:
         copy = _build(loc, operator, source, version, manifest, options)
@@ -217,6 +222,45 @@ def local_cache_counters(options: StoreOptions | None = None) -> dict:
     return {"hits": cache.hits, "downloads": cache.downloads, "download_bytes": cache.download_bytes}
 
 
+def _read_checked_manifest(loc, operator, partition, version, name) -> Manifest:
+    m = read_manifest(loc, name)
+    if (m.operator, m.partition, m.version) != (operator, partition, version):
+        raise antkv.CorruptionError(
+            f"manifest holds operator {m.operator!r} partition {m.partition} version {m.version}, "
+            f"not {operator!r} {partition} {version}", loc.path(name))
+    return m
+
+
+def _catch_up(copy: WorkingCopy, loc, operator, partition, version, name) -> bool:
+    """Bring an idle copy of an older version of this partition to manifest ``name`` by
+    applying the changelogs it lacks; False (the copy untouched, or destroyed on an error)
+    when ``name`` does not extend the copy's version: the same snapshot, and the copy's
+    changelogs the first of its own.  Spark gives a partition's next task to whichever Python
+    worker is free, so a worker often holds the partition a batch or two behind: catching up
+    replays those batches' changelogs instead of loading the snapshot and the whole chain."""
+    have = copy.manifest
+    try:
+        want = _read_checked_manifest(loc, operator, partition, version, name)
+    except antkv.Error:
+        return False  # the rebuild reports it
+    have_chain = () if have is None else tuple(c.object for c in have.changelogs)
+    want_chain = tuple(c.object for c in want.changelogs)
+    if (copy.version >= version or _snapshot_objects(have) != _snapshot_objects(want)
+            or want_chain[:len(have_chain)] != have_chain):
+        return False
+    try:
+        copy.catch_up(loc, name, want, want.changelogs[len(have_chain):])
+    except BaseException:
+        copy.destroy()
+        raise
+    return True
+
+
+def _snapshot_objects(manifest: Manifest | None) -> tuple:
+    snap = None if manifest is None else manifest.snapshot
+    return () if snap is None else tuple(sorted(f.object for f in snap.files))
+
+
 def _build(loc, operator, partition, version, name, options) -> WorkingCopy:
     copy = WorkingCopy(_cache_for(options), options.engine_options(),
                        RowCache(worker_row_budget(options.memory_bytes, options.row_cache_bytes)))
@@ -224,12 +268,7 @@ def _build(loc, operator, partition, version, name, options) -> WorkingCopy:
         if name is None:
             copy.open_empty()
         else:
-            m = read_manifest(loc, name)
-            if (m.operator, m.partition, m.version) != (operator, partition, version):
-                raise antkv.CorruptionError(
-                    f"manifest holds operator {m.operator!r} partition {m.partition} version {m.version}, "
-                    f"not {operator!r} {partition} {version}", loc.path(name))
-            copy.load(loc, name, m)
+            copy.load(loc, name, _read_checked_manifest(loc, operator, partition, version, name))
         return copy
     except BaseException:
         copy.destroy()
@@ -642,27 +681,10 @@ class _Registry:
         self._lock = threading.Lock()
         self._idle: "collections.OrderedDict[tuple, WorkingCopy]" = collections.OrderedDict()
 
-    def take(self, loc: Location, operator: str, partition: int, manifest: str | None,
-             version: int) -> WorkingCopy | None:
-        """The idle copy of ``partition`` holding ``manifest`` (version ``version``), if this
-        process has one.  On the way, the operator's idle copies older than ``version`` are
-        closed: every batch commits every partition, so another process already holds each of
-        their partitions at a newer version and they can never be opened again.  (Kept, they
-        would hold memtable memory that the process's write buffer manager flushes, oldest
-        first, in the middle of a live task.)"""
+    def take(self, loc: Location, operator: str, partition: int) -> WorkingCopy | None:
+        """The idle copy of ``partition`` this process holds, whatever version it holds."""
         with self._lock:
-            copy = None if manifest is None else self._idle.pop((loc.identity, operator, partition), None)
-            stale = [k for k, c in self._idle.items()
-                     if k[0] == loc.identity and k[1] == operator and c.version < version]
-            dropped = [self._idle.pop(k) for k in stale]
-        for c in dropped:
-            c.destroy()
-        if copy is None:
-            return None
-        if copy.manifest_name == manifest:
-            return copy
-        copy.destroy()  # a version no longer (or never) published: rebuild from the location
-        return None
+            return self._idle.pop((loc.identity, operator, partition), None)
 
     def give_back(self, loc: Location, operator: str, partition: int, copy: WorkingCopy, limit: int) -> None:
         drop = []

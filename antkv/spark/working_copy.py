@@ -92,6 +92,15 @@ class WorkingCopy:
             self.apply_changelog(location, ref)
         self.manifest_name, self.manifest = name, manifest
 
+    def catch_up(self, location: Location, name: str, manifest: Manifest, changelogs) -> None:
+        """Become ``manifest`` (read from object ``name``), a later version of the same
+        snapshot whose chain begins with this copy's: apply the ``changelogs`` it adds.  An
+        error leaves the copy half-way: the caller destroys it."""
+        self.memo.clear()  # keys arrive that no store write made
+        for ref in changelogs:
+            self.apply_changelog(location, ref)
+        self.manifest_name, self.manifest = name, manifest
+
     def _worth_reading_whole(self, manifest: Manifest) -> bool:
         """Whether to read the snapshot whole into the row cache at load: when the changelogs
         since it are at least 1/16 of its bytes, compressed (the batches touch most keys: one ordered

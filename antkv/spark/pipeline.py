@@ -116,7 +116,7 @@ class PartitionMetrics:
     load_s: float  # opening the state (incl. a rescale's clip and bring-in)
     process_s: float  # the user function
     commit_s: float
-    reused_working_copy: bool  # the state was already open in the executor: nothing loaded
+    reused_working_copy: bool  # the state was open in the executor: nothing loaded but changelogs it lacked
     cache_hits: int  # snapshot files found in the executor's local cache during the load
     cache_downloads: int  # ... and fetched from the location
     write_amplification: float  # the working copy's engine write amplification

@@ -26,6 +26,7 @@ A snapshot commit therefore uploads exactly the engine files missing from the ma
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 import uuid
@@ -49,6 +50,7 @@ from .objects import (
 
 _SNAPSHOT_SUFFIXES = (".sst", ".vlog")  # immutable engine files, uploaded as objects
 _APPLY_CHUNK = 4096  # changelog records per engine write batch
+_MERGE_BYTES = 64 << 20  # changes of a chain merged in memory before they are written
 _WHOLE_FACTOR = 16  # changelogs (compressed) of 1/16 of the snapshot's bytes: read the snapshot whole
 
 
@@ -88,8 +90,7 @@ class WorkingCopy:
         self.db = antkv.open(self.work.db_path, self.engine_options)
         if snap is not None and manifest.changelogs and self._worth_reading_whole(manifest):
             self.rows.fill(self.db.items())  # the changelogs below keep every prefix whole
-        for ref in manifest.changelogs:
-            self.apply_changelog(location, ref)
+        self.apply_changelogs(location, manifest.changelogs)
         self.manifest_name, self.manifest = name, manifest
 
     def catch_up(self, location: Location, name: str, manifest: Manifest, changelogs) -> None:
@@ -97,8 +98,7 @@ class WorkingCopy:
         snapshot whose chain begins with this copy's: apply the ``changelogs`` it adds.  An
         error leaves the copy half-way: the caller destroys it."""
         self.memo.clear()  # keys arrive that no store write made
-        for ref in changelogs:
-            self.apply_changelog(location, ref)
+        self.apply_changelogs(location, changelogs)
         self.manifest_name, self.manifest = name, manifest
 
     def _worth_reading_whole(self, manifest: Manifest) -> bool:
@@ -108,43 +108,68 @@ class WorkingCopy:
         changed = sum(ref.size for ref in manifest.changelogs)
         return changed * _WHOLE_FACTOR >= manifest.snapshot.bytes and self.rows.can_hold_whole(manifest.num_keys)
 
-    def apply_changelog(self, location: Location, ref: FileRef, begin: bytes | None = None,
-                        end: bytes | None = None) -> None:
-        """Apply changelog ``ref`` to the database; with ``begin`` and ``end``, only its
-        records inside ``[begin, end)`` (range deletions clipped to it)."""
-        data = location.read(ref.object)
-        path = location.path(ref.object)
-        if len(data) != ref.size:
-            raise antkv.CorruptionError(f"changelog is {len(data)} bytes, its manifest says {ref.size}", path)
-        if xxhash.xxh3_128_hexdigest(data) != ref.xxh3:
-            raise antkv.CorruptionError("changelog does not match the hash in its manifest", path)
-        whole = begin is None
-        batch = antkv.WriteBatch()
+    def apply_changelogs(self, location: Location, refs, begin: bytes | None = None,
+                         end: bytes | None = None) -> None:
+        """Apply changelogs ``refs``, in order, to the database and the row cache; with
+        ``begin`` and ``end``, only their records inside ``[begin, end)`` (range deletions
+        clipped to it).
+
+        The chain is applied as one: every range deletion, then each key's last change.  That
+        is the chain's effect because a change kept is newer than every range covering it (a
+        range drops the earlier changes it covers from the merge).  Batches that rewrote the
+        same keys thus cost one engine write per key, not one per batch.  At most
+        :data:`_MERGE_BYTES` of changes are held at a time."""
+        ranges: list[tuple[bytes, bytes]] = []
+        points: dict[bytes, bytes | None] = {}
+        held = 0
+        for ref in refs:
+            path = location.path(ref.object)
+            pending = []  # range deletions read, not yet applied to the merged points
+            for kind, key, value in decode_changelog(_checked_changelog(location, ref, path), path):
+                if kind == CHANGE_DELETE_RANGE:
+                    if begin is not None:
+                        key, value = max(key, begin), min(value, end)
+                        if key >= value:
+                            continue
+                    pending.append((key, value))
+                    continue
+                if begin is not None and not begin <= key < end:
+                    continue
+                if pending:
+                    _drop_covered(points, pending)
+                    ranges += pending
+                    pending = []
+                assert kind in (CHANGE_PUT, CHANGE_DELETE)
+                points[key] = value if kind == CHANGE_PUT else None
+                held += len(key) + (0 if value is None else len(value))
+            if pending:
+                _drop_covered(points, pending)
+                ranges += pending
+            if held >= _MERGE_BYTES:
+                self._write_changes(ranges, points)
+                ranges, points, held = [], {}, 0
+        self._write_changes(ranges, points)
+
+    def _write_changes(self, ranges, points: dict) -> None:
+        """Range deletions, then point changes, into the database (in write batches, without
+        the WAL: a copy is never recovered from it) and the row cache."""
         rows = self.rows  # warmed with the records: the keys written last are the likeliest read next
-        n = 0
-        for kind, key, value in decode_changelog(data, path):
-            if kind == CHANGE_DELETE_RANGE:
-                if not whole:
-                    key, value = max(key, begin), min(value, end)
-                    if key >= value:
-                        continue
-                batch.delete_range(key, value)
-                rows.drop_range(key, value)
-            elif not whole and not begin <= key < end:
-                continue
-            elif kind == CHANGE_PUT:
-                batch.put(key, value)
-                rows.put(key, value)
-            else:
-                assert kind == CHANGE_DELETE
+        batch, n = antkv.WriteBatch(), 0
+        for b, e in ranges:
+            batch.delete_range(b, e)
+            rows.drop_range(b, e)
+        for key, value in points.items():
+            if value is None:
                 batch.delete(key)
                 rows.discard(key)
+            else:
+                batch.put(key, value)
+                rows.put(key, value)
             n += 1
             if n == _APPLY_CHUNK:
-                self.db.write(batch, disable_wal=True)  # a copy is never recovered from its WAL
+                self.db.write(batch, disable_wal=True)
                 batch, n = antkv.WriteBatch(), 0
-        if n:
-            self.db.write(batch, disable_wal=True)
+        self.db.write(batch, disable_wal=True)
 
     def ingest_version(self, location: Location, manifest: Manifest, begin: bytes, end: bytes) -> None:
         """Replace ``[begin, end)`` of this copy's database by what the committed version
@@ -178,8 +203,7 @@ class WorkingCopy:
                             f.write(data)
                 self.db.ingest_database(tmp, begin, end)
                 self._name_shared_files(shared)
-            for ref in manifest.changelogs:
-                self.apply_changelog(location, ref, begin, end)
+            self.apply_changelogs(location, manifest.changelogs, begin, end)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
             self.cache.evict()
@@ -253,3 +277,25 @@ class WorkingCopy:
             self.db = None
             self.work.remove()
 
+
+def _checked_changelog(location: Location, ref: FileRef, path: str) -> bytes:
+    """Changelog ``ref``'s bytes, checked against its manifest's size and hash."""
+    data = location.read(ref.object)
+    if len(data) != ref.size:
+        raise antkv.CorruptionError(f"changelog is {len(data)} bytes, its manifest says {ref.size}", path)
+    if xxhash.xxh3_128_hexdigest(data) != ref.xxh3:
+        raise antkv.CorruptionError("changelog does not match the hash in its manifest", path)
+    return data
+
+
+def _drop_covered(points: dict, ranges) -> None:
+    """Remove from ``points`` the keys inside any of ``ranges`` (``[begin, end)`` pairs)."""
+    merged = []
+    for b, e in sorted(ranges):
+        if merged and b <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([b, e])
+    begins = [b for b, _ in merged]
+    for key in [k for k in points if (i := bisect.bisect_right(begins, k) - 1) >= 0 and k < merged[i][1]]:
+        del points[key]

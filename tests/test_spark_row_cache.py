@@ -141,6 +141,7 @@ def test_warm_reads_key_groups_whole_and_counts_stay_exact(tmp_path):
     release_idle_stores()
     store = open_store(location, "op", 0, 1, manifest=manifest, options=options)
     assert store._rows.rows == {}  # rebuilt from a snapshot alone: nothing cached
+    assert store.get(b"zz2") is None  # cached as absent, before its prefix is read whole
     assert store.warm([b"aa", b"zz"]) == 5
     assert store.warm([b"aa"]) == 0  # already whole
     assert store.get(b"aa9") is None and store.get(b"zz1") is None and store.get(b"ab1") == b"b"
@@ -151,6 +152,8 @@ def test_warm_reads_key_groups_whole_and_counts_stay_exact(tmp_path):
     store.put(b"zz1", b"z")
     del model[b"aa0"]
     model |= {b"aa9": b"new", b"zz1": b"z"}
+    whole, keys = store.keys_held_whole()  # what scans of the whole prefixes would return
+    assert whole == {b"aa", b"zz"} and sorted(keys) == sorted(k for k in model if k[:2] in whole)
     assert store.num_keys() == len(model)
     assert all(store.get(k) == v for k, v in model.items())
     manifest = store.commit().manifest

@@ -1,6 +1,7 @@
 """Timers in the store, without Spark: the timers that fire are exactly the model's, batch
 after batch, on working copies reused (whose key-group floors skip scans), rebuilt (which
-know no floors) and ingested into."""
+know no floors, but take those of the key groups their row cache holds whole from it) and
+ingested into."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from antkv.spark import StoreOptions, open_store, release_idle_stores
 from antkv.spark.keygroups import key_group_prefix, key_group_range
 from antkv.spark.processor_handle import ProcessorHandle
 
-K = 32  # key groups, one partition
+K = 128  # key groups, one partition (enough for the floors from the row cache)
 
 
 def _handle(store):
@@ -37,9 +38,13 @@ def test_expired_timers_are_the_models_across_reuse_and_rebuilds(tmp_path, seed)
     rng = random.Random(seed)
     loc, opts = f"file://{tmp_path}/loc", StoreOptions(cache_dir=str(tmp_path / "cache"))
     model: set[tuple[int, tuple, int]] = set()  # (key group, key, time)
-    manifest, threshold, skipped = None, 0, 0
+    manifest, threshold, skipped, from_cache = None, 0, 0, 0
     for batch in range(16):
         store = open_store(loc, "t", 0, batch, manifest=manifest, options=opts)
+        warmed = []
+        if not store.reused_working_copy and rng.random() < 0.7:
+            warmed = rng.sample(range(K), K // 2)  # held whole by the row cache: floors from it
+            store.warm([key_group_prefix(g) for g in sorted(warmed)])
         handle = _handle(store)
         for _ in range(rng.randrange(0, 80)):
             kg, key = rng.randrange(K), (f"k{rng.randrange(12)}",)
@@ -59,6 +64,9 @@ def test_expired_timers_are_the_models_across_reuse_and_rebuilds(tmp_path, seed)
         fired, scanned = _expired(store, handle, threshold)
         assert sorted(fired) == sorted((t, kg, key) for kg, key, t in model if t <= threshold)
         skipped += K - len(scanned)
+        if warmed:
+            from_cache += 1
+            assert len(scanned) < K  # some warmed key group needed no scan
         for t, kg, key in fired:  # as the runner: fire, then delete
             handle.set_current_key(kg, key)
             handle.deleteTimer(t)
@@ -67,7 +75,7 @@ def test_expired_timers_are_the_models_across_reuse_and_rebuilds(tmp_path, seed)
         if rng.random() < 0.3:
             release_idle_stores()  # the next batch rebuilds its copy: no floors
     release_idle_stores()
-    assert skipped > 0  # the floors did spare scans
+    assert skipped > 0 and from_cache > 0  # the floors did spare scans, some from the row cache
 
 
 def test_an_ingest_forgets_the_floors(tmp_path):

@@ -430,6 +430,16 @@ class StateStore:
             else:
                 rows.put(key, value)
 
+    def keys_held_whole(self) -> tuple[set, list]:
+        """``(prefixes, keys)``: the :data:`~antkv.spark.row_cache.PREFIX_LEN`-byte prefixes
+        (key groups) whose every key the row cache holds, and the live keys it holds under
+        them, in no order -- what scans of those prefixes would return, read from memory."""
+        self._check_active()
+        self._apply_pending()
+        rows = self._rows
+        whole = set(rows.complete)
+        return whole, [k for k, v in rows.rows.items() if v is not None and k[:PREFIX_LEN] in whole]
+
     def warm(self, prefixes) -> int:
         """Read every entry under each prefix of :data:`~antkv.spark.row_cache.PREFIX_LEN`
         bytes (a key group) in ``prefixes`` into the row cache, which then holds the prefix

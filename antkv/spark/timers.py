@@ -16,10 +16,11 @@ prefix scan.  Registering, deleting and listing act on the current key of the ha
 **Floors.**  A batch fires expired timers with one scan per key group, a seek into every
 source of the database even when nothing expired.  The working copy therefore keeps, across
 batches, a *floor* per key group it scanned (``StateStore.memo``): no live timer of the key
-group is earlier.  A scan sets it to the key group's first timer (past every time when there is none), a
-registration lowers it, a deletion leaves it (still a lower bound); a key group whose floor is
-above the threshold is not scanned.  A rebuilt or ingested
-copy knows no floors and scans each key group once.
+group is earlier.  A scan sets it to the key group's first timer (past every time when there
+is none), a registration lowers it, a deletion leaves it (still a lower bound); a key group
+whose floor is above the threshold is not scanned.  A rebuilt or ingested copy knows no floors:
+those of the key groups its row cache holds whole (``StateStore.keys_held_whole``) come from one
+pass over the cached keys, the others from one scan each.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ _BY_KEY = state_id_bytes(TIMER_BY_KEY_ID)
 _BY_TIME_END = state_id_bytes(TIMER_BY_TIME_ID + 1)  # above every by-time key of a key group
 _HEAD = KEY_GROUP_BYTES + STATE_ID_BYTES
 _FLOORS = "timer_floors"  # StateStore.memo: key group prefix -> no live timer there is earlier
+_FLOORS_FROM_CACHE = 64  # unknown floors from which one pass over the row cache beats a scan each
 
 
 _LOW, _HIGH = -(1 << 63), 1 << 63  # _HIGH: the floor of a key group without timers
@@ -89,6 +91,9 @@ class Timers:
         """Every timer of ``key_groups`` with time ``<= threshold``, as ``(time, encoded key,
         key group, key tuple)`` sorted by time, then encoded key: the order they fire in."""
         floors = self._floors
+        unknown = [p for p in map(key_group_prefix, key_groups) if p not in floors]
+        if len(unknown) >= _FLOORS_FROM_CACHE:
+            self._floors_from_cache(unknown)
         out = []
         for kg in key_groups:
             prefix = key_group_prefix(kg)
@@ -108,3 +113,19 @@ class Timers:
             floors[prefix] = out[before][0] if len(out) > before else floor
         out.sort(key=lambda timer: (timer[0], timer[1]))
         return out
+
+    def _floors_from_cache(self, prefixes) -> None:
+        """The floors of those of ``prefixes`` the store's row cache holds whole: the earliest
+        of their cached timers, past every time when they cache none."""
+        whole, keys = self._store.keys_held_whole()
+        wanted = whole.intersection(prefixes)
+        if not wanted:
+            return
+        found = dict.fromkeys(wanted, _HIGH)
+        for stored in keys:
+            prefix = stored[:KEY_GROUP_BYTES]
+            if stored[KEY_GROUP_BYTES:_HEAD] == _BY_TIME and prefix in found and len(stored) >= _HEAD + 8:
+                expiry = decode_time(stored, _HEAD)
+                if expiry < found[prefix]:
+                    found[prefix] = expiry
+        self._floors.update(found)

@@ -300,7 +300,7 @@ class StateStore:
         self._base_counts = {} if copy.manifest is None else copy.manifest.key_counts  # ... per prefix
         self._ingested = False  # ranges were ingested: this batch commits a snapshot
         self._done = False
-        self.reused_working_copy = False  # opened on a working copy this process held (no load)
+        self.reused_working_copy = False  # opened on a copy this process held (no load, or a catch-up)
         self.bytes_referenced = 0  # after commit: bytes of every object the new version names
 
     @property

@@ -67,7 +67,7 @@ class WorkingCopy:
         # Facts derived from the database's contents, kept across batches for whoever derived
         # them (the timers' floors, antkv.spark.timers).  Invariant: each still holds for the
         # contents as the store's own writes change them; anything else that changes them
-        # (an ingest) empties it.
+        # (an ingest, a catch-up) empties it.
         self.memo: dict = {}
 
     @property
@@ -117,8 +117,8 @@ class WorkingCopy:
         The chain is applied as one: every range deletion, then each key's last change.  That
         is the chain's effect because a change kept is newer than every range covering it (a
         range drops the earlier changes it covers from the merge).  Batches that rewrote the
-        same keys thus cost one engine write per key, not one per batch.  At most
-        :data:`_MERGE_BYTES` of changes are held at a time."""
+        same keys thus cost one engine write per key, not one per batch.  The merge is written
+        out whenever it holds :data:`_MERGE_BYTES` of changes after a changelog."""
         ranges: list[tuple[bytes, bytes]] = []
         points: dict[bytes, bytes | None] = {}
         held = 0

@@ -268,10 +268,11 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         if write_options is not None or ttl is not None:
             if ttl is not None:
                 sync, disable_wal = resolve_write_flags(sync, False, write_options)
-                self._write_ops([(EXPIRING, key, encode_expiring(self._expiry(ttl), VALUE, value))], sync, disable_wal)
+                entry = encode_expiring(self._expiry(ttl), VALUE, value)
+                self._write_ops([(EXPIRING, key, entry)], sync, disable_wal, len(key) + len(entry))
                 return
             sync, disable_wal = resolve_write_flags(sync, False, write_options)
-            self._write_ops([(VALUE, key, value)], sync, disable_wal)
+            self._write_ops([(VALUE, key, value)], sync, disable_wal, len(key) + len(value))
             return
         if sync is not False and sync is not True:
             raise TypeError("sync must be a bool")
@@ -327,7 +328,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         if type(key) is not bytes:
             key = as_bytes(key, "key")
         sync, disable_wal = resolve_write_flags(sync, False, write_options)
-        self._write_ops([(DELETION, key, b"")], sync, disable_wal)
+        self._write_ops([(DELETION, key, b"")], sync, disable_wal, len(key))
 
     def merge(self, key, operand, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:
         """Merge ``operand`` into ``key`` with ``Options.merge_operator`` (RocksDB's Merge)."""
@@ -335,7 +336,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         sync, disable_wal = resolve_write_flags(sync, False, write_options)
         if self.options.merge_operator is None:
             raise InvalidArgumentError("db.merge needs a merge operator: open with Options(merge_operator=...)")
-        self._write_ops([(MERGE, key, operand)], sync, disable_wal)
+        self._write_ops([(MERGE, key, operand)], sync, disable_wal, len(key) + len(operand))
 
     def delete_range(self, begin, end, *, sync: bool = False, write_options: WriteOptions | None = None) -> None:
         """Remove every key in ``[begin, end)``; ``begin == end`` is a no-op."""
@@ -347,7 +348,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         if begin == end:
             self._check_writable()
             return
-        self._write_ops([(RANGE_DELETION, begin, end)], sync, disable_wal)
+        self._write_ops([(RANGE_DELETION, begin, end)], sync, disable_wal, len(begin) + len(end))
 
     def write(
         self, batch: WriteBatch, *, sync: bool = False, disable_wal: bool = False,
@@ -369,7 +370,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         if not ops:
             self._check_writable()
             return
-        self._write_ops(ops, sync, disable_wal)
+        self._write_ops(ops, sync, disable_wal, batch.data_size)
 
     def write_batch(
         self, sync: bool = False, disable_wal: bool = False, write_options: WriteOptions | None = None
@@ -378,7 +379,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         sync, disable_wal = resolve_write_flags(sync, disable_wal, write_options)
         return _BatchContext(self, sync, disable_wal)
 
-    def _write_ops(self, ops: list, sync: bool, disable_wal: bool) -> None:
+    def _write_ops(self, ops: list, sync: bool, disable_wal: bool, user_bytes: int) -> None:
+        """Write ``ops`` (``(kind, key, value)``) as one batch; ``user_bytes``: their keys' and values' lengths."""
         with self._write_lock:
             self._check_writable()
             if self._mem.memory >= self._write_buffer_size or self._must_make_room:
@@ -390,10 +392,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
                 out = []
                 for kind, key, value in ops:
                     if kind == VALUE and len(value) >= limit:
-                        self._user_bytes += len(key) + len(value)
                         out.append((VALUE_POINTER, key, self._vlog_add(key, value)))
                     elif kind == EXPIRING and len(value) - HEAD_SIZE >= limit and value[8] == VALUE:
-                        self._user_bytes += len(key) + len(value)
                         pointer = self._vlog_add(key, value[HEAD_SIZE:])
                         out.append((EXPIRING, key, value[:8] + bytes((VALUE_POINTER,)) + pointer))
                     else:
@@ -409,15 +409,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
                     raise
             else:
                 self._unpersisted = True  # only a flush makes it durable: close() flushes
-            added = 0
-            user_bytes = 0
-            for i, (kind, key, value) in enumerate(ops):
-                if kind == RANGE_DELETION:
-                    added += mem.add_range_deletion(seq + i, key, value)
-                else:
-                    added += mem.add(seq + i, kind, key, value)
-                if kind != VALUE_POINTER:
-                    user_bytes += len(key) + len(value)
+            added = mem.add_batch(seq, ops)
             self._last_seq = seq + len(ops) - 1
             self._user_bytes += user_bytes
             if self._wbm is not None:

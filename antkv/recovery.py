@@ -31,7 +31,7 @@ import os
 import time
 
 from . import lifetime, options_file
-from .base.dbformat import MERGE, RANGE_DELETION
+from .base.dbformat import MERGE
 from .base.merge_operator import missing_operator
 from .base.filenames import (
     CURRENT_TMP,
@@ -166,13 +166,9 @@ class Recovery:
         mem = self._new_memtable(0)
         replay = Replay(fs, path, wal_numbers, vlog_lengths, vs.vlogs, opts.wal_recovery_mode, wal_data, live_writer)
         for seq, ops in replay:
-            for i, (kind, key, value) in enumerate(ops):
-                if kind == RANGE_DELETION:
-                    mem.add_range_deletion(seq + i, key, value)
-                else:
-                    if kind == MERGE and opts.merge_operator is None:
-                        raise missing_operator(f"the WAL of database {path}")
-                    mem.add(seq + i, kind, key, value)
+            if opts.merge_operator is None and any(kind == MERGE for kind, _, _ in ops):
+                raise missing_operator(f"the WAL of database {path}")
+            mem.add_batch(seq, ops)
             self._last_seq = max(self._last_seq, seq + len(ops) - 1)
             if mem.memory >= opts.write_buffer_size and not opts.read_only:
                 self._flush_recovered(mem, edit)

@@ -41,6 +41,7 @@ from typing import Iterator
 
 from sortedcontainers import SortedList
 
+from ..base.dbformat import RANGE_DELETION
 from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
 
 # Per-entry memory in CPython 3.11, measured with tracemalloc (tests/test_memtable_memory.py
@@ -102,25 +103,38 @@ class MemTable:
         return mem
 
     def add(self, seq: int, kind: int, key: bytes, value: bytes) -> int:
-        """Add a point entry; returns the memory it added.  (The DB's put path inlines this.)"""
-        versions = self.versions
-        old = versions.get(key)
-        if old is None:
-            versions[key] = (seq, kind, value)
-            self.pending.append(key)
-            added = NEW_KEY_OVERHEAD + len(key) + len(value)
-        else:
-            older = self.older.get(key)
-            if older is None:
-                self.older[key] = (old,)
-            elif type(older) is list:
-                older.append(old)
+        """Add a point entry; returns the memory it added.  (The DB's put path inlines
+        :meth:`add_batch`.)"""
+        return self.add_batch(seq, ((kind, key, value),))
+
+    def add_batch(self, seq: int, ops) -> int:
+        """Add every ``(kind, key, value)`` of ``ops``, the i-th at ``seq + i`` (a range
+        deletion's key and value are its begin and end); returns the memory added."""
+        versions, older_of, pending = self.versions, self.older, self.pending
+        added = ranges = 0
+        for kind, key, value in ops:
+            if kind == RANGE_DELETION:
+                ranges += self.add_range_deletion(seq, key, value)
+                seq += 1
+                continue
+            old = versions.get(key)
+            if old is None:
+                versions[key] = (seq, kind, value)
+                pending.append(key)
+                added += NEW_KEY_OVERHEAD + len(key) + len(value)
             else:
-                self.older[key] = older + (old,) if len(older) < TUPLE_VERSIONS else [*older, old]
-            versions[key] = (seq, kind, value)  # after the append: see the module docstring
-            added = VERSION_OVERHEAD + len(value)
-        self.memory += added
-        return added
+                older = older_of.get(key)
+                if older is None:
+                    older_of[key] = (old,)
+                elif type(older) is list:
+                    older.append(old)
+                else:
+                    older_of[key] = older + (old,) if len(older) < TUPLE_VERSIONS else [*older, old]
+                versions[key] = (seq, kind, value)  # after the append: see the module docstring
+                added += VERSION_OVERHEAD + len(value)
+            seq += 1
+        self.memory += added  # (add_range_deletion counted its own)
+        return added + ranges
 
     def add_range_deletion(self, seq: int, begin: bytes, end: bytes) -> int:
         self.range_dels.append((begin, end, seq))

@@ -52,14 +52,17 @@ class WriteBatch:
         self._merges = 0
 
     def put(self, key, value) -> "WriteBatch":
-        key = as_bytes(key, "key")
-        value = as_bytes(value, "value")
+        if type(key) is not bytes:
+            key = as_bytes(key, "key")
+        if type(value) is not bytes:
+            value = as_bytes(value, "value")
         self._ops.append((VALUE, key, value))
         self._size += len(key) + len(value)
         return self
 
     def delete(self, key) -> "WriteBatch":
-        key = as_bytes(key, "key")
+        if type(key) is not bytes:
+            key = as_bytes(key, "key")
         self._ops.append((DELETION, key, b""))
         self._size += len(key)
         return self

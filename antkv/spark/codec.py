@@ -277,14 +277,8 @@ def _unzigzag(z: int) -> int:
 
 
 def _encode_value(value, out: bytearray) -> None:
-    if type(value) is int:  # the commonest value, inlined: zigzag then LEB128
-        out.append(R_INT)
-        z = value << 1 if value >= 0 else ((-value) << 1) - 1
-        while z > 0x7F:
-            out.append((z & 0x7F) | 0x80)
-            z >>= 7
-        out.append(z)
-    elif value is None:
+    """One value of a row (``_encode_row_into`` writes exact ints and None itself)."""
+    if value is None:  # a NumPy NaT's item()
         out.append(R_NONE)
     elif value is True or value is False:
         out.append(R_TRUE if value else R_FALSE)
@@ -320,9 +314,23 @@ def _encode_value(value, out: bytearray) -> None:
 
 
 def _encode_row_into(row, out: bytearray) -> None:
-    _put_varint(len(row), out)
+    count = len(row)
+    if count > 0x7F:
+        _put_varint(count, out)
+    else:
+        out.append(count)
     for value in row:
-        _encode_value(value, out)
+        if type(value) is int:  # the commonest value, inlined: zigzag then LEB128
+            out.append(R_INT)
+            z = value << 1 if value >= 0 else ((-value) << 1) - 1
+            while z > 0x7F:
+                out.append((z & 0x7F) | 0x80)
+                z >>= 7
+            out.append(z)
+        elif value is None:
+            out.append(R_NONE)
+        else:
+            _encode_value(value, out)
 
 
 def encode_row(row) -> bytes:
@@ -342,6 +350,9 @@ def encode_rows(rows) -> bytes:
             raise TypeError(f"a state row must be a tuple, not {type(row).__name__}")
         _encode_row_into(row, out)
     return bytes(out)
+
+
+_MALFORMED = (IndexError, struct.error, ValueError, OverflowError, UnicodeDecodeError)  # what bad row bytes raise
 
 
 def _decode_row_at(data: bytes, pos: int) -> tuple[tuple, int]:
@@ -393,6 +404,12 @@ def _decode_row_at(data: bytes, pos: int) -> tuple[tuple, int]:
 
 def decode_row(data: bytes) -> tuple:
     """Decode a value written by :func:`encode_row` (exactly one row)."""
+    try:
+        row, pos = _decode_row_at(data, 0)
+        if pos == len(data):
+            return row
+    except _MALFORMED:
+        pass  # decode_rows words the error
     rows = decode_rows(data)
     if len(rows) != 1:
         raise CorruptionError(f"expected one encoded row, found {len(rows)}")
@@ -407,6 +424,6 @@ def decode_rows(data: bytes) -> list[tuple]:
         while pos < len(data):
             row, pos = _decode_row_at(data, pos)
             rows.append(row)
-    except (IndexError, struct.error, ValueError, OverflowError, UnicodeDecodeError) as e:
+    except _MALFORMED as e:
         raise CorruptionError(f"malformed encoded row at {pos}: {e}") from None
     return rows

@@ -81,8 +81,10 @@ class ProcessorHandle:
         self.batch_timestamp_ms = int(batch_timestamp_ms)
         self.timers = Timers(store, self)
         self._variables: dict[bytes, object] = {}  # state id bytes -> state variable
-        self._kg = None
-        self._key = b""
+        # the current key: its key group's prefix (None: no current key) and its encoding; read
+        # directly by the state variables and timers, which check the prefix is not None
+        self.current_kg: bytes | None = None
+        self.current_key = b""
         self._kg_number = None  # the key group of _kg_prefix, the last one set
         self._kg_prefix = b""
 
@@ -95,22 +97,18 @@ class ProcessorHandle:
                                     f"[{self.owned.start}, {self.owned.stop})")
             self._kg_prefix = key_group_prefix(int(key_group))
             self._kg_number = key_group
-        self._kg = self._kg_prefix
-        self._key = encode_key(key)
+        self.current_kg = self._kg_prefix
+        self.current_key = encode_key(key)
 
     def clear_current_key(self) -> None:
-        self._kg, self._key = None, b""
+        self.current_kg, self.current_key = None, b""
 
     def current_key_bytes(self) -> tuple[bytes, bytes]:
         """``(key group prefix, encoded grouping key)`` of the current key."""
-        if self._kg is None:
+        if self.current_kg is None:
             raise InvalidArgumentError("no current grouping key: state and timers are used from "
                                        "handleInputRows, handleExpiredTimer and handleInitialState only")
-        return self._kg, self._key
-
-    def current_prefix(self, sid: bytes) -> bytes:
-        kg, key = self.current_key_bytes()
-        return kg + sid + key
+        return self.current_kg, self.current_key
 
     # ------------------------------------------------------------------ state variables
 
@@ -180,11 +178,13 @@ class ProcessorHandle:
                                        "(this processor runs in None), as in Spark")
 
     def registerTimer(self, expiryTimestampMs) -> None:  # noqa: N802,N803
-        self._check_timers()
+        if self.time_mode == "None":
+            self._check_timers()
         self.timers.register(expiryTimestampMs)
 
     def deleteTimer(self, expiryTimestampMs) -> None:  # noqa: N802,N803
-        self._check_timers()
+        if self.time_mode == "None":
+            self._check_timers()
         self.timers.delete(expiryTimestampMs)
 
     def listTimers(self):  # noqa: N802

@@ -74,7 +74,12 @@ def field_count(schema) -> int | None:
     return count if seen else None
 
 
-def _row(value, arity: int | None, what: str) -> tuple:
+def _row(value, arity: int | None, kind: str, name: str) -> tuple:
+    """``value`` as a row of ``arity`` fields (None: any), refused clearly otherwise; ``kind``
+    and ``name`` (the state's) word the refusal."""
+    if type(value) is tuple and (arity is None or len(value) == arity):
+        return value  # the usual case, checked first
+    what = f"{kind} {name!r}"
     if value is None:
         raise InvalidArgumentError(f"{what}: a state value cannot be None (Spark refuses it too); use clear()")
     if not isinstance(value, (tuple, list)):
@@ -104,7 +109,12 @@ class StateVariable:
         return self._sid
 
     def _key(self) -> bytes:
-        return self._handle.current_prefix(self._sid)
+        """The current grouping key's stored key: ``key group | state id | encoded key``."""
+        handle = self._handle
+        kg = handle.current_kg
+        if kg is None:
+            handle.current_key_bytes()  # raises: no current key
+        return kg + self._sid + handle.current_key
 
     def _expiry(self):
         return None if self._ttl is None else self._handle.batch_timestamp_ms + self._ttl
@@ -149,12 +159,15 @@ class ValueState(StateVariable):
         return self._read()
 
     def update(self, newValue) -> None:  # noqa: N803 - Spark's parameter name
-        row = _row(newValue, self._arity, f"value state {self._name!r}")
-        expiry = self._expiry()
+        row = _row(newValue, self._arity, "value state", self._name)
         key = self._key()
-        self._handle.store.put(key, encode_row((expiry, row)))
+        if self._ttl is None:
+            self._handle.store.put(key, encode_row((None, row)))
+        else:
+            expiry = self._expiry()
+            self._handle.store.put(key, encode_row((expiry, row)))
+            self._index(key, expiry)
         self._last = (None, None)  # a read decodes what was stored (numpy scalars become ints)
-        self._index(key, expiry)
 
     def clear(self) -> None:
         key = self._key()
@@ -186,8 +199,7 @@ class ListState(StateVariable):
         if rows is None:
             raise InvalidArgumentError(f"{what}: a list state value cannot be None")
         expiry = self._expiry()
-        name = f"list state {self._name!r}"
-        encoded = b"".join(encode_row((expiry, _row(r, self._arity, name))) for r in rows)
+        encoded = b"".join(encode_row((expiry, _row(r, self._arity, "list state", self._name))) for r in rows)
         if not encoded:
             raise InvalidArgumentError(f"{what}: a list state cannot be given an empty list "
                                        f"(Spark refuses it too); use clear()")
@@ -234,7 +246,7 @@ class MapState(StateVariable):
         self._key_arity = key_arity
 
     def _entry(self, user_key) -> bytes:
-        return self._key() + encode_key(_row(user_key, self._key_arity, f"map state {self._name!r} key"))
+        return self._key() + encode_key(_row(user_key, self._key_arity, "the key of map state", self._name))
 
     def _value(self, raw):
         if raw is None:
@@ -252,7 +264,7 @@ class MapState(StateVariable):
         return self.getValue(key) is not None
 
     def updateValue(self, key, value) -> None:  # noqa: N802 - Spark's name
-        row = _row(value, self._arity, f"map state {self._name!r}")
+        row = _row(value, self._arity, "map state", self._name)
         entry = self._entry(key)
         expiry = self._expiry()
         self._handle.store.put(entry, encode_row((expiry, row)))

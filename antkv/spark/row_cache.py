@@ -193,6 +193,31 @@ class RowCache:
         self.used += charge
         return True
 
+    def write_many(self, changes) -> None:
+        """:meth:`put` every ``(key, value)`` of ``changes``, :meth:`discard` those whose value
+        is None: the store's batched writes, with ``put``'s common case (room left) inlined."""
+        rows = self.rows
+        used, room = self.used, self.chunks * CHUNK
+        for key, value in changes:
+            old = rows.get(key, MISSING)
+            if value is None:
+                if old is not MISSING:
+                    del rows[key]
+                    used -= len(key) + (0 if old is None else len(old)) + ENTRY_OVERHEAD
+                continue
+            if old is MISSING:
+                charge = len(key) + len(value) + ENTRY_OVERHEAD
+            else:
+                charge = len(value) - (0 if old is None else len(old))
+            if used + charge > room:
+                self.used = used
+                self.put(key, value)  # makes room or evicts
+                used, room = self.used, self.chunks * CHUNK
+                continue
+            rows[key] = value
+            used += charge
+        self.used = used
+
     def discard(self, key: bytes) -> None:
         """Forget ``key``, which is now absent (its prefix stays whole if it was)."""
         old = self.rows.pop(key, MISSING)

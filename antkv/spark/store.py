@@ -292,6 +292,7 @@ class StateStore:
         self._base_snapshot = self._db.snapshot()
         self._changes: dict[bytes, object] = {}  # key -> new value, None (deleted) or _LIVE
         self._change_bytes = 0
+        self._max_change_bytes = options.max_changelog_bytes
         self._overflow = False  # values dropped from _changes: this batch commits a snapshot
         self._ranges: list[tuple[bytes, bytes]] = []
         self._unapplied: list[bytes] = []  # keys whose value in _changes is not in self._db yet
@@ -366,9 +367,7 @@ class StateStore:
         changes = self._changes
         old = changes.get(key, MISSING)
         if old is MISSING and not self._ranges:  # first written: was it live? (the row cache may know)
-            cached = self._rows.lookup(key)
-            if cached is not MISSING:
-                self._base_live.setdefault(key, cached is not None)
+            self._learn_base_live(key)
         self._change_bytes += len(key) + len(value) - (len(old) if type(old) is bytes else 0)
         if self._overflow:
             changes[key] = _LIVE
@@ -377,7 +376,7 @@ class StateStore:
             return
         changes[key] = value
         self._unapplied.append(key)
-        if self._change_bytes > self.options.max_changelog_bytes:
+        if self._change_bytes > self._max_change_bytes:
             self._drop_values()
         elif len(self._unapplied) >= _APPLY_EVERY:
             self._apply_pending()
@@ -390,9 +389,7 @@ class StateStore:
         changes = self._changes
         old = changes.get(key, MISSING)
         if old is MISSING and not self._ranges:  # as in put
-            cached = self._rows.lookup(key)
-            if cached is not MISSING:
-                self._base_live.setdefault(key, cached is not None)
+            self._learn_base_live(key)
         if type(old) is bytes:
             self._change_bytes -= len(old)
         elif old is MISSING or old is None:
@@ -405,6 +402,16 @@ class StateStore:
         self._unapplied.append(key)
         if len(self._unapplied) >= _APPLY_EVERY:
             self._apply_pending()
+
+    def _learn_base_live(self, key: bytes) -> None:
+        """Before ``key``'s first write of the batch: whether it is live in the base, if the
+        row cache knows (``lookup`` inlined: it runs for every key a batch writes)."""
+        rows = self._rows
+        cached = rows.rows.get(key, MISSING)
+        if cached is not MISSING:
+            self._base_live.setdefault(key, cached is not None)
+        elif key[:PREFIX_LEN] in rows.complete:
+            self._base_live.setdefault(key, False)
 
     def _apply_pending(self) -> None:
         """Write the values of the keys in ``_unapplied`` into the working copy's database, as
@@ -423,12 +430,7 @@ class StateStore:
                 put(key, value)
         self._db.write(batch, write_options=_NO_WAL)
         self._unapplied = []
-        for key in keys:
-            value = changes[key]
-            if value is None:
-                rows.discard(key)
-            else:
-                rows.put(key, value)
+        rows.write_many([(key, changes[key]) for key in keys])
 
     def keys_held_whole(self) -> tuple[set, list]:
         """``(prefixes, keys)``: the :data:`~antkv.spark.row_cache.PREFIX_LEN`-byte prefixes

@@ -45,8 +45,7 @@ _LOW, _HIGH = -(1 << 63), 1 << 63  # _HIGH: the floor of a key group without tim
 
 
 def _time(ms) -> int:
-    if type(ms) is int and _LOW <= ms < _HIGH:  # the usual case, checked first
-        return ms
+    """``ms`` as a 64-bit int, refused clearly otherwise (callers check the usual case first)."""
     if isinstance(ms, bool) or not hasattr(ms, "__index__"):
         raise TypeError(f"a timer time is an int (ms), not {type(ms).__name__}")
     ms = int(ms)
@@ -64,9 +63,13 @@ class Timers:
         self._floors = store.memo.setdefault(_FLOORS, {})
 
     def register(self, ms) -> None:
-        ms = _time(ms)
+        if type(ms) is not int or not _LOW <= ms < _HIGH:
+            ms = _time(ms)
         t = encode_time(ms)
-        kg, key = self._handle.current_key_bytes()
+        handle = self._handle
+        kg, key = handle.current_kg, handle.current_key
+        if kg is None:
+            handle.current_key_bytes()  # raises: no current key
         put = self._store.put
         put(kg + _BY_TIME + t + key, b"")
         put(kg + _BY_KEY + key + t, b"")
@@ -75,8 +78,13 @@ class Timers:
             floors[kg] = ms
 
     def delete(self, ms) -> None:
-        t = encode_time(_time(ms))
-        kg, key = self._handle.current_key_bytes()
+        if type(ms) is not int or not _LOW <= ms < _HIGH:
+            ms = _time(ms)
+        t = encode_time(ms)
+        handle = self._handle
+        kg, key = handle.current_kg, handle.current_key
+        if kg is None:
+            handle.current_key_bytes()  # raises: no current key
         delete = self._store.delete
         delete(kg + _BY_TIME + t + key)
         delete(kg + _BY_KEY + key + t)

@@ -124,3 +124,50 @@ def test_bad_output_and_arguments_are_refused_clearly(spark, tmp_path):
     with pytest.raises(KeyGroupError):
         StatefulPipeline(str(tmp_path), "op", "user", click_state, OUTPUT_SCHEMA, partitions=5, key_groups=4)
     assert not os.path.exists(tmp_path / "state" / "clicks" / "markers")
+
+
+def test_a_task_raises_the_collector_threshold_while_it_runs_and_restores_it(spark, tmp_path):
+    """The state function runs with the first threshold at TASK_THRESHOLD (a worker's held
+    working copies are walked less often); the driver's thresholds are untouched."""
+    import gc
+
+    import pandas as pd
+
+    from antkv.spark.collector import TASK_THRESHOLD
+
+    def report_threshold(state, rows):
+        yield pd.DataFrame({"user": ["-"], "clicks": [gc.get_threshold()[0]], "last_ts": [0]})
+
+    events = tmp_path / "events"
+    write_event_files(str(events), 0, 1, users=10, events=20, payload_bytes=8)
+    before = gc.get_threshold()
+    out = _pipeline(tmp_path, 2, func=report_threshold).run(spark.read.parquet(str(events))).output
+    assert out["clicks"].astype(int).tolist() == [TASK_THRESHOLD, TASK_THRESHOLD]
+    assert gc.get_threshold() == before
+
+
+def test_task_collections_restores_the_thresholds_once_after_the_last_task():
+    import gc
+
+    from antkv.spark.collector import TASK_THRESHOLD, task_collections
+
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with task_collections():
+            assert gc.get_threshold() == (TASK_THRESHOLD, 10, 10)
+            with task_collections():  # a second task in the process (nested or concurrent)
+                assert gc.get_threshold() == (TASK_THRESHOLD, 10, 10)
+            assert gc.get_threshold() == (TASK_THRESHOLD, 10, 10)  # the first is still running
+        assert gc.get_threshold() == (700, 10, 10)
+        with pytest.raises(ValueError):
+            with task_collections():
+                raise ValueError("a failing task")
+        assert gc.get_threshold() == (700, 10, 10)
+        for own in ((50_000, 10, 10), (0, 10, 10)):  # a higher threshold, or no automatic collection
+            gc.set_threshold(*own)
+            with task_collections():
+                assert gc.get_threshold() == own
+            assert gc.get_threshold() == own
+    finally:
+        gc.set_threshold(*saved)

@@ -52,6 +52,7 @@ from dataclasses import asdict, dataclass, field
 
 import antkv
 
+from .collector import task_collections
 from .commit_message import CommitMessage
 from .commit_protocol import CommitCoordinator
 from .keygroups import (
@@ -281,6 +282,10 @@ class StatefulPipeline:
         K, N = self.key_groups, self.partitions
 
         def task(batches):
+            with task_collections():  # the collector walks the worker's working copies less often
+                yield from run_task(batches)
+
+        def run_task(batches):
             import pandas as pd
             from pyspark import TaskContext
 

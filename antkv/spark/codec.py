@@ -277,7 +277,7 @@ def _unzigzag(z: int) -> int:
 
 
 def _encode_value(value, out: bytearray) -> None:
-    """One value of a row (``_encode_row_into`` writes exact ints and None itself)."""
+    """One value of a row (``_encode_row_into`` writes exact ints, None and tuples itself)."""
     if value is None:  # a NumPy NaT's item()
         out.append(R_NONE)
     elif value is True or value is False:
@@ -329,6 +329,9 @@ def _encode_row_into(row, out: bytearray) -> None:
             out.append(z)
         elif value is None:
             out.append(R_NONE)
+        elif type(value) is tuple:  # a nested row (a value state's row inside its TTL pair)
+            out.append(R_ROW)
+            _encode_row_into(value, out)
         else:
             _encode_value(value, out)
 

@@ -585,7 +585,9 @@ class StateStore:
             nbytes = nobjects = 0
             wrote_snapshot = False
             if self._changes or self._ranges or self._ingested:
-                log = None if self._overflow else encode_changelog(_merge_ranges(self._ranges), self._changes)
+                log = None  # not encoded when a snapshot is due whatever its size
+                if not (self._overflow or self._needs_snapshot(snapshot, chain, 0)):
+                    log = encode_changelog(_merge_ranges(self._ranges), self._changes)
                 if log is None or self._needs_snapshot(snapshot, chain, len(log)):
                     snapshot, nbytes, nobjects = copy.write_snapshot(
                         loc, self.operator, self.partition, version, attempt)

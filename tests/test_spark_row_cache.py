@@ -204,3 +204,34 @@ def test_a_chain_of_changelogs_applied_as_one_equals_applied_one_by_one(tmp_path
                 copy.destroy()
         assert states[0] == states[1]
         assert states[0][0]  # the case is not empty
+
+
+def test_a_new_state_and_a_copy_rebuilt_from_changelogs_alone_hold_their_key_groups_whole(tmp_path):
+    """An empty base's key groups are known empty (warming them reads nothing), and a copy
+    rebuilt from a manifest without a snapshot (its changelogs bring every key, into the cache
+    too) holds the manifest's key groups whole: the next batch reads nothing to warm them."""
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"))
+    location = f"file://{tmp_path}/state"
+    store = open_store(location, "op", 0, 0, options=options)
+    touched = {b"aa": 3, b"ab": 1}
+    assert store.warm_touched(touched) == 0  # nothing to read, yet held whole
+    assert store.keys_held_whole()[0] == {b"aa", b"ab"}
+    model = {b"aa%d" % i: b"a%d" % i for i in range(3)} | {b"ab1": b"b"}
+    for k, v in model.items():
+        store.put(k, v)
+    manifest = store.commit().manifest
+    release_idle_stores()  # the next batch rebuilds the copy, as in another process
+    store = open_store(location, "op", 0, 1, manifest=manifest, options=options)
+    whole, keys = store.keys_held_whole()
+    assert whole == {b"aa", b"ab"} and sorted(keys) == sorted(model)
+    assert store.warm_touched(touched) == 0  # held whole already: no scan
+    assert store.get(b"aa9") is None and all(store.get(k) == v for k, v in model.items())
+    store.put(b"aa9", b"new")  # a blind write in a whole key group: counted without a read
+    store.delete(b"aa0")
+    model = {k: v for k, v in model.items() if k != b"aa0"} | {b"aa9": b"new"}
+    assert store.num_keys() == len(model) and dict(store.items()) == model
+    manifest = store.commit().manifest
+    release_idle_stores()
+    store = open_store(location, "op", 0, 2, manifest=manifest, options=options)
+    assert dict(store.items()) == model and store.num_keys() == len(model)
+    store.abort()

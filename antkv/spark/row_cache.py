@@ -21,7 +21,9 @@ written most recently, which a stateful operator tends to read next), so a worki
 rebuilt in another process -- Spark gives a partition's next task to whichever Python worker
 is free -- does not start cold; when those changelogs are dense (they rewrote much of the
 state) and the state fits half the budget, the snapshot is read whole into the cache first,
-before the changelogs, so every prefix is held whole (``WorkingCopy.load``).
+before the changelogs, so every prefix is held whole (``WorkingCopy.load``); a manifest without
+a snapshot is all changelogs, so its prefixes are held whole from the start.  An empty base's
+prefixes are all empty: warming them reads nothing and holds them whole.
 
 **Memory.**  Each entry is charged its key and value bytes plus :data:`ENTRY_OVERHEAD` (the
 dict slot and the two bytes objects' headers, measured with ``tracemalloc`` in

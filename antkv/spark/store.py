@@ -471,9 +471,10 @@ class StateStore:
         """:meth:`warm` the prefixes where the batch is dense: ``touched[prefix]`` grouping
         keys of the batch, times :data:`_WARM_FACTOR`, reach the prefix's stored keys (as the
         base version counts them), and the row cache can hold them all
-        (:meth:`RowCache.can_hold_whole`).  Nothing when the base's counts are unknown."""
+        (:meth:`RowCache.can_hold_whole`).  Nothing when the base's counts are unknown (an empty
+        base's are known: every prefix is empty, held whole by a scan that reads nothing)."""
         counts = self._base_counts
-        if not counts or self._ranges:
+        if counts is None or self._ranges:
             return 0
         dense = [p for p, n in touched.items() if n * _WARM_FACTOR >= counts.get(p, 0)]
         entries = sum(counts.get(p, 0) for p in dense)

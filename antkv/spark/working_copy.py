@@ -88,7 +88,12 @@ class WorkingCopy:
                 self.work.write_file(meta_name, data)
             self.cache.evict()
         self.db = antkv.open(self.work.db_path, self.engine_options)
-        if snap is not None and manifest.changelogs and self._worth_reading_whole(manifest):
+        if snap is None:
+            if manifest.key_counts is not None and self.rows.can_hold_whole(manifest.num_keys):
+                # the database is empty and the changelogs below bring every key, each into the
+                # cache too (an eviction un-marks its prefix): the state's prefixes are held whole
+                self.rows.complete.update(manifest.key_counts)
+        elif manifest.changelogs and self._worth_reading_whole(manifest):
             self.rows.fill(self.db.items())  # the changelogs below keep every prefix whole
         self.apply_changelogs(location, manifest.changelogs)
         self.manifest_name, self.manifest = name, manifest
@@ -161,15 +166,14 @@ class WorkingCopy:
         for key, value in points.items():
             if value is None:
                 batch.delete(key)
-                rows.discard(key)
             else:
                 batch.put(key, value)
-                rows.put(key, value)
             n += 1
             if n == _APPLY_CHUNK:
                 self.db.write(batch, disable_wal=True)
                 batch, n = antkv.WriteBatch(), 0
         self.db.write(batch, disable_wal=True)
+        rows.write_many(points.items())
 
     def ingest_version(self, location: Location, manifest: Manifest, begin: bytes, end: bytes) -> None:
         """Replace ``[begin, end)`` of this copy's database by what the committed version

@@ -62,7 +62,8 @@ class Timers:
         self._handle = handle
         self._floors = store.memo.setdefault(_FLOORS, {})
 
-    def register(self, ms) -> None:
+    def _entries(self, ms) -> tuple[int, bytes, bytes, bytes]:
+        """``(ms, key group prefix, by-time key, by-key key)`` of the current key's timer at ``ms``."""
         if type(ms) is not int or not _LOW <= ms < _HIGH:
             ms = _time(ms)
         t = encode_time(ms)
@@ -70,24 +71,22 @@ class Timers:
         kg, key = handle.current_kg, handle.current_key
         if kg is None:
             handle.current_key_bytes()  # raises: no current key
+        return ms, kg, kg + _BY_TIME + t + key, kg + _BY_KEY + key + t
+
+    def register(self, ms) -> None:
+        ms, kg, by_time, by_key = self._entries(ms)
         put = self._store.put
-        put(kg + _BY_TIME + t + key, b"")
-        put(kg + _BY_KEY + key + t, b"")
+        put(by_time, b"")
+        put(by_key, b"")
         floors = self._floors
         if ms < floors.get(kg, _LOW):
             floors[kg] = ms
 
     def delete(self, ms) -> None:
-        if type(ms) is not int or not _LOW <= ms < _HIGH:
-            ms = _time(ms)
-        t = encode_time(ms)
-        handle = self._handle
-        kg, key = handle.current_kg, handle.current_key
-        if kg is None:
-            handle.current_key_bytes()  # raises: no current key
+        _, _, by_time, by_key = self._entries(ms)
         delete = self._store.delete
-        delete(kg + _BY_TIME + t + key)
-        delete(kg + _BY_KEY + key + t)
+        delete(by_time)
+        delete(by_key)
 
     def list(self) -> list[int]:
         """The current key's timers, earliest first."""

@@ -235,3 +235,34 @@ def test_a_new_state_and_a_copy_rebuilt_from_changelogs_alone_hold_their_key_gro
     store = open_store(location, "op", 0, 2, manifest=manifest, options=options)
     assert dict(store.items()) == model and store.num_keys() == len(model)
     store.abort()
+
+
+def test_a_chain_writes_no_deletion_of_a_key_the_copy_knows_is_absent(tmp_path):
+    """A deletion in a chain of a key absent from the copy (its key group held whole, the key
+    not cached: a timer registered and deleted again) is not written; the others are."""
+    import xxhash
+
+    from antkv.spark.local_cache import LocalCache
+    from antkv.spark.location import Location
+    from antkv.spark.objects import FileRef, encode_changelog
+    from antkv.spark.row_cache import RowBudget
+    from antkv.spark.working_copy import WorkingCopy
+
+    loc = Location(str(tmp_path / "loc"))
+    refs = []
+    for i, changes in enumerate(({b"aa3": b"new", b"aa1": None}, {b"aa3": None, b"aa9": None, b"ab1": None})):
+        data = encode_changelog([], changes)
+        loc.write(f"op/c{i}", data)
+        refs.append(FileRef(f"op/c{i}", len(data), xxhash.xxh3_128_hexdigest(data)))
+    copy = WorkingCopy(LocalCache(str(tmp_path / "cache"), 1 << 30), antkv.Options(), RowCache(RowBudget(1 << 30, None)))
+    try:
+        copy.open_empty()
+        copy.db.write(antkv.WriteBatch().put(b"aa1", b"base").put(b"aa2", b"base").put(b"ab1", b"base"))
+        copy.rows.fill(copy.db.items(b"aa", b"ab"))  # key group "aa" held whole, "ab" not
+        before = int(copy.db.property("antkv.last-sequence"))
+        copy.apply_changelogs(loc, refs)
+        assert dict(copy.db.items()) == {b"aa2": b"base"}
+        assert int(copy.db.property("antkv.last-sequence")) - before == 2  # aa1 and ab1 deleted, no more
+        assert [copy.rows.lookup(k) for k in (b"aa1", b"aa3", b"aa9")] == [None, None, None]
+    finally:
+        copy.destroy()

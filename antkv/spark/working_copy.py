@@ -36,7 +36,7 @@ import xxhash
 
 from .local_cache import LocalCache, os_errors
 from .location import Location, snapshot_file_name
-from .row_cache import RowCache
+from .row_cache import PREFIX_LEN, RowCache
 from .objects import (
     CHANGE_DELETE,
     CHANGE_DELETE_RANGE,
@@ -157,14 +157,20 @@ class WorkingCopy:
 
     def _write_changes(self, ranges, points: dict) -> None:
         """Range deletions, then point changes, into the database (in write batches, without
-        the WAL: a copy is never recovered from it) and the row cache."""
+        the WAL: a copy is never recovered from it) and the row cache.  A deletion of a key the
+        row cache knows is absent (its key group held whole, the key not cached) changes
+        nothing and is not written: a chain that registers a timer and later deletes it leaves
+        no tombstone."""
         rows = self.rows  # warmed with the records: the keys written last are the likeliest read next
         batch, n = antkv.WriteBatch(), 0
         for b, e in ranges:
             batch.delete_range(b, e)
             rows.drop_range(b, e)
+        cached, whole = rows.rows, rows.complete
         for key, value in points.items():
             if value is None:
+                if key not in cached and key[:PREFIX_LEN] in whole:
+                    continue  # absent already
                 batch.delete(key)
             else:
                 batch.put(key, value)

@@ -277,6 +277,18 @@ def _malformed(what: str, name: str):
 # ---------------------------------------------------------------------- changelog
 
 
+def merge_ranges(ranges) -> list[tuple[bytes, bytes]]:
+    """``[begin, end)`` ranges sorted, overlapping and touching ones merged: the same keys."""
+    out: list[list[bytes]] = []
+    for b, e in sorted(ranges):
+        if out and b <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1][1] = e
+        else:
+            out.append([b, e])
+    return [(b, e) for b, e in out]
+
+
 def encode_changelog(ranges, changes) -> bytes:
     """``ranges``: ``[(begin, end)]``; ``changes``: ``{key: value or None}`` (None = deleted).
 

@@ -87,7 +87,7 @@ from .location import (
 from .key_counts import add_counts, aligned, count_changes, in_range, scan_counts
 from .memory import worker_memory, worker_row_budget
 from .row_cache import MISSING, PREFIX_LEN, RowCache
-from .objects import FileRef, Manifest, Marker, encode_changelog
+from .objects import FileRef, Manifest, Marker, encode_changelog, merge_ranges
 from .working_copy import WorkingCopy
 
 MiB = 1 << 20
@@ -513,7 +513,7 @@ class StateStore:
         """``(keys now, keys per prefix now or None)``: :func:`key_counts.count_changes`."""
         self._apply_pending()
         return count_changes(self._db, self._base_snapshot, self._base_keys, self._base_counts, self._changes,
-                             self._base_live, _merge_ranges(self._ranges), _SCAN_FACTOR)
+                             self._base_live, merge_ranges(self._ranges), _SCAN_FACTOR)
 
     # ------------------------------------------------------------------ ingest
 
@@ -588,7 +588,7 @@ class StateStore:
             if self._changes or self._ranges or self._ingested:
                 log = None  # not encoded when a snapshot is due whatever its size
                 if not (self._overflow or self._needs_snapshot(snapshot, chain, 0)):
-                    log = encode_changelog(_merge_ranges(self._ranges), self._changes)
+                    log = encode_changelog(merge_ranges(self._ranges), self._changes)
                 if log is None or self._needs_snapshot(snapshot, chain, len(log)):
                     snapshot, nbytes, nobjects = copy.write_snapshot(
                         loc, self.operator, self.partition, version, attempt)
@@ -673,17 +673,6 @@ def _prefix_runs(prefixes: list[bytes]):
         else:
             runs.append([p, nxt])
     return runs
-
-
-def _merge_ranges(ranges: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    out: list[list[bytes]] = []
-    for b, e in sorted(ranges):
-        if out and b <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1][1] = e
-        else:
-            out.append([b, e])
-    return [(b, e) for b, e in out]
 
 
 # ---------------------------------------------------------------------- per-process state

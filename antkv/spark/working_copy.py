@@ -36,7 +36,7 @@ import xxhash
 
 from .local_cache import LocalCache, os_errors
 from .location import Location, snapshot_file_name
-from .row_cache import PREFIX_LEN, RowCache
+from .row_cache import RowCache
 from .objects import (
     CHANGE_DELETE,
     CHANGE_DELETE_RANGE,
@@ -46,6 +46,7 @@ from .objects import (
     Snapshot,
     decode_changelog,
     file_digest,
+    merge_ranges,
 )
 
 _SNAPSHOT_SUFFIXES = (".sst", ".vlog")  # immutable engine files, uploaded as objects
@@ -158,7 +159,7 @@ class WorkingCopy:
     def _write_changes(self, ranges, points: dict) -> None:
         """Range deletions, then point changes, into the database (in write batches, without
         the WAL: a copy is never recovered from it) and the row cache.  A deletion of a key the
-        row cache knows is absent (its key group held whole, the key not cached) changes
+        row cache knows is absent (cached as absent, or in a key group held whole) changes
         nothing and is not written: a chain that registers a timer and later deletes it leaves
         no tombstone."""
         rows = self.rows  # warmed with the records: the keys written last are the likeliest read next
@@ -166,10 +167,9 @@ class WorkingCopy:
         for b, e in ranges:
             batch.delete_range(b, e)
             rows.drop_range(b, e)
-        cached, whole = rows.rows, rows.complete
         for key, value in points.items():
             if value is None:
-                if key not in cached and key[:PREFIX_LEN] in whole:
+                if rows.lookup(key) is None:
                     continue  # absent already
                 batch.delete(key)
             else:
@@ -300,12 +300,7 @@ def _checked_changelog(location: Location, ref: FileRef, path: str) -> bytes:
 
 def _drop_covered(points: dict, ranges) -> None:
     """Remove from ``points`` the keys inside any of ``ranges`` (``[begin, end)`` pairs)."""
-    merged = []
-    for b, e in sorted(ranges):
-        if merged and b <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], e)
-        else:
-            merged.append([b, e])
+    merged = merge_ranges(ranges)
     begins = [b for b, _ in merged]
     for key in [k for k in points if (i := bisect.bisect_right(begins, k) - 1) >= 0 and k < merged[i][1]]:
         del points[key]

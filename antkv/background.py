@@ -168,7 +168,11 @@ class Background:
     def _flush_memtable(self, mem, created: set[int]) -> None:
         started = time.monotonic()
         snapshots = self._snapshots.sequences()
-        meta, garbage = write_level0_table(self._jobs, self._vlog, mem, snapshots, self._stats)
+        with self._mutex:
+            # nothing older anywhere: while an immutable memtable waits no ingest adds a table,
+            # and tables come from older memtables' flushes only, which would come first
+            bottommost = self._imms[-1] is mem and next(self._versions.current.all_files(), None) is None
+        meta, garbage = write_level0_table(self._jobs, self._vlog, mem, snapshots, self._stats, bottommost)
         with self._mutex:
             self._wal_names_unsynced.difference_update(created)
             while self._imms[-1] is not mem and self._bg_error is None:  # an older flush runs

@@ -65,17 +65,20 @@ def memtable_from_payload(payload: bytes) -> MemTable:
     return MemTable.from_contents(*marshal.loads(payload))
 
 
-def execute_flush(mem: MemTable, snapshots: list[int], env: OutputEnv, merge_operator=None) -> JobResult:
-    """Write immutable ``mem`` as (at most) one L0 table: never bottommost, so deletions stay;
-    ``merge_operator`` (the database's) combines merge operands."""
+def execute_flush(mem: MemTable, snapshots: list[int], env: OutputEnv, merge_operator=None,
+                  bottommost: bool = False) -> JobResult:
+    """Write immutable ``mem`` as (at most) one L0 table; ``merge_operator`` (the database's)
+    combines merge operands.  ``bottommost``: nothing older than ``mem`` exists anywhere (no
+    table, no older memtable), so deletions no snapshot needs are dropped, as at a bottommost
+    compaction; otherwise they stay, to hide older versions below."""
     garbage: dict[int, int] = {}
-    tombstones = output_tombstones(list(mem.range_dels), snapshots, bottommost=False)
+    tombstones = output_tombstones(list(mem.range_dels), snapshots, bottommost)
     outputs = TableOutputs(env, target_size=1 << 62, tombstones=tombstones, stats_key="flush_bytes_written")
     try:
         if not snapshots and not mem.range_dels and merge_operator is None:
-            outputs.add_rows(*_newest_versions(mem, garbage))
+            outputs.add_rows(*_newest_versions(mem, garbage, bottommost))
         else:
-            outputs.add_all(compaction_stream(mem.iter_forward(None), snapshots, mem.fragments(), False, garbage,
+            outputs.add_all(compaction_stream(mem.iter_forward(None), snapshots, mem.fragments(), bottommost, garbage,
                                               merge_operator=merge_operator))
         tables = outputs.finish()
     except BaseException:
@@ -86,12 +89,16 @@ def execute_flush(mem: MemTable, snapshots: list[int], env: OutputEnv, merge_ope
     return JobResult(tables, garbage, env.stats)
 
 
-def _newest_versions(mem: MemTable, garbage: dict[int, int]) -> tuple[list, list]:
+def _newest_versions(mem: MemTable, garbage: dict[int, int], drop_deletions: bool = False) -> tuple[list, list]:
     """Every key's newest version as ``(keys, rows)`` in key order (rows are the memtable's own
-    ``(seq, kind, value)`` tuples); the value pointers of older versions are counted as
-    garbage.  REQUIRES: no live snapshot, no range tombstone, and an immutable ``mem``."""
+    ``(seq, kind, value)`` tuples), without the deletions when ``drop_deletions``; the value
+    pointers of older versions are counted as garbage.  REQUIRES: no live snapshot, no range
+    tombstone, and an immutable ``mem``."""
     versions = mem.versions
-    keys = sorted(versions)  # one C sort; the memtable's own SortedList is not needed here
+    if drop_deletions:
+        keys = sorted(k for k, row in versions.items() if row[1] != DELETION)
+    else:
+        keys = sorted(versions)  # one C sort; the memtable's own SortedList is not needed here
     for lst in mem.older.values():
         for _seq, kind, value in lst:
             if kind >= VALUE_POINTER:

@@ -247,23 +247,24 @@ class JobRunner:
                 self._workers[ident] = w
             return w
 
-    def flush(self, mem, snapshots: list[int]) -> JobResult:
-        """Flush ``mem`` in this thread's worker, or here when that is sooner: ``mem`` is small
-        (:meth:`_small`) and the worker is not running, or a ``flush(wait=True)`` call waits
-        for it.  A caller that waits writes nothing meanwhile, so its memtable is flushed in
-        this process rather than shipped to the worker (serialising it there and back costs
-        ~0.5 us per key: a memtable of 106,000 100-byte values flushed in 0.25 s in the
-        worker, ~0.13 s here)."""
+    def flush(self, mem, snapshots: list[int], bottommost: bool = False) -> JobResult:
+        """Flush ``mem`` (:func:`~antkv.compaction.jobs.execute_flush`) in this thread's worker,
+        or here when that is sooner: ``mem`` is small (:meth:`_small`) and the worker is not
+        running, or a ``flush(wait=True)`` call waits for it.  A caller that waits writes
+        nothing meanwhile, so its memtable is flushed in this process rather than shipped to
+        the worker (serialising it there and back costs ~0.5 us per key: a memtable of 106,000
+        100-byte values flushed in 0.25 s in the worker, ~0.13 s here)."""
+        op = self._options.merge_operator
         if mem.flush_waited:
-            return execute_flush(mem, snapshots, self._env(), self._options.merge_operator)
+            return execute_flush(mem, snapshots, self._env(), op, bottommost)
         w = self._running_worker() if self._small(mem) else self._worker()
         if w is not None:
-            op = self._options.merge_operator
-            msg = ("flush", self._path, TableOptions.of(self._options), memtable_payload(mem), list(snapshots), op)
+            msg = ("flush", self._path, TableOptions.of(self._options), memtable_payload(mem), list(snapshots), op,
+                   bottommost)
             result = self._in_worker(w, msg)
             if result is not None:
                 return result
-        return execute_flush(mem, snapshots, self._env(), self._options.merge_operator)
+        return execute_flush(mem, snapshots, self._env(), op, bottommost)
 
     def _small(self, mem) -> bool:
         """Whether ``mem`` is cheaper to flush here than to start a worker process for: it never

@@ -63,7 +63,7 @@ def worker_main(parent_pid: int) -> None:
         readers = []
         try:
             if msg[0] == "flush":
-                result = execute_flush(memtable_from_payload(msg[3]), msg[4], env, msg[5])
+                result = execute_flush(memtable_from_payload(msg[3]), msg[4], env, msg[5], msg[6])
             else:
 
                 def open_reader(f):

@@ -103,7 +103,7 @@ _WARM_FACTOR = 8  # warm a key group the batch touches at least 1/8 of (one read
 class StoreOptions:
     """How state stores use memory, local disk and the location (every field has a default)."""
 
-    memory_bytes: int = 256 * MiB  # the process's one antkv.shared_memory() budget (memory.py)
+    memory_bytes: int = 1024 * MiB  # the process's one antkv.shared_memory() budget (memory.py, docs/spark.md 6)
     cache_dir: str | None = None  # None: $ANTKV_SPARK_CACHE_DIR or <tmp>/antkv-spark-cache
     cache_disk_bytes: int = 8 << 30  # disk budget of the local cache's downloaded files
     max_changelog_chain: int = 8  # changelogs on top of a snapshot before the next snapshot

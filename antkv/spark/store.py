@@ -97,6 +97,7 @@ _LIVE = object()  # a changed key whose new value is not kept (the batch outgrew
 _NO_WAL = antkv.WriteOptions(disable_wal=True)  # a working copy's writes (module docstring)
 _APPLY_EVERY = 4096  # point writes gathered before they go to the database as one batch
 _WARM_FACTOR = 8  # warm a key group the batch touches at least 1/8 of (one read beats 8 scanned)
+_COPY_WRITE_BUFFER = 256 * MiB  # a working copy's memtable limit (engine_options)
 
 
 @dataclass(frozen=True)
@@ -141,9 +142,11 @@ class StoreOptions:
     def engine_options(self) -> antkv.Options:
         cache, wbm = worker_memory(self.memory_bytes)
         # a working copy's database is closed only to be thrown away (WorkingCopy.destroy):
-        # flushing its memtable first would be wasted work
+        # flushing its memtable first would be wasted work.  The process's write buffer manager
+        # bounds every copy's memtables together; a smaller limit per copy would only flush
+        # sooner, before a batch's overwrites collapse (docs/spark.md section 6)
         base = dict(block_cache=cache, write_buffer_manager=wbm, background_process=False,
-                    avoid_flush_during_shutdown=True)
+                    avoid_flush_during_shutdown=True, write_buffer_size=_COPY_WRITE_BUFFER)
         base.update(self.engine)
         return antkv.Options(**base)
 

@@ -25,10 +25,11 @@ the first query of each batch alternate (S A, A S, S A, ...): each query then ru
 back to back and waits for two of the other's.  Two Spark batches of the full size take over
 a minute, and Spark stops the Python workers of a UDF that has not run for a minute (its fixed
 idle timeout), so antkv's next batch starts new workers and rebuilds every working copy: that
-order measures a query whose batches are over a minute apart, not a steady stream.  Reported per batch and query: rows/s,
-the input rows over the micro-batches' ``triggerExecution`` time (summed over the micro-batches
-the file caused: Spark adds a batch without data when the watermark moves).  Single runs on a
-shared machine: expect noise.
+order measures a query whose batches are over a minute apart, not a steady stream.
+
+Reported per batch and query: rows/s, the input rows over the micro-batches'
+``triggerExecution`` time (summed over the micro-batches the file caused: Spark adds a batch
+without data when the watermark moves).  Single runs on a shared machine: expect noise.
 """
 
 from __future__ import annotations

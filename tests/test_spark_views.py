@@ -343,7 +343,15 @@ def test_a_stateful_batch_job_on_spark_equals_spark_aggregation(spark, tmp_path)
 
 @given(FRAMES, st.data())
 def test_row_slicer_gives_ilocs_rows_numbered_from_zero(frame, data):
-    frame = frame.assign(when=pd.to_datetime(frame["payload"] % 10**9, unit="s"), ratio=frame["payload"] / 7)
+    payload = frame["payload"]
+    frame = frame.assign(
+        when=pd.to_datetime(payload % 10**9, unit="s"), ratio=payload / 7, even=payload % 2 == 0,
+        # blocks the slicer hands to pandas' own block slicing: 1-D extension arrays, a
+        # timezone-aware datetime, and a datetime column carrying a frequency
+        region_cat=frame["region"].astype("category"), count=pd.array(payload % 5, dtype="Int64"),
+        label=frame["user"].astype("string"), utc=pd.to_datetime(payload % 10**9, unit="s", utc=True))
+    if len(frame):
+        frame["daily"] = pd.date_range("2026-01-01", periods=len(frame), freq="D")
     slicer = row_slicer(frame)
     assert slicer.__name__ == "by_blocks"  # the installed pandas takes the block-manager path
     start = data.draw(st.integers(0, len(frame)))

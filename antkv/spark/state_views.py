@@ -312,29 +312,57 @@ def row_slicer(frame):
     i.e. ``frame.iloc[start:end]`` with a fresh ``RangeIndex`` (how Spark hands a group's rows
     to a processor), sharing ``frame``'s data as ``iloc`` does.
 
-    Called once per grouping key, so it slices pandas' block manager directly and gives the
-    slice its index without re-validating it: ~4.6 us against ~9 us for ``iloc`` plus the new
-    index.  A pandas without those internals gets the ``iloc`` path;
-    ``tests/test_spark_views.py`` checks both give equal frames."""
+    Called once per grouping key, so it builds the slice from pandas' blocks directly, without
+    re-validating what slicing cannot change: a NumPy block's array is sliced as is, a 2-D
+    datetime-like block's backing array too (rewrapped with its dtype, the block having no
+    ``freq``), any other block through pandas' own ``slice_block_rows``; the rows' axis is
+    a new ``RangeIndex``.  ~3.3 us against ~4.9 us through the manager's ``get_slice`` and ~9
+    us for ``iloc`` plus the new index, for a string and a datetime column.  A pandas without
+    those internals gets the ``iloc`` path; ``tests/test_spark_views.py`` checks both give
+    equal frames."""
+    import numpy as np
     import pandas as pd
 
     range_index = pd.RangeIndex
     mgr = getattr(frame, "_mgr", None)
     from_mgr = getattr(pd.DataFrame, "_from_mgr", None)
     new_index = getattr(range_index, "_simple_new", None)
-    if (from_mgr is None or new_index is None or not hasattr(mgr, "get_slice")
-            or not isinstance(getattr(mgr, "axes", None), list)):
+    blocks = getattr(mgr, "blocks", None)
+    makers = None
+    if from_mgr is not None and new_index is not None and blocks is not None and getattr(mgr, "ndim", None) == 2:
+        makers = [_block_slicer(block, np) for block in blocks]
+    if makers is None or None in makers or not isinstance(getattr(mgr, "axes", None), list):
         def by_iloc(start: int, end: int):
             rows = frame.iloc[start:end]
             rows.index = range_index(end - start)
             return rows
         return by_iloc
 
+    manager, columns = type(mgr), mgr.axes[0]
+
     def by_blocks(start: int, end: int):
-        sliced = mgr.get_slice(slice(start, end), axis=1)
-        sliced.axes[1] = new_index(range(end - start))  # the rows' axis: end - start long
+        rows = slice(start, end)
+        sliced = manager(tuple([make(rows) for make in makers]), [columns, new_index(range(end - start))],
+                         verify_integrity=False)
         return from_mgr(sliced, sliced.axes)
     return by_blocks
+
+
+def _block_slicer(block, np):
+    """A function ``rows -> block``: ``block`` restricted to the rows of the slice ``rows``
+    (see :func:`row_slicer`); None for a pandas whose blocks lack what it uses."""
+    values = getattr(block, "values", None)
+    cls, placement, refs = type(block), getattr(block, "mgr_locs", None), getattr(block, "refs", None)
+    if placement is None or refs is None:
+        return None
+    if isinstance(values, np.ndarray):
+        return lambda rows: cls(values[:, rows], placement, ndim=2, refs=refs)
+    backing = getattr(values, "_ndarray", None)
+    if (isinstance(backing, np.ndarray) and backing.ndim == 2 and getattr(values, "freq", None) is None
+            and hasattr(values, "_from_backing_data")):
+        rewrap = values._from_backing_data
+        return lambda rows: cls(rewrap(backing[:, rows]), placement, ndim=2, refs=refs)
+    return getattr(block, "slice_block_rows", None)
 
 
 def iter_groups(frame, key_group_col: str, key_cols):

@@ -66,7 +66,7 @@ PRIVATE_ALLOWED: dict[str, tuple[str, set[str]]] = {
     "antkv.spark.state_views": (
         "the per-key rows of a processor are built from pandas' blocks: a third of the cost of "
         "iloc, once per grouping key (row_slicer falls back to iloc without these)",
-        {"_mgr", "_from_mgr", "_simple_new", "_ndarray", "_from_backing_data"},
+        {"_mgr", "_from_mgr", "_simple_new", "_ndarray", "_from_backing_data", "_blknos", "_blklocs"},
     ),
 }
 

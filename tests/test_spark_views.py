@@ -360,6 +360,12 @@ def test_row_slicer_gives_ilocs_rows_numbered_from_zero(frame, data):
     expected = frame.iloc[start:end].reset_index(drop=True)
     pd.testing.assert_frame_equal(rows, expected)
     assert isinstance(rows.index, pd.RangeIndex) and rows.index.start == 0
-    rows["added"] = 1  # a processor may add columns to its rows: the batch does not change
-    assert "added" not in frame.columns
+    rows["added"] = 1  # a processor may add, replace and drop columns of its rows ...
+    rows["ratio"] = "replaced"
+    rows.insert(0, "first", 2.5)
+    del rows["payload"]
+    assert list(rows.columns) == ["first"] + [c for c in expected.columns if c != "payload"] + ["added"]
+    assert (rows["ratio"] == "replaced").all() and (rows["added"] == 1).all()
+    assert "added" not in frame.columns  # ... and neither the batch nor the next slice changes
     pd.testing.assert_frame_equal(frame.iloc[start:end].reset_index(drop=True), expected)
+    pd.testing.assert_frame_equal(slicer(start, end), expected)

@@ -339,11 +339,18 @@ def row_slicer(frame):
         return by_iloc
 
     manager, columns = type(mgr), mgr.axes[0]
+    # which block holds each column, and where: the slice has the same blocks in the same
+    # order, so it gets (copies of) the frame's maps rather than rebuilding them at its first
+    # column access (~1 us); copies, as pandas may update a frame's maps in place
+    block_of, place_in = getattr(mgr, "blknos", None), getattr(mgr, "blklocs", None)
+    known_maps = block_of is not None and place_in is not None and hasattr(mgr, "_blknos")
 
     def by_blocks(start: int, end: int):
         rows = slice(start, end)
         sliced = manager(tuple([make(rows) for make in makers]), [columns, new_index(range(end - start))],
                          verify_integrity=False)
+        if known_maps:
+            sliced._blknos, sliced._blklocs = block_of.copy(), place_in.copy()
         return from_mgr(sliced, sliced.axes)
     return by_blocks
 

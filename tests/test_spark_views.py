@@ -346,11 +346,12 @@ def test_row_slicer_gives_ilocs_rows_numbered_from_zero(frame, data):
     payload = frame["payload"]
     frame = frame.assign(
         when=pd.to_datetime(payload % 10**9, unit="s"), ratio=payload / 7, even=payload % 2 == 0,
-        # blocks the slicer hands to pandas' own block slicing: 1-D extension arrays, a
-        # timezone-aware datetime, and a datetime column carrying a frequency
+        # every kind of block: NumPy (int, float, bool, object), datetime-like (naive and
+        # timezone-aware, sliced by their backing arrays) and 1-D extension arrays (category,
+        # nullable int, string: pandas' own block slicing)
         region_cat=frame["region"].astype("category"), count=pd.array(payload % 5, dtype="Int64"),
         label=frame["user"].astype("string"), utc=pd.to_datetime(payload % 10**9, unit="s", utc=True))
-    if len(frame):
+    if len(frame):  # a column from a date_range (the frame keeps no frequency for it)
         frame["daily"] = pd.date_range("2026-01-01", periods=len(frame), freq="D")
     slicer = row_slicer(frame)
     assert slicer.__name__ == "by_blocks"  # the installed pandas takes the block-manager path

@@ -26,7 +26,7 @@ test: $(STAMP)
 # The Spark pipeline demo: a streaming query on antkv state, rescaled mid-stream, checked
 # against plain Spark (ARGS, e.g. ARGS="--users 10000", sizes it).
 demo: $(STAMP)
-	$(PY) -m antkv.spark.demo $(ARGS)
+	$(PY) -m antkv.spark.tools.demo $(ARGS)
 
 # The embedded-library demo.
 demo-library: $(STAMP)

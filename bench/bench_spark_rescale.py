@@ -9,7 +9,7 @@ An operator with the default 4,096 key groups holds ``--keys`` keys, then 10x as
 with a ``--value-size``-byte value of random bytes (incompressible, different per key), in a
 version published by 2 partitions (a local checkpoint location, the stores' default engine
 options but ``min_blob_size``).  Version 1 is then rescaled to 3 partitions, each new
-partition opened with ``antkv.spark.rescale.open_rescaled_store`` and committed (not
+partition opened with ``antkv.spark.store.rescale.open_rescaled_store`` and committed (not
 published: every repetition starts from the same version).  The plan (``K = 4096, 2 -> 3``):
 
 * new 0 keeps old 0's groups [0, 1366) and clips [1366, 2048): a third of its base dropped;
@@ -49,8 +49,8 @@ import xxhash  # noqa: E402
 
 from bench.measure import read_proc_io  # noqa: E402
 from antkv.spark import CommitCoordinator, StoreOptions, open_store, release_idle_stores  # noqa: E402
-from antkv.spark.keygroups import DEFAULT_KEY_GROUPS, clip_to_key_groups, key_group_range, plan_rescale  # noqa: E402
-from antkv.spark.rescale import open_rescaled_store  # noqa: E402
+from antkv.spark.store.keygroups import DEFAULT_KEY_GROUPS, clip_to_key_groups, key_group_range, plan_rescale  # noqa: E402
+from antkv.spark.store.rescale import open_rescaled_store  # noqa: E402
 
 K = DEFAULT_KEY_GROUPS
 KEY_LEN = 2 + 2 + 13

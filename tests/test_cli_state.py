@@ -12,9 +12,9 @@ import pytest
 
 import antkv
 from antkv.spark import CommitCoordinator, StoreOptions, open_store
-import antkv.spark.inspect
-from antkv.spark.keygroups import METADATA_PREFIX, key_group_range
-from antkv.spark.state_views import KeyedState
+import antkv.spark.tools.state_reader
+from antkv.spark.store.keygroups import METADATA_PREFIX, key_group_range
+from antkv.spark.state.views import KeyedState
 from antkv.tools.cli import main
 
 K = 16
@@ -112,7 +112,7 @@ def test_state_export_makes_a_database_the_other_commands_read(run, location, tm
     data = [k for k in exported if not k.startswith(METADATA_PREFIX)]
     assert len(data) == 30 and len(exported) == 33  # 10 users x 3 states; 3 state names, once
     assert f"exported {len(exported)} keys" in out
-    assert antkv.spark.inspect.decoded_state(loc, "clicks") == expected
+    assert antkv.spark.tools.state_reader.decoded_state(loc, "clicks") == expected
     code, out, _ = run("scan", dest, "--escape", "--limit", "2")
     assert code == 0 and len(out.splitlines()) == 2
     code, _, err = run("state-export", loc, "clicks", dest)  # never over an existing directory

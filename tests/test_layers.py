@@ -45,8 +45,21 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("database", ("antkv.db",)),
-    ("public API and tools", ("antkv", "antkv.__main__", "antkv.tools", "antkv.demo", "antkv.spark", "antkv.destroy", "antkv.repair")),
+    ("public API", ("antkv", "antkv.destroy", "antkv.repair")),
+    ("spark: the state store and its commit protocol", ("antkv.spark.store",)),
+    ("spark: state encodings and views", ("antkv.spark.state",)),
+    ("spark: the runtime (routing, tasks, output)", ("antkv.spark.runtime",)),
+    ("spark: the StatefulProcessor compatibility layer", ("antkv.spark.processor",)),
+    ("spark: tools over state", ("antkv.spark.tools",)),
+    ("spark: public API", ("antkv.spark",)),
+    ("tools", ("antkv.__main__", "antkv.tools", "antkv.demo")),
 ]
+
+# third-party packages a layer must not import (at any depth), and why
+FORBIDDEN_IMPORTS: dict[str, tuple[str, set[str]]] = {
+    "antkv.spark.store": ("a state store opens, commits and loads in any Python process", {"pandas", "pyspark"}),
+    "antkv.spark.state": ("state encodings and views run inside a task, with no Spark session", {"pyspark"}),
+}
 
 # private names any module may use, and why
 PRIVATE_CONVENTIONS = {
@@ -63,7 +76,7 @@ PRIVATE_ALLOWED: dict[str, tuple[str, set[str]]] = {
             "_closed", "_open_table", "_prefetch_pool", "_vlog_reader"
         },
     ),
-    "antkv.spark.state_views": (
+    "antkv.spark.state.views": (
         "the per-key rows of a processor are built from pandas' blocks: a third of the cost of "
         "iloc, once per grouping key (row_slicer falls back to iloc without these)",
         {"_mgr", "_from_mgr", "_simple_new", "_ndarray", "_from_backing_data", "_blknos", "_blklocs"},
@@ -131,6 +144,29 @@ GRAPH = {m: sorted({t for t, _ in imports_of(m) if t != m}) for m in MODULES}
 def test_every_module_is_in_a_layer():
     for m in MODULES:
         layer_of(m)
+
+
+def third_party_imports_of(mod: str) -> list[tuple[str, int]]:
+    """``(top-level package, line)`` for every non-antkv absolute import in ``mod``, at any depth."""
+    out = []
+    for node in ast.walk(TREES[mod]):
+        if isinstance(node, ast.Import):
+            out += [(a.name.split(".")[0], node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.append((node.module.split(".")[0], node.lineno))
+    return [(name, line) for name, line in out if name != "antkv"]
+
+
+def test_lower_spark_layers_import_no_spark_or_pandas():
+    bad = []
+    for m in MODULES:
+        for prefix, (why, forbidden) in FORBIDDEN_IMPORTS.items():
+            if m == prefix or m.startswith(prefix + "."):
+                bad += [f"{MODULES[m]}:{line}: imports {name} ({why})"
+                        for name, line in third_party_imports_of(m) if name in forbidden]
+    assert not bad, "\n".join(bad)
+    assert ("pyspark", 1) in third_party_imports_of("antkv.spark.runtime.routing") or any(
+        n == "pyspark" for n, _ in third_party_imports_of("antkv.spark.runtime.routing"))
 
 
 def test_no_upward_import():

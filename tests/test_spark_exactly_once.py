@@ -25,11 +25,13 @@ from pyspark import TaskContext
 from pyspark import cloudpickle
 
 from antkv.spark import CommitCoordinator, CommitError, CommitMessage, Location, StoreOptions, open_store, release_idle_stores
-from antkv.spark.runner import map_with_state, publish_batch, run_batch
+import spark_minimal_runner
+from spark_minimal_runner import map_with_state, publish_batch, run_batch
 
 from test_spark_store_model import location_objects, referenced_objects, s3_server  # noqa: F401
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import tests/
+cloudpickle.register_pickle_by_value(spark_minimal_runner)
 
 N = 2
 SCHEMA = "key string, total long"

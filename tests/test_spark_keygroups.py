@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import antkv
-from antkv.spark.keygroups import (
+from antkv.spark.runtime.routing import key_group_column, partition_column, route
+from antkv.spark.store.keygroups import (
     DEFAULT_KEY_GROUPS,
     KEY_GROUP_COUNT_KEY,
     MAX_KEY_GROUPS,
@@ -26,13 +27,10 @@ from antkv.spark.keygroups import (
     check_partition_key_groups,
     clip_to_key_groups,
     ensure_key_group_count,
-    key_group_column,
     key_group_prefix,
     key_group_range,
-    partition_column,
     partition_for_key_group,
     plan_rescale,
-    route,
     state_prefix,
 )
 
@@ -338,4 +336,4 @@ def test_a_row_sent_to_the_wrong_partition_fails_loudly(spark):
         _landing(spark, k, n, rows=200, partition_col=off_by_one)
     message = str(failure.value)
     assert "KeyGroupError" in message
-    assert "owns key groups" in message and "route rows with antkv.spark.keygroups.route" in message
+    assert "owns key groups" in message and "route rows with antkv.spark.store.keygroups.route" in message

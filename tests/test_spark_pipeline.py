@@ -9,14 +9,14 @@ import pytest
 
 import antkv
 from antkv.spark import ParquetBatchSink, StatefulPipeline, read_state
-from antkv.spark.demo import (
+from antkv.spark.tools.demo import (
     OUTPUT_SCHEMA,
     click_state,
     expected_with_spark,
     run_demo,
     write_event_files,
 )
-from antkv.spark.keygroups import KeyGroupError
+from antkv.spark.store.keygroups import KeyGroupError
 
 
 def _pipeline(root, partitions, key_groups=64, func=click_state):
@@ -133,7 +133,7 @@ def test_a_task_raises_the_collector_threshold_while_it_runs_and_restores_it(spa
 
     import pandas as pd
 
-    from antkv.spark.collector import TASK_THRESHOLD
+    from antkv.spark.runtime.collector import TASK_THRESHOLD
 
     def report_threshold(state, rows):
         yield pd.DataFrame({"user": ["-"], "clicks": [gc.get_threshold()[0]], "last_ts": [0]})
@@ -149,7 +149,7 @@ def test_a_task_raises_the_collector_threshold_while_it_runs_and_restores_it(spa
 def test_task_collections_restores_the_thresholds_once_after_the_last_task():
     import gc
 
-    from antkv.spark.collector import TASK_THRESHOLD, task_collections
+    from antkv.spark.runtime.collector import TASK_THRESHOLD, task_collections
 
     saved = gc.get_threshold()
     try:

@@ -1,4 +1,4 @@
-"""Rescale by ingestion (``antkv.spark.rescale``) on plain stores in a real local location.
+"""Rescale by ingestion (``antkv.spark.store.rescale``) on plain stores in a real local location.
 
 Two old partitions (K = 16 key groups) are published as version 1 and rescaled to three.  The
 tests check that the bring-in adds the source's files (the new manifest names the source's
@@ -20,9 +20,9 @@ import antkv
 from antkv.fs.fault import FaultInjectionFileSystem
 from antkv.fs.posix import OSFileSystem
 from antkv.spark import CommitCoordinator, Location, StoreOptions, open_store, release_idle_stores
-from antkv.spark.keygroups import key_group_range, plan_rescale
-from antkv.spark.rescale import open_rescaled_store
-from antkv.spark.store import read_manifest
+from antkv.spark.store.keygroups import key_group_range, plan_rescale
+from antkv.spark.store.rescale import open_rescaled_store
+from antkv.spark.store.state_store import read_manifest
 
 from test_spark_faults import Fault, make_faulty
 

@@ -11,7 +11,7 @@ import pytest
 
 import antkv
 from antkv.spark import StoreOptions, open_store, release_idle_stores
-from antkv.spark.row_cache import CHUNK, ENTRY_OVERHEAD, MISSING, RowBudget, RowCache
+from antkv.spark.store.row_cache import CHUNK, ENTRY_OVERHEAD, MISSING, RowBudget, RowCache
 
 
 @pytest.mark.parametrize("n, key_len, value_len", [(20000, 16, 30), (30000, 28, 0), (5000, 40, 200)])
@@ -171,11 +171,11 @@ def test_a_chain_of_changelogs_applied_as_one_equals_applied_one_by_one(tmp_path
 
     import xxhash
 
-    from antkv.spark.local_cache import LocalCache
-    from antkv.spark.location import Location
-    from antkv.spark.objects import FileRef, encode_changelog
-    from antkv.spark.row_cache import RowBudget
-    from antkv.spark.working_copy import WorkingCopy
+    from antkv.spark.store.local_cache import LocalCache
+    from antkv.spark.store.location import Location
+    from antkv.spark.store.objects import FileRef, encode_changelog
+    from antkv.spark.store.row_cache import RowBudget
+    from antkv.spark.store.working_copy import WorkingCopy
 
     rng = random.Random(seed)
     loc = Location(str(tmp_path / "loc"))
@@ -242,11 +242,11 @@ def test_a_chain_writes_no_deletion_of_a_key_the_copy_knows_is_absent(tmp_path):
     not cached: a timer registered and deleted again) is not written; the others are."""
     import xxhash
 
-    from antkv.spark.local_cache import LocalCache
-    from antkv.spark.location import Location
-    from antkv.spark.objects import FileRef, encode_changelog
-    from antkv.spark.row_cache import RowBudget
-    from antkv.spark.working_copy import WorkingCopy
+    from antkv.spark.store.local_cache import LocalCache
+    from antkv.spark.store.location import Location
+    from antkv.spark.store.objects import FileRef, encode_changelog
+    from antkv.spark.store.row_cache import RowBudget
+    from antkv.spark.store.working_copy import WorkingCopy
 
     loc = Location(str(tmp_path / "loc"))
     refs = []

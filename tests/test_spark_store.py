@@ -24,10 +24,10 @@ from antkv.spark import (
     open_store,
     release_idle_stores,
 )
-from antkv.spark.local_cache import LocalCache
-from antkv.spark.memory import worker_memory
-from antkv.spark.objects import file_digest
-from antkv.spark.store import read_manifest
+from antkv.spark.store.local_cache import LocalCache
+from antkv.spark.store.memory import worker_memory
+from antkv.spark.store.objects import file_digest
+from antkv.spark.store.state_store import read_manifest
 
 from test_spark_store_model import location_objects, referenced_objects, s3_server  # noqa: F401 (a fixture)
 

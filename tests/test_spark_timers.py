@@ -10,8 +10,8 @@ import random
 import pytest
 
 from antkv.spark import StoreOptions, open_store, release_idle_stores
-from antkv.spark.keygroups import key_group_prefix, key_group_range
-from antkv.spark.processor_handle import ProcessorHandle
+from antkv.spark.store.keygroups import key_group_prefix, key_group_range
+from antkv.spark.processor.handle import ProcessorHandle
 
 K = 128  # key groups, one partition (enough for the floors from the row cache)
 

@@ -20,9 +20,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import antkv
-from antkv.spark.codec import decode_key, decode_row, decode_rows, encode_key, encode_row, encode_rows
-from antkv.spark.keygroups import KeyGroupError, KeyGroupRange, key_group_range, route
-from antkv.spark.state_views import KeyedState, group_batch, iter_groups, row_slicer
+from antkv.spark.state.codec import decode_key, decode_row, decode_rows, encode_key, encode_row, encode_rows
+from antkv.spark.runtime.routing import route
+from antkv.spark.store.keygroups import KeyGroupError, KeyGroupRange, key_group_range
+from antkv.spark.state.views import KeyedState, group_batch, iter_groups, row_slicer
 
 # Spark's Python workers must run this interpreter (see test_spark_keygroups.py).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

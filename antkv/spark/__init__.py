@@ -20,14 +20,14 @@ model, the layout of a location, the protocol and its guarantees.
     coord.publish(1, messages); coord.cleanup(1)         # driver, with every partition's msg
 """
 
-from .commit_message import CommitMessage
-from .commit_protocol import CleanupResult, CommitCoordinator, CommitError, ConcurrentWriterError, PublishResult
-from .location import Location
-from .processor import TransformWithState, transform_with_state
-from .inspect import read_state
-from .pipeline import BatchMetrics, BatchResult, PartitionMetrics, PartitionState, StatefulPipeline
-from .sinks import ParquetBatchSink
-from .store import StateStore, StoreOptions, open_store, release_idle_stores
+from antkv.spark.store.commit_message import CommitMessage
+from antkv.spark.store.commit_protocol import CleanupResult, CommitCoordinator, CommitError, ConcurrentWriterError, PublishResult
+from antkv.spark.store.location import Location
+from antkv.spark.processor.transform import TransformWithState, transform_with_state
+from antkv.spark.tools.state_reader import read_state
+from antkv.spark.runtime.pipeline import BatchMetrics, BatchResult, PartitionMetrics, PartitionState, StatefulPipeline
+from antkv.spark.runtime.sinks import ParquetBatchSink
+from antkv.spark.store.state_store import StateStore, StoreOptions, open_store, release_idle_stores
 
 __all__ = [
     "StatefulPipeline",

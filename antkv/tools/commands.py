@@ -100,7 +100,7 @@ def open_db(args, *, read_only: bool = False, create_if_missing: bool = False):
 def _state_hint(path: str) -> str:
     """A pointer to the ``state-*`` commands when ``path`` is a Spark checkpoint location."""
     try:
-        from ..spark.inspect import is_state_location
+        from antkv.spark.tools.state_reader import is_state_location
     except ImportError:  # the spark extra is not installed: no location to recognise
         return ""
     if not is_state_location(path):

@@ -1,6 +1,6 @@
 """The ``antkv state-*`` commands: a Spark pipeline's checkpoint location, read from the shell.
 
-A location holds objects, not a database directory (:mod:`antkv.spark.inspect`), so these
+A location holds objects, not a database directory (:mod:`antkv.spark.tools.state_reader`), so these
 commands take ``LOCATION`` (a path or any ``pyarrow.fs`` URI) and an operator::
 
     antkv state-info LOCATION [--operator OP] [--version V]    versions, partitions, keys, bytes
@@ -19,7 +19,7 @@ from .progress import step_bar
 
 
 def cmd_state_info(args, out: Output) -> int:
-    from ..spark.inspect import describe_location
+    from antkv.spark.tools.state_reader import describe_location
 
     ops = describe_location(args.location, args.operator, args.version)
     if args.json:
@@ -54,7 +54,7 @@ def _plain(value):
 
 
 def cmd_state_show(args, out: Output) -> int:
-    from ..spark.inspect import decoded_state
+    from antkv.spark.tools.state_reader import decoded_state
 
     state = decoded_state(args.location, args.operator, args.version)
     shown = 0
@@ -70,7 +70,7 @@ def cmd_state_show(args, out: Output) -> int:
 
 
 def cmd_state_export(args, out: Output) -> int:
-    from ..spark.inspect import export_state
+    from antkv.spark.tools.state_reader import export_state
 
     with step_bar("export", "keys", args.no_progress) as bar:
         n = export_state(args.location, args.operator, args.dir, args.version, progress=bar)

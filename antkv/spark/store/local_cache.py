@@ -39,8 +39,8 @@ import antkv
 from antkv import CorruptionError
 from antkv import IOError as AntIOError
 
-from .location import Location
-from .objects import FileRef, file_digest
+from antkv.spark.store.location import Location
+from antkv.spark.store.objects import FileRef, file_digest
 
 
 class LocalCache:

@@ -27,7 +27,7 @@ The trailer comes last so a truncated object never verifies.  Payloads:
   The state of the version is the snapshot (or the empty state) with the changelogs applied
   in order.  Snapshot files (engine tables and sealed value-log files) are uploaded as they
   are, checked by the size and xxh3_128 recorded here; ``meta`` holds the engine's small
-  per-checkpoint files inline.  ``key_counts`` (:mod:`antkv.spark.key_counts`) counts the
+  per-checkpoint files inline.  ``key_counts`` (:mod:`antkv.spark.store.key_counts`) counts the
   keys per prefix; its counts are positive and sum to ``num_keys``.  A manifest whose JSON
   exceeds 4 KiB is stored zstd-compressed (codec 1).
 
@@ -44,7 +44,7 @@ The trailer comes last so a truncated object never verifies.  Payloads:
        "num_keys": int}
 
 * **event-time record** (JSON) -- written by the driver of a processor in the EventTime time
-  mode before it publishes a version (``antkv/spark/processor.py``)::
+  mode before it publishes a version (``antkv/spark/processor/transform.py``)::
 
       {"format": 1, "version": int, "max_event_time_ms": int | null, "watermark_ms": int}
 
@@ -167,7 +167,7 @@ class Manifest:
     num_keys: int
     snapshot: Snapshot | None
     changelogs: tuple[FileRef, ...] = field(default=())
-    key_counts: dict | None = None  # 2-byte key prefix -> keys (antkv.spark.key_counts)
+    key_counts: dict | None = None  # 2-byte key prefix -> keys (antkv.spark.store.key_counts)
 
     def objects(self) -> set[str]:
         """Every object this version needs (besides the manifest itself)."""

@@ -1,4 +1,7 @@
-"""Run one stateful batch on Spark: every partition updates its state store, the driver publishes.
+"""The tests' minimal runner of the exactly-once protocol (the product's pipelines are
+:mod:`antkv.spark.runtime.pipeline` and :mod:`antkv.spark.processor.transform`).
+
+Run one stateful batch on Spark: every partition updates its state store, the driver publishes.
 
 This is the minimal runner the exactly-once protocol needs; richer APIs build on its two steps.
 
@@ -23,9 +26,9 @@ from __future__ import annotations
 
 import antkv
 
-from .commit_message import CommitMessage
-from .commit_protocol import CommitCoordinator, PublishResult
-from .store import StoreOptions, open_store
+from antkv.spark.store.commit_message import CommitMessage
+from antkv.spark.store.commit_protocol import CommitCoordinator, PublishResult
+from antkv.spark.store.state_store import StoreOptions, open_store
 
 COMMIT_COLUMN = "_antkv_commit"
 

@@ -19,7 +19,7 @@ the database (a scan, a range deletion, the key count, a commit) or ``_APPLY_EVE
 gathered.  A state update thus costs a dict store, and the engine one batched write per few
 thousand updates.  (A batch that outgrew its changelog keeps no values in the change set,
 ``_drop_values``: from then on its writes go to the database at once.)  The database writes
-also keep the working copy's row cache (:mod:`antkv.spark.row_cache`) current.
+also keep the working copy's row cache (:mod:`antkv.spark.store.row_cache`) current.
 
 Those writes skip the working copy's WAL: a working copy is never recovered from its own
 files (a process that dies leaves its copy to the sweep, and the state is rebuilt from the
@@ -35,7 +35,7 @@ pass, from a snapshot taken when the batch began (a point read per key, or one s
 base's keys when the batch blind-wrote more than 1/8 of them; none when the base is empty).
 A range deletion removes the keys of ``v`` in the range: read from the manifest's counts per
 key prefix when the range is aligned to prefixes (a key-group range is), else by one scan of
-the range at commit (:mod:`antkv.spark.key_counts`).  Cost: at most one point read per
+the range at commit (:mod:`antkv.spark.store.key_counts`).  Cost: at most one point read per
 *distinct blind-written* key per batch, none per write.  The snapshot keeps the base's
 versions through compactions that run during the batch.  ``ingest_version`` (a rescale's
 bring-in) settles the count and restarts it from the state after the ingest.
@@ -72,9 +72,9 @@ import xxhash
 import antkv
 from antkv.record.batch import as_bytes
 
-from .commit_message import CommitMessage
-from .local_cache import LocalCache
-from .location import (
+from antkv.spark.store.commit_message import CommitMessage
+from antkv.spark.store.local_cache import LocalCache
+from antkv.spark.store.location import (
     Location,
     changelog_name,
     check_operator,
@@ -84,11 +84,11 @@ from .location import (
     marker_name,
     new_attempt_id,
 )
-from .key_counts import add_counts, aligned, count_changes, in_range, scan_counts
-from .memory import worker_memory, worker_row_budget
-from .row_cache import MISSING, PREFIX_LEN, RowCache
-from .objects import FileRef, Manifest, Marker, encode_changelog, merge_ranges
-from .working_copy import WorkingCopy
+from antkv.spark.store.key_counts import add_counts, aligned, count_changes, in_range, scan_counts
+from antkv.spark.store.memory import worker_memory, worker_row_budget
+from antkv.spark.store.row_cache import MISSING, PREFIX_LEN, RowCache
+from antkv.spark.store.objects import FileRef, Manifest, Marker, encode_changelog, merge_ranges
+from antkv.spark.store.working_copy import WorkingCopy
 
 MiB = 1 << 20
 _UNSET = object()
@@ -178,7 +178,7 @@ def open_store(location, operator: str, partition: int, version: int, *, manifes
 
     ``rescale_from=q`` opens, as partition ``partition``, the state of *old* partition ``q``
     of ``version`` (``manifest`` is then q's manifest, required): the start of a rescale
-    (``antkv.spark.rescale``).  The version this store commits references q's files by name
+    (``antkv.spark.store.rescale``).  The version this store commits references q's files by name
     and names q's manifest as its base; nothing of q's is copied or changed.
     """
     loc = as_location(location)
@@ -436,7 +436,7 @@ class StateStore:
         rows.write_many([(key, changes[key]) for key in keys])
 
     def keys_held_whole(self) -> tuple[set, list]:
-        """``(prefixes, keys)``: the :data:`~antkv.spark.row_cache.PREFIX_LEN`-byte prefixes
+        """``(prefixes, keys)``: the :data:`~antkv.spark.store.row_cache.PREFIX_LEN`-byte prefixes
         (key groups) whose every key the row cache holds, and the live keys it holds under
         them, in no order -- what scans of those prefixes would return, read from memory."""
         self._check_active()
@@ -446,7 +446,7 @@ class StateStore:
         return whole, [k for k, v in rows.rows.items() if v is not None and k[:PREFIX_LEN] in whole]
 
     def warm(self, prefixes) -> int:
-        """Read every entry under each prefix of :data:`~antkv.spark.row_cache.PREFIX_LEN`
+        """Read every entry under each prefix of :data:`~antkv.spark.store.row_cache.PREFIX_LEN`
         bytes (a key group) in ``prefixes`` into the row cache, which then holds the prefix
         whole: a read of any key there, present or absent, needs no engine read, and the commit
         needs none to count keys written without being read.  For a batch that touches most

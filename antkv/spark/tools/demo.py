@@ -1,7 +1,7 @@
 """``make demo``: a streaming click pipeline on antkv state, rescaled mid-stream, checked against
 plain Spark.
 
-    python -m antkv.spark.demo [--users 3000] [--events 6000] [--batches 4] [--workdir DIR]
+    python -m antkv.spark.tools.demo [--users 3000] [--events 6000] [--batches 4] [--workdir DIR]
 
 1. Click events (user, ts, page, a payload of random bytes different for every event) are
    written as Parquet files, one file per micro-batch.
@@ -12,7 +12,7 @@ plain Spark.
    the batch: the running click count and the batch's last timestamp) goes to an idempotent
    Parquet sink; progress and metrics are printed per batch.
 3. The query stops; more files arrive; the query restarts from its checkpoint with 3
-   partitions: the first batch rescales the state (antkv.spark.rescale), then more batches run.
+   partitions: the first batch rescales the state (antkv.spark.store.rescale), then more batches run.
 4. The verdict: the final state (read from the published version) and every output row must
    equal the same computation done by plain Spark over all the events (group-bys and window
    functions).  Exit status 0 only when both are equal.
@@ -27,9 +27,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from .inspect import read_state
-from .pipeline import StatefulPipeline
-from .sinks import ParquetBatchSink
+from antkv.spark.tools.state_reader import read_state
+from antkv.spark.runtime.pipeline import StatefulPipeline
+from antkv.spark.runtime.sinks import ParquetBatchSink
 
 RECENT = 16  # events kept per user in the list state
 PAGES = 24

@@ -1,6 +1,6 @@
 """Inspecting a checkpoint location from outside Spark: what the ``antkv state-*`` commands show.
 
-A pipeline's state lives in its checkpoint location as objects (:mod:`antkv.spark.location`),
+A pipeline's state lives in its checkpoint location as objects (:mod:`antkv.spark.store.location`),
 not as an antkv database directory, so the database commands (``antkv scan DIR``) do not open
 it.  These functions read it without Spark and without changing it:
 
@@ -8,7 +8,7 @@ it.  These functions read it without Spark and without changing it:
   and, for the newest (or a given) one, each partition's key count and the bytes its manifest
   references (snapshot files and changelogs);
 * :func:`decoded_state` -- the keyed state of a version, decoded (state variable, grouping key,
-  value), as :func:`antkv.spark.state_views.read_keyed_state` gives it;
+  value), as :func:`antkv.spark.state.views.read_keyed_state` gives it;
 * :func:`export_state` -- a version's keys and values, every partition's, written into a new
   antkv database directory that every ``antkv`` database command then reads.
 
@@ -23,12 +23,12 @@ import os
 
 import antkv
 
-from .commit_protocol import CommitCoordinator
-from .location import MARKER_DIR, check_operator, parse_marker_name
-from .keygroups import METADATA_PREFIX
-from .pipeline import PIPELINE_OBJECT
-from .state_views import read_keyed_state
-from .store import StoreOptions, as_location, open_store, read_manifest
+from antkv.spark.store.commit_protocol import CommitCoordinator
+from antkv.spark.store.location import MARKER_DIR, check_operator, parse_marker_name
+from antkv.spark.store.keygroups import METADATA_PREFIX
+from antkv.spark.runtime.pipeline import PIPELINE_OBJECT
+from antkv.spark.state.views import read_keyed_state
+from antkv.spark.store.state_store import StoreOptions, as_location, open_store, read_manifest
 
 _EXPORT_BATCH = 4096  # keys per write batch of an export
 

@@ -1,7 +1,7 @@
 """A working copy's row cache: the newest values of keys its state stores read or wrote.
 
 A stateful operator reads and rewrites the same keys batch after batch; the working copy
-stays open in the executor between batches (:mod:`antkv.spark.store`), and so does its row
+stays open in the executor between batches (:mod:`antkv.spark.store.state_store`), and so does its row
 cache.  A point read it answers costs a dict lookup instead of an engine read (bloom filter,
 index, block search), as RocksDB's ``row_cache`` does for a database's point reads.
 

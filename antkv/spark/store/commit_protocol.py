@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 import antkv
 
-from .commit_message import CommitMessage
-from .location import (
+from antkv.spark.store.commit_message import CommitMessage
+from antkv.spark.store.location import (
     MARKER_DIR,
     check_operator,
     check_version,
@@ -48,8 +48,8 @@ from .location import (
     parse_temporary_name,
     partition_dir,
 )
-from .objects import Marker
-from .store import as_location, read_manifest, read_marker
+from antkv.spark.store.objects import Marker
+from antkv.spark.store.state_store import as_location, read_manifest, read_marker
 
 
 class CommitError(antkv.Error):
@@ -144,7 +144,7 @@ class CommitCoordinator:
         ``bases`` (one manifest name per partition of this query) is the base each partition
         must have built on when it differs from ``base_manifests(version - 1)``: after a change
         of the number of partitions, the old partition each new one started from (a rescale,
-        ``antkv.spark.rescale``); every name must be a manifest of published ``version - 1``."""
+        ``antkv.spark.store.rescale``); every name must be a manifest of published ``version - 1``."""
         version = check_version(version)
         if version < 1:
             raise antkv.InvalidArgumentError("the first version a batch makes is 1")

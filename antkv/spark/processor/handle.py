@@ -11,7 +11,7 @@ of the current grouping key (``registerTimer``, ``deleteTimer``, ``listTimers``)
   (:meth:`set_current_key`), and every state variable and timer call acts on it.
 
 **State ids.**  A state variable's id (the 2 bytes after the key group in its stored keys,
-:mod:`antkv.spark.keygroups`) is derived from its name, ``1 + xxh32(name) % 0xFF00``, so every
+:mod:`antkv.spark.store.keygroups`) is derived from its name, ``1 + xxh32(name) % 0xFF00``, so every
 partition and every batch agrees on it without coordination.  The first use of an id records
 ``kind | name`` under ``PROCESSOR_STATE_PREFIX + id`` in the store's metadata area; a second
 name with the same id, or the same name with another kind, is refused with a clear error
@@ -25,10 +25,10 @@ import xxhash
 
 from antkv import InvalidArgumentError
 
-from .codec import encode_key
-from .keygroups import METADATA_PREFIX, KeyGroupError, KeyGroupRange, key_group_prefix, state_id_bytes
-from .processor_state import ListState, MapState, ValueState, expired_index_entries, field_count
-from .timers import Timers
+from antkv.spark.state.codec import encode_key
+from antkv.spark.store.keygroups import METADATA_PREFIX, KeyGroupError, KeyGroupRange, key_group_prefix, state_id_bytes
+from antkv.spark.processor.variables import ListState, MapState, ValueState, expired_index_entries, field_count
+from antkv.spark.processor.timers import Timers
 
 PROCESSOR_STATE_PREFIX = METADATA_PREFIX + b"processor-state"
 FIRST_RESERVED_ID = 0xFF00

@@ -16,8 +16,8 @@ The engine's own TTL (``db.put(..., ttl=)``) is not used: it compares with the r
 while Spark's expiry is the batch's one processing time, the same in every partition and in a
 rerun of the batch.
 
-Stored layout (keys begin as :mod:`antkv.spark.keygroups` draws them; ``P = key group | state
-id | encode_key(grouping key)``; values use :mod:`antkv.spark.codec`; ``e`` is the expiry in ms,
+Stored layout (keys begin as :mod:`antkv.spark.store.keygroups` draws them; ``P = key group | state
+id | encode_key(grouping key)``; values use :mod:`antkv.spark.state.codec`; ``e`` is the expiry in ms,
 or None for no TTL)::
 
     value state   P                          -> encode_row((e, row))
@@ -37,8 +37,8 @@ import struct
 
 from antkv import CorruptionError, InvalidArgumentError
 
-from .codec import decode_key, decode_row, decode_rows, encode_key, encode_row
-from .keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
+from antkv.spark.state.codec import decode_key, decode_row, decode_rows, encode_key, encode_row
+from antkv.spark.store.keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
 
 TTL_INDEX_ID = 0xFFF2  # part of the stored layout: the state id of the TTL index
 _TIME = struct.Struct(">Q")

@@ -10,11 +10,11 @@ outputMode, timeMode, initialState, eventTimeColumnName)`` runs here as it is, i
     result = runner.run(batch_df)                              # one batch: the next version
     stream.writeStream.foreachBatch(runner.foreach_batch(sink)).start()   # a streaming query
 
-The runner is a :class:`antkv.spark.pipeline.StatefulPipeline` (routing by key group,
+The runner is a :class:`antkv.spark.runtime.pipeline.StatefulPipeline` (routing by key group,
 exactly-once commits, rescale, metrics) whose function drives the processor.  In each task,
 for its partition and batch, in Spark's order:
 
-1. ``init(handle)`` with an antkv-backed handle (:mod:`antkv.spark.processor_handle`);
+1. ``init(handle)`` with an antkv-backed handle (:mod:`antkv.spark.processor.handle`);
 2. the key groups the batch touches densely are read whole into the store's row cache
    (``StateStore.warm_touched``: one ordered scan instead of a point read per key);
    on the first batch, ``handleInitialState(key, rows, timerValues)`` for each key of the
@@ -22,7 +22,7 @@ for its partition and batch, in Spark's order:
 3. ``handleInputRows(key, rows, timerValues)`` once per grouping key of the batch, ``rows``
    being an iterator of pandas DataFrames with the input's columns, as in Spark;
 4. ``handleExpiredTimer(key, timerValues, expiredTimerInfo)`` for every timer that expired,
-   by (time, key), each then deleted (:mod:`antkv.spark.timers`: no scan of the state);
+   by (time, key), each then deleted (:mod:`antkv.spark.processor.timers`: no scan of the state);
 5. the end of TTL'd elements that expired, then ``close()``.
 
 **Time.**  ``TimerValues.getCurrentProcessingTimeInMs()`` is the batch's processing time, read
@@ -32,7 +32,7 @@ batch ``b`` is ``max(0, the largest event time of batches < b - watermark_delay_
 going back (0 in the first batch); input rows with an event time at or below the previous
 batch's watermark are late and dropped; event-time timers fire when the watermark reaches
 them.  The largest event time is recorded with each version (an event-time record,
-:mod:`antkv.spark.objects`, written before the version is published), so a restarted query
+:mod:`antkv.spark.store.objects`, written before the version is published), so a restarted query
 continues with the same watermark.  Spark also runs a batch without data when the watermark
 moved; under ``foreachBatch`` the next batch (or an explicit ``run`` of an empty DataFrame)
 fires those timers.
@@ -46,12 +46,12 @@ from dataclasses import dataclass
 
 import antkv
 
-from .keygroups import DEFAULT_KEY_GROUPS, key_group_prefix
-from .location import event_time_name, marker_name, parse_event_time_name, EVENT_TIME_DIR
-from .objects import KIND_EVENT_TIME, seal, unseal
-from .pipeline import KEY_GROUP_COLUMN, BatchResult, StatefulPipeline
-from .processor_handle import DeclaringHandle, ProcessorHandle, check_time_mode
-from .state_views import group_batch, iter_groups, row_slicer
+from antkv.spark.store.keygroups import DEFAULT_KEY_GROUPS, key_group_prefix
+from antkv.spark.store.location import event_time_name, marker_name, parse_event_time_name, EVENT_TIME_DIR
+from antkv.spark.store.objects import KIND_EVENT_TIME, seal, unseal
+from antkv.spark.runtime.pipeline import KEY_GROUP_COLUMN, BatchResult, StatefulPipeline
+from antkv.spark.processor.handle import DeclaringHandle, ProcessorHandle, check_time_mode
+from antkv.spark.state.views import group_batch, iter_groups, row_slicer
 
 INITIAL_COLUMN = "__antkv_initial"  # 1 on the rows of the initial state, 0 on input rows
 INITIAL_PREFIX = "__antkv_init__"  # the initial state's columns travel under this prefix
@@ -98,7 +98,7 @@ class TransformWithState:
     """Runs a Spark ``StatefulProcessor`` on antkv state, batch after batch; see the module
     docstring.  The arguments after ``output_schema`` are ``transformWithStateInPandas``'s
     (``initial_state`` is a DataFrame holding the key columns under the same names) and
-    :class:`~antkv.spark.pipeline.StatefulPipeline`'s."""
+    :class:`~antkv.spark.runtime.pipeline.StatefulPipeline`'s."""
 
     def __init__(self, location, operator: str, key, processor, output_schema, *,
                  output_mode: str = "Update", time_mode: str = "None", initial_state=None,

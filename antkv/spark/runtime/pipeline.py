@@ -21,9 +21,9 @@
 
 1. on the driver: check ``K`` against the one recorded with the operator (``KeyGroupError``
    before any task runs), read the published version ``batch_id`` and, if it has another
-   number of partitions, plan the rescale (:mod:`antkv.spark.rescale`);
+   number of partitions, plan the rescale (:mod:`antkv.spark.store.rescale`);
 2. in the JVM: add each row's key group and route rows with ``repartitionById``
-   (:func:`antkv.spark.keygroups.route`);
+   (:func:`antkv.spark.store.keygroups.route`);
 3. in each task (``mapInPandas``): open the partition's state, check every row's key group
    belongs to the partition (a stray row fails the task at once: nothing is published), call
    ``func(state, rows)`` once with all the partition's rows, commit, and return the output rows
@@ -36,7 +36,7 @@
 **Sinks are at-least-once.**  Under ``foreachBatch``, Spark reruns a batch whose end it did not
 record (a driver failure after the sink wrote).  The state is exactly-once (the rerun finds the
 version published and does not change it) but the sink is called again with the rerun's output.
-Make the sink idempotent by batch id: :class:`antkv.spark.sinks.ParquetBatchSink` writes one
+Make the sink idempotent by batch id: :class:`antkv.spark.runtime.sinks.ParquetBatchSink` writes one
 file per batch id, replaced whole by a rerun, so readers never see a batch twice.
 
 The output travels to the driver; it suits results of modest size per batch (per-key updates,
@@ -52,23 +52,23 @@ from dataclasses import asdict, dataclass, field
 
 import antkv
 
-from .collector import task_collections
-from .commit_message import CommitMessage
-from .commit_protocol import CommitCoordinator
-from .keygroups import (
+from antkv.spark.runtime.collector import task_collections
+from antkv.spark.store.commit_message import CommitMessage
+from antkv.spark.store.commit_protocol import CommitCoordinator
+from antkv.spark.runtime.routing import route
+from antkv.spark.store.keygroups import (
     DEFAULT_KEY_GROUPS,
     check_key_group_count,
     check_partition_key_groups,
     ensure_key_group_count,
     key_group_range,
     plan_rescale,
-    route,
     validate_parallelism,
 )
-from .location import PIPELINE_OBJECT, check_operator
-from .rescale import open_rescaled_store
-from .state_views import KeyedState, group_batch
-from .store import StoreOptions, as_location, local_cache_counters, open_store
+from antkv.spark.store.location import PIPELINE_OBJECT, check_operator
+from antkv.spark.store.rescale import open_rescaled_store
+from antkv.spark.state.views import KeyedState, group_batch
+from antkv.spark.store.state_store import StoreOptions, as_location, local_cache_counters, open_store
 
 log = logging.getLogger("antkv.spark")
 
@@ -99,7 +99,7 @@ class PartitionState(KeyedState):
 
     def grouped(self, frame):
         """The rows sorted by (key group, key) with their group boundaries
-        (:class:`antkv.spark.state_views.GroupedBatch`), for column-wise work over groups."""
+        (:class:`antkv.spark.state.views.GroupedBatch`), for column-wise work over groups."""
         return group_batch(frame, KEY_GROUP_COLUMN, self.key_columns)
 
 

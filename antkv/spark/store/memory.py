@@ -6,8 +6,8 @@ once by ``antkv.shared_memory(total_bytes)`` (cache = (3 - r) * total / 3, write
 many operators, stays within one figure instead of one budget per store -- the native-memory
 growth users of Spark's RocksDB provider report.
 
-The row caches of the process's working copies (:mod:`antkv.spark.row_cache`) share one
-:class:`~antkv.spark.row_cache.RowBudget`, charged to the same block cache.
+The row caches of the process's working copies (:mod:`antkv.spark.store.row_cache`) share one
+:class:`~antkv.spark.store.row_cache.RowBudget`, charged to the same block cache.
 
 The budget belongs to the process: a forked child does not inherit its parent's (it makes its
 own on first use), and the first caller's ``total_bytes`` fixes it for the process's life.
@@ -20,7 +20,7 @@ import threading
 
 import antkv
 
-from .row_cache import RowBudget
+from antkv.spark.store.row_cache import RowBudget
 
 _lock = threading.Lock()
 _budget: tuple[int, int, antkv.Cache, antkv.WriteBufferManager] | None = None  # (pid, total, cache, wbm)

@@ -34,10 +34,10 @@ import uuid
 import antkv
 import xxhash
 
-from .local_cache import LocalCache, os_errors
-from .location import Location, snapshot_file_name
-from .row_cache import RowCache
-from .objects import (
+from antkv.spark.store.local_cache import LocalCache, os_errors
+from antkv.spark.store.location import Location, snapshot_file_name
+from antkv.spark.store.row_cache import RowCache
+from antkv.spark.store.objects import (
     CHANGE_DELETE,
     CHANGE_DELETE_RANGE,
     CHANGE_PUT,
@@ -66,7 +66,7 @@ class WorkingCopy:
         self.manifest: Manifest | None = None
         self.file_map: dict[str, FileRef] = {}
         # Facts derived from the database's contents, kept across batches for whoever derived
-        # them (the timers' floors, antkv.spark.timers).  Invariant: each still holds for the
+        # them (the timers' floors, antkv.spark.processor.timers).  Invariant: each still holds for the
         # contents as the store's own writes change them; anything else that changes them
         # (an ingest, a catch-up) empties it.
         self.memo: dict = {}

@@ -7,7 +7,7 @@ timer's key group like every other stored key (so a rescale moves timers with th
     by time   key group | TIMER_BY_TIME_ID | time (8 B) | encode_key(grouping key)   -> b""
     by key    key group | TIMER_BY_KEY_ID  | encode_key(grouping key) | time (8 B)   -> b""
 
-(time: :func:`antkv.spark.processor_state.encode_time`, whose byte order is the numeric
+(time: :func:`antkv.spark.processor.variables.encode_time`, whose byte order is the numeric
 order).  The *by time* space answers "which timers expired at ``t``" with one bounded scan per
 key group, ``[kg | BY_TIME, kg | BY_TIME | encode_time(t + 1))``, reading only expired timers
 and never the state; the *by key* space answers ``listTimers()`` for the current key with one
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from antkv import CorruptionError
 
-from .codec import decode_key
-from .keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
-from .processor_state import decode_time, encode_time
+from antkv.spark.state.codec import decode_key
+from antkv.spark.store.keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
+from antkv.spark.processor.variables import decode_time, encode_time
 
 TIMER_BY_TIME_ID = 0xFFF0  # part of the stored layout
 TIMER_BY_KEY_ID = 0xFFF1  # part of the stored layout

@@ -11,12 +11,12 @@ the ranges Flink assigns (``computeKeyGroupRangeForOperatorIndex`` and its inver
 ``computeOperatorIndexForKeyGroup``).  Rows reach their owner through
 ``DataFrame.repartitionById(N, floor(key_group * N / K))`` (:func:`route`), again in the JVM.
 
-Stored keys (the layout is defined here and in :mod:`antkv.spark.codec`)::
+Stored keys (the layout is defined here and in :mod:`antkv.spark.state.codec`)::
 
     offset  size  field
     0       2     key group g, big-endian (0 <= g < K <= 0x8000)
     2       2     state id, big-endian (one per state variable of the operator)
-    4       n     grouping key, antkv.spark.codec.encode_key (prefix-free, order-preserving)
+    4       n     grouping key, antkv.spark.state.codec.encode_key (prefix-free, order-preserving)
     4+n     m     entry key within the state: empty for value and list state, the
                   encode_key of the user key for map state
 
@@ -196,47 +196,8 @@ def check_partition_key_groups(key_group_values, key_groups: int, partitions: in
     raise KeyGroupError(
         f"partition {partition} of {partitions} owns key groups [{owned.start}, {owned.stop}) "
         f"of {key_groups} but received {outside.size} row(s) outside it (first: key group "
-        f"{first}, {owner}); route rows with antkv.spark.keygroups.route using the operator's "
+        f"{first}, {owner}); route rows with antkv.spark.store.keygroups.route using the operator's "
         f"K and N"
-    )
-
-
-# --------------------------------------------------------------------------- Spark routing
-
-
-def key_group_column(key_columns, key_groups: int = DEFAULT_KEY_GROUPS):
-    """A Spark Column: the key group of each row, ``pmod(xxhash64(key columns), K)`` as an int,
-    evaluated in the JVM."""
-    from pyspark.sql import functions as F
-
-    validate_key_group_count(key_groups)
-    if isinstance(key_columns, str):
-        key_columns = [key_columns]
-    if not key_columns:
-        raise InvalidArgumentError("at least one key column is needed")
-    return F.pmod(F.xxhash64(*key_columns), F.lit(key_groups)).cast("int")
-
-
-def partition_column(key_group_col, key_groups: int, partitions: int):
-    """A Spark Column: the partition owning each row's key group, ``floor(g * N / K)``."""
-    from pyspark.sql import functions as F
-
-    validate_parallelism(key_groups, partitions)
-    if isinstance(key_group_col, str):
-        key_group_col = F.col(key_group_col)
-    # g * N < 2**30 is exact as a double, and a quotient that is not a whole number is at least
-    # 1 / K away from one, so truncating the double division is exactly floor(g * N / K).
-    return ((key_group_col.cast("long") * partitions) / F.lit(key_groups)).cast("int")
-
-
-def route(df, key_columns, partitions: int, key_groups: int = DEFAULT_KEY_GROUPS,
-          key_group_col: str = "__key_group"):
-    """``df`` with its key group in column ``key_group_col``, repartitioned so that partition
-    ``p`` of ``partitions`` holds exactly the rows whose key group it owns."""
-    validate_parallelism(key_groups, partitions)
-    with_group = df.withColumn(key_group_col, key_group_column(key_columns, key_groups))
-    return with_group.repartitionById(
-        partitions, partition_column(key_group_col, key_groups, partitions)
     )
 
 

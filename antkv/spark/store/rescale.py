@@ -1,7 +1,7 @@
 """Open a partition's state across a change of the number of partitions (a rescale).
 
 After ``N`` partitions published version ``v``, a batch run with ``N'`` partitions builds
-version ``v + 1`` from the plan of :func:`antkv.spark.keygroups.plan_rescale`.  New partition
+version ``v + 1`` from the plan of :func:`antkv.spark.store.keygroups.plan_rescale`.  New partition
 ``p`` (a task):
 
 1. opens its **base** -- the old partition overlapping its key-group range most -- as its own
@@ -28,7 +28,7 @@ version ``v + 1`` from the plan of :func:`antkv.spark.keygroups.plan_rescale`.  
 Invariants: every key of version ``v`` whose key group ``p`` owns under ``N'`` is in ``p``'s
 state, and no other key is (the plan's invariants, tested with hypothesis, plus the clip and
 the ingest's replacement of exactly each brought-in range); the key count is exact, read from
-the manifests' key counts per key group (:mod:`antkv.spark.key_counts`) without reading a key.
+the manifests' key counts per key group (:mod:`antkv.spark.store.key_counts`) without reading a key.
 Old partitions' objects stay referenced by the new manifests that name them, so cleanup keeps
 them as long as a retained version needs them.  Until the driver publishes ``v + 1``, version
 ``v`` is the state: on any error the store is aborted (working copy and temporary
@@ -56,8 +56,8 @@ Costs (measured by ``bench/bench_spark_rescale.py``; ``docs/spark.md``, "Rescale
 
 from __future__ import annotations
 
-from .keygroups import PartitionRescale, clip_to_key_groups
-from .store import StateStore, StoreOptions, open_store
+from antkv.spark.store.keygroups import PartitionRescale, clip_to_key_groups
+from antkv.spark.store.state_store import StateStore, StoreOptions, open_store
 
 
 def open_rescaled_store(location, operator: str, plan: PartitionRescale, version: int,

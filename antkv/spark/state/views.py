@@ -7,9 +7,9 @@ grouping-key tuple, as Spark's implicit grouping key and Flink's ``setCurrentKey
 made from it reads and writes the state of that key.  The names and semantics follow Spark 4's
 ``ValueState``, ``ListState`` and ``MapState``.
 
-Stored keys follow :mod:`antkv.spark.keygroups` (key group, state id, grouping key, entry key);
+Stored keys follow :mod:`antkv.spark.store.keygroups` (key group, state id, grouping key, entry key);
 grouping keys, map keys, values, list elements and map values use the encodings of
-:mod:`antkv.spark.codec`.  Per state variable and grouping key ``k`` with prefix
+:mod:`antkv.spark.state.codec`.  Per state variable and grouping key ``k`` with prefix
 ``P = key group | state id | encode_key(k)``:
 
 * value state: one entry ``P -> encode_row(value)``;
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from antkv import InvalidArgumentError
 
-from .codec import decode_key, decode_row, decode_rows, encode_key, encode_row, encode_rows
-from .keygroups import (
+from antkv.spark.state.codec import decode_key, decode_row, decode_rows, encode_key, encode_row, encode_rows
+from antkv.spark.store.keygroups import (
     METADATA_PREFIX,
     KeyGroupError,
     KeyGroupRange,

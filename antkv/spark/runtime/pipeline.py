@@ -23,7 +23,7 @@
    before any task runs), read the published version ``batch_id`` and, if it has another
    number of partitions, plan the rescale (:mod:`antkv.spark.store.rescale`);
 2. in the JVM: add each row's key group and route rows with ``repartitionById``
-   (:func:`antkv.spark.store.keygroups.route`);
+   (:func:`antkv.spark.runtime.routing.route`);
 3. in each task (``mapInPandas``): open the partition's state, check every row's key group
    belongs to the partition (a stray row fails the task at once: nothing is published), call
    ``func(state, rows)`` once with all the partition's rows, commit, and return the output rows

@@ -2,14 +2,14 @@
 
 An operator has a fixed number of key groups ``K`` (``1 <= K <= 32768``, default 4096, Flink's
 default maximum parallelism).  A row's key group is ``pmod(xxhash64(key columns), K)``, computed
-in the JVM (:func:`key_group_column`), so Python never hashes a row.  With ``N`` partitions
+in the JVM (:func:`antkv.spark.runtime.routing.key_group_column`), so Python never hashes a row.  With ``N`` partitions
 (``1 <= N <= K``), partition ``p`` owns the contiguous, half-open range of key groups::
 
     start(p) = ceil(p * K / N)        stop(p) = start(p + 1)        owner(g) = floor(g * N / K)
 
 the ranges Flink assigns (``computeKeyGroupRangeForOperatorIndex`` and its inverse
 ``computeOperatorIndexForKeyGroup``).  Rows reach their owner through
-``DataFrame.repartitionById(N, floor(key_group * N / K))`` (:func:`route`), again in the JVM.
+``DataFrame.repartitionById(N, floor(key_group * N / K))`` (:func:`antkv.spark.runtime.routing.route`), again in the JVM.
 
 Stored keys (the layout is defined here and in :mod:`antkv.spark.state.codec`)::
 
@@ -196,7 +196,7 @@ def check_partition_key_groups(key_group_values, key_groups: int, partitions: in
     raise KeyGroupError(
         f"partition {partition} of {partitions} owns key groups [{owned.start}, {owned.stop}) "
         f"of {key_groups} but received {outside.size} row(s) outside it (first: key group "
-        f"{first}, {owner}); route rows with antkv.spark.store.keygroups.route using the operator's "
+        f"{first}, {owner}); route rows with antkv.spark.runtime.routing.route using the operator's "
         f"K and N"
     )
 

@@ -614,8 +614,11 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         return snapshot.sequence
 
     def get(self, key, default=None, *, snapshot=None):
-        """The value of ``key``, or ``default`` (None) when it is absent."""
+        """The value of ``key``, or ``default`` (None) when it is absent; for a list of keys,
+        the list of their values (rocksdict's list ``get``; :meth:`multi_get`)."""
         if type(key) is not bytes:
+            if type(key) is list:
+                return [default if v is None else v for v in self.multi_get(key, snapshot=snapshot)]
             key = as_bytes(key, "key")
         if self._closed:
             self._check_open()
@@ -645,15 +648,20 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             return self._entry_value(key, e[1], e[2], sv, read_seq, default)
         return e[2]
 
-    def key_may_exist(self, key, *, snapshot=None) -> bool:
+    def key_may_exist(self, key, fetch: bool = False, *, snapshot=None):
         """Whether ``key`` is present (rocksdict's ``key_may_exist``, here exact: no false
         positives), answered from the tables' and memtables' entries alone: a large value's
         pointer is enough, the value log is never read.  ``key in db`` and ``del db[key]`` ask
-        this."""
+        this.  ``fetch=True`` returns ``(present, value or None)``, reading the value."""
         if type(key) is not bytes:
             key = as_bytes(key, "key")
+        if not isinstance(fetch, bool):
+            raise TypeError("fetch must be a bool")
         self._check_open()
         read_seq = self._read_seq(snapshot)
+        if fetch:
+            value = self.get(key, snapshot=snapshot)
+            return value is not None, value
         e = self._newest_entry(key, read_seq)
         if e is None:
             return False
@@ -721,6 +729,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
     def items(
         self, start=None, stop=None, *, prefix=None, reverse=False, snapshot=None, lower_bound=None,
         upper_bound=None, include_start=True, include_stop=False, include_key=True, include_value=True,
+        from_key=None, backwards=None,
     ) -> Iterator:
         """``(key, value)`` for keys in ``[start, stop)`` (and with ``prefix``), ascending or not.
 
@@ -728,36 +737,48 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         ``start``/``stop`` (or RocksDB's names ``lower_bound``/``upper_bound``; one of each pair),
         ``include_start=True``/``include_stop=False`` (plyvel's), ``prefix`` (intersected with
         the bounds), ``reverse``.  ``include_key=False`` or ``include_value=False`` yields values
-        or keys alone, as plyvel's iterator does (the same as :meth:`values`, :meth:`keys`)."""
+        or keys alone, as plyvel's iterator does (the same as :meth:`values`, :meth:`keys`).
+        rocksdict's ``backwards`` is ``reverse``, and its ``from_key`` the key the scan starts
+        at (inclusive): ``start`` going forward, an included ``stop`` going backwards."""
         mode = {(True, True): "items", (True, False): "keys", (False, True): "values"}[
             yielded_shape(include_key, include_value)
         ]
         return self._scan(start, lower_bound, stop, upper_bound, include_start, include_stop, prefix, reverse,
-                          snapshot, mode)
+                          snapshot, mode, from_key, backwards)
 
     def keys(
         self, start=None, stop=None, *, prefix=None, reverse=False, snapshot=None, lower_bound=None,
-        upper_bound=None, include_start=True, include_stop=False,
+        upper_bound=None, include_start=True, include_stop=False, from_key=None, backwards=None,
     ) -> Iterator[bytes]:
         """The keys of :meth:`items` (no value is read)."""
         return self._scan(start, lower_bound, stop, upper_bound, include_start, include_stop, prefix, reverse,
-                          snapshot, "keys")
+                          snapshot, "keys", from_key, backwards)
 
     def values(
         self, start=None, stop=None, *, prefix=None, reverse=False, snapshot=None, lower_bound=None,
-        upper_bound=None, include_start=True, include_stop=False,
+        upper_bound=None, include_start=True, include_stop=False, from_key=None, backwards=None,
     ) -> Iterator[bytes]:
         """The values of :meth:`items`."""
         return self._scan(start, lower_bound, stop, upper_bound, include_start, include_stop, prefix, reverse,
-                          snapshot, "values")
+                          snapshot, "values", from_key, backwards)
 
-    def _scan(self, start, lower_bound, stop, upper_bound, include_start, include_stop, prefix, reverse, snapshot, mode):
+    def _scan(self, start, lower_bound, stop, upper_bound, include_start, include_stop, prefix, reverse, snapshot, mode,
+              from_key, backwards):
+        if backwards is not None:  # rocksdict's names
+            if not isinstance(backwards, bool) or reverse:
+                raise TypeError("backwards (rocksdict's name of reverse) must be a bool, and not given with reverse")
+            reverse = backwards
+        if not isinstance(reverse, bool):
+            raise TypeError("reverse must be a bool")
+        if from_key is not None:
+            if reverse:
+                stop, upper_bound, include_stop = _one_bound("stop", stop, upper_bound, from_key), None, True
+            else:
+                start, lower_bound, include_start = _one_bound("start", start, lower_bound, from_key), None, True
         lo, hi = scan_range(
             ("start", start), ("lower_bound", lower_bound), ("stop", stop), ("upper_bound", upper_bound),
             include_start, include_stop, prefix,
         )
-        if not isinstance(reverse, bool):
-            raise TypeError("reverse must be a bool")
         return self._view(snapshot).items(lo, hi, reverse, mode)
 
     def snapshot(self) -> Snapshot:
@@ -933,6 +954,13 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
 
     def __repr__(self) -> str:
         return f"antkv.DB({self.path!r}{', closed' if self._closed else ''})"
+
+
+def _one_bound(name: str, value, alias, from_key):
+    """``from_key`` as the bound ``name`` (whose RocksDB alias is ``alias``), given alone."""
+    if value is not None or alias is not None:
+        raise TypeError(f"from_key is the {name} of this scan: give one of them")
+    return from_key
 
 
 class _BatchContext:

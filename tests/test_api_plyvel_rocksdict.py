@@ -231,3 +231,37 @@ def test_membership_and_deletion_do_not_read_the_value_log():
             db.key_may_exist("big1")
     with pytest.raises(antkv.DBClosedError):
         db.key_may_exist(b"big1")
+
+
+# --- rocksdict's names, checked against rocksdict itself ---
+
+
+def test_rocksdict_scan_names_match_rocksdict(db, tmp_path):
+    import rocksdict
+
+    rdb = rocksdict.Rdict(str(tmp_path / "rocks"))
+    try:
+        for k, v in db.items():
+            rdb[k] = v
+        for backwards in (False, True):
+            for from_key in (None, b"a", b"a015", b"a100", b"b101", b"b2", b"c"):
+                want = list(rdb.items(backwards=backwards, from_key=from_key))
+                assert list(db.items(backwards=backwards, from_key=from_key)) == want, (backwards, from_key)
+                assert list(db.keys(backwards=backwards, from_key=from_key)) == [k for k, _ in want]
+                assert list(db.values(backwards=backwards, from_key=from_key)) == [v for _, v in want]
+        keys = [b"a000", b"nope", b"b299", b"a015"]
+        assert db.get(keys) == rdb.get(keys)
+        assert db.get(keys, b"-") == [v if v is not None else b"-" for v in rdb.get(keys)]
+        assert db.key_may_exist(b"a000", fetch=True) == (True, db[b"a000"])
+        assert db.key_may_exist(b"nope", fetch=True) == (False, None)
+    finally:
+        rdb.close()
+        rocksdict.Rdict.destroy(str(tmp_path / "rocks"))
+    with pytest.raises(TypeError):
+        db.items(backwards=1)
+    with pytest.raises(TypeError):
+        db.items(backwards=True, reverse=True)
+    with pytest.raises(TypeError):
+        db.keys(from_key=b"a", start=b"b")
+    with pytest.raises(TypeError):
+        db.key_may_exist(b"a", fetch="yes")

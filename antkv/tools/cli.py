@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         "4 damage found (verify, repair). Keys and values are text by default; --hex and --escape give "
         "exact bytes (see 'antkv get --help').",
     )
+    parser.add_argument("--version", action="version", version=_version_line(),
+                        help="print antkv's version (and Python's) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     common = argparse.ArgumentParser(add_help=False)
@@ -151,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", metavar="DB|FILE", help="a database directory (uses CURRENT) or a MANIFEST file")
     add_state_commands(add, quiet)
     return parser
+
+
+def _version_line() -> str:
+    import platform
+
+    from .. import __version__
+
+    return f"antkv {__version__} (Python {platform.python_version()})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

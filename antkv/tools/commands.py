@@ -344,9 +344,14 @@ def cmd_get_property(args, out: Output) -> int:
     with open_db(args, read_only=True) as db:
         value = db.property(args.name)
     if value is None:
+        from ..stats import PROPERTY_NAMES, closest_property
+
+        close = closest_property(args.name)
+        hint = f"did you mean {close!r}? " if close else ""
         if args.json:
-            out.json({"property": args.name, "value": None})
-        sys.stderr.write(f"antkv: no property {args.name!r} (e.g. antkv.stats, antkv.num-files-at-level0)\n")
+            out.json({"property": args.name, "value": None, "did_you_mean": close, "known": list(PROPERTY_NAMES)})
+        sys.stderr.write(f"antkv: no property {args.name!r}; {hint}the properties: {', '.join(PROPERTY_NAMES)} "
+                         f"(N: a level; rocksdb.NAME is antkv.NAME)\n")
         return EXIT_NOT_FOUND
     return done(args, out, {"property": args.name, "value": value}, value)
 
@@ -398,7 +403,9 @@ def cmd_verify(args, out: Output) -> int:
     r = dict(r, recovery_would_drop=dropped)
     text = (
         f"{'DAMAGED' if dropped else 'OK'}: {r['tables']} tables ({r['table_entries']} entries), "
-        f"{r['vlog_files']} value-log files ({r['vlog_records']} records): every checksum matches"
+        f"{r['vlog_files']} value-log files ({r['vlog_records']} records), "
+        f"{r['wal_files']} WALs ({r['wal_records']} records, {r['wal_entries']} entries; "
+        f"{r['memtable_entries']} entries in memtables, not yet in tables): every checksum matches"
     )
     if dropped:
         text += "".join(f"\n  recovery would drop: {d}" for d in dropped)

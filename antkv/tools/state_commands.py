@@ -14,14 +14,36 @@ from __future__ import annotations
 
 import json
 
+from .. import errors
 from .commands import EXIT_OK, Output, done
 from .progress import step_bar
+
+
+def existing_location(uri: str):
+    """The :class:`antkv.spark.Location` at ``uri``, refused with a clear error when nothing is
+    there (a missing path reads as a location with no operators, which hides the typo)."""
+    import pyarrow.fs as pafs
+
+    from ..spark import Location
+
+    loc = Location(uri)
+    try:
+        info = loc.fs.get_file_info(loc.root)
+    except OSError as e:
+        raise errors.IOError(f"cannot reach location {uri}: {e}", e, uri) from e
+    if info.type == pafs.FileType.NotFound:
+        raise errors.InvalidArgumentError(
+            f"no checkpoint location at {uri}: it does not exist (a pipeline creates it at its first commit)")
+    if loc.exists("CURRENT"):
+        raise errors.InvalidArgumentError(
+            f"{uri} is an antkv database, not a pipeline's checkpoint location: try 'antkv stats {uri}'")
+    return loc
 
 
 def cmd_state_info(args, out: Output) -> int:
     from ..spark.inspect import describe_location
 
-    ops = describe_location(args.location, args.operator, args.version)
+    ops = describe_location(existing_location(args.location), args.operator, args.version)
     if args.json:
         out.json(ops)
         return EXIT_OK
@@ -56,7 +78,7 @@ def _plain(value):
 def cmd_state_show(args, out: Output) -> int:
     from ..spark.inspect import decoded_state
 
-    state = decoded_state(args.location, args.operator, args.version)
+    state = decoded_state(existing_location(args.location), args.operator, args.version)
     shown = 0
     for name in sorted(state):
         for key, value in sorted(state[name].items()):
@@ -73,7 +95,7 @@ def cmd_state_export(args, out: Output) -> int:
     from ..spark.inspect import export_state
 
     with step_bar("export", "keys", args.no_progress) as bar:
-        n = export_state(args.location, args.operator, args.dir, args.version, progress=bar)
+        n = export_state(existing_location(args.location), args.operator, args.dir, args.version, progress=bar)
     return done(args, out, {"keys": n, "database": args.dir},
                  f"exported {n} keys of {args.operator} to {args.dir}: read it with 'antkv scan {args.dir} --escape'")
 

@@ -53,6 +53,7 @@ from .memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
 from .obsolete import ObsoleteFiles
 from .options import Options, WriteOptions, resolve_open_args, resolve_write_flags
 from .read.iterators import DBIterator, scan_range, yielded_shape
+from .read.key_versions import KeyVersion, key_versions
 from .read.read_view import ReadView, SuperVersion, prefetch_threads
 from .read.sizes import approximate_size
 from .read.snapshot import Snapshot, SnapshotList
@@ -707,6 +708,16 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             raise TypeError("reverse must be a bool")
         shape = yielded_shape(include_key, include_value)
         return DBIterator(self._view(snapshot), lo, hi, reverse, shape)
+
+    def key_versions(self, begin=None, end=None) -> Iterator[KeyVersion]:
+        """Every stored version of the keys in ``[begin, end)`` -- older versions, deletions,
+        range deletions, value pointers -- as :class:`~antkv.read.key_versions.KeyVersion`
+        records, key ascending then newest first (RocksDB's ``GetAllKeyVersions``; ``antkv
+        idump``).  A debugging view of the current state, not a snapshot read."""
+        lo = None if begin is None else as_bytes(begin, "begin")
+        hi = None if end is None else as_bytes(end, "end")
+        self._check_open()
+        return key_versions(self._sv, self._open_table, lo, hi)
 
     def multi_get(self, keys, *, snapshot=None) -> list:
         """The values of ``keys`` (None for an absent key), all read at one sequence number."""

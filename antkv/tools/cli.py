@@ -50,6 +50,7 @@ from typing import Callable, Sequence
 from .. import errors
 from . import commands as c
 from .codec import UsageError, escape, unescape  # noqa: F401 - the names tests and users import
+from .ldb_commands import add_ldb_commands
 from .state_commands import add_state_commands
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_DAMAGE = c.EXIT_OK, c.EXIT_ERROR, c.EXIT_USAGE, c.EXIT_NOT_FOUND, c.EXIT_DAMAGE
@@ -138,19 +139,21 @@ def build_parser() -> argparse.ArgumentParser:
         "torn tail recovery would drop)", opening, quiet)
     p = add("checkpoint", c.cmd_checkpoint, "write a consistent, openable copy of DB to DIR", opening, quiet)
     p.add_argument("dir", metavar="DIR", help="must not exist")
-    add("compact", c.cmd_compact, "compact every table down to the bottom level", opening, quiet)
+    p = add("compact", c.cmd_compact, "compact the tables holding keys in [FROM, TO] (default: every table) "
+            "down to the bottom level", opening, coded, quiet)
+    p.add_argument("--from", dest="begin", metavar="K", help="first key (inclusive)")
+    p.add_argument("--to", dest="end", metavar="K", help="last key (inclusive, as compact_range's)")
     add("gc", c.cmd_gc, "run value-log garbage collection now", opening, quiet)
     add("repair", c.cmd_repair, "rebuild DB from the files that verify; damaged files go to DB/lost/ "
         "(exit 4 if anything was lost)", opening)
 
-    p = add("dump-sst", c.cmd_dump_sst, "print every block and entry of a table file", db=False)
-    p.add_argument("file", metavar="FILE")
     p = add("dump-vlog", c.cmd_dump_vlog, "print every record of a value-log file", db=False)
     p.add_argument("file", metavar="FILE")
     p = add("dump-wal", c.cmd_dump_wal, "print every write batch of a WAL file", db=False)
     p.add_argument("file", metavar="FILE")
     p = add("dump-manifest", c.cmd_dump_manifest, "print every version edit of a MANIFEST, then the live state", db=False)
     p.add_argument("path", metavar="DB|FILE", help="a database directory (uses CURRENT) or a MANIFEST file")
+    add_ldb_commands(add, opening, coded, quiet)
     add_state_commands(add, quiet)
     return parser
 

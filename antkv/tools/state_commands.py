@@ -6,6 +6,7 @@ commands take ``LOCATION`` (a path or any ``pyarrow.fs`` URI) and an operator::
     antkv state-info LOCATION [--operator OP] [--version V]    versions, partitions, keys, bytes
     antkv state-show LOCATION OPERATOR [--version V] [--limit N]   the decoded state, per key
     antkv state-export LOCATION OPERATOR DIR [--version V]     a version as an antkv database
+    antkv state-verify LOCATION [--operator OP] [--version V]  every object a version names verifies
 
 They need the ``spark`` extra (``pyarrow``) but no Spark; they never write to the location.
 """
@@ -13,9 +14,10 @@ They need the ``spark`` extra (``pyarrow``) but no Spark; they never write to th
 from __future__ import annotations
 
 import json
+import sys
 
 from .. import errors
-from .commands import EXIT_OK, Output, done
+from .commands import EXIT_ERROR, EXIT_OK, Output, done
 from .progress import step_bar
 
 
@@ -100,6 +102,33 @@ def cmd_state_export(args, out: Output) -> int:
                  f"exported {n} keys of {args.operator} to {args.dir}: read it with 'antkv scan {args.dir} --escape'")
 
 
+def cmd_state_verify(args, out: Output) -> int:
+    from .state_verify import verify_location
+
+    report = verify_location(existing_location(args.location), args.operator, args.version)
+    damaged = [op for op in report if op["problems"]]
+    if args.json:
+        out.json(report)
+    for op in [] if args.json else report:
+        v = op["versions"]
+        span = f"{v[0]}..{v[-1]}" if len(v) > 1 else str(v[0])
+        what = (f"{op['manifests']} manifests, {op['objects']} objects ({op['bytes']} B) for versions {span} "
+                f"({len(v)} retained)")
+        if not op["problems"]:
+            out.line(f"OK: operator {op['operator']}: {what}: every object exists and verifies")
+            continue
+        intact = ", ".join(map(str, op["intact_versions"])) or "none"
+        out.line(f"DAMAGED: operator {op['operator']}: {what}: {len(op['problems'])} objects missing or damaged; "
+                 f"versions that load: {intact}")
+        for p in op["problems"]:
+            out.line(f"  {p['object']}: {p['problem']} (breaks versions {', '.join(map(str, p['versions']))})")
+    if damaged:
+        sys.stderr.write(f"antkv state-verify: {args.location}: objects missing or damaged in "
+                         f"{', '.join(op['operator'] for op in damaged)}\n")
+        return EXIT_ERROR
+    return EXIT_OK
+
+
 def add_state_commands(add, quiet) -> None:
     """Register the commands with ``add`` (the parser builder of :mod:`antkv.tools.cli`)."""
     p = add("state-info", cmd_state_info, "describe a Spark checkpoint location: operators, versions, "
@@ -119,3 +148,8 @@ def add_state_commands(add, quiet) -> None:
     p.add_argument("operator", metavar="OPERATOR")
     p.add_argument("dir", metavar="DIR", help="must not exist")
     p.add_argument("--version", type=int, help="default: the newest published version")
+    p = add("state-verify", cmd_state_verify, "check that every object each retained version names exists and has "
+            "the size and hash its manifest records (read-only; exit 1 if any is missing or damaged)", db=False)
+    p.add_argument("location", metavar="LOCATION")
+    p.add_argument("--operator", help="only this operator")
+    p.add_argument("--version", type=int, help="only this published version (default: every retained one)")

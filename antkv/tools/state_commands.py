@@ -7,6 +7,7 @@ commands take ``LOCATION`` (a path or any ``pyarrow.fs`` URI) and an operator::
     antkv state-show LOCATION OPERATOR [--version V] [--limit N]   the decoded state, per key
     antkv state-export LOCATION OPERATOR DIR [--version V]     a version as an antkv database
     antkv state-verify LOCATION [--operator OP] [--version V]  every object a version names verifies
+    antkv state-report LOCATION OPERATOR [--metrics FILE] [--output PNG]   the batches over time
 
 They need the ``spark`` extra (``pyarrow``) but no Spark; they never write to the location.
 """
@@ -14,6 +15,7 @@ They need the ``spark`` extra (``pyarrow``) but no Spark; they never write to th
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from .. import errors
@@ -129,6 +131,32 @@ def cmd_state_verify(args, out: Output) -> int:
     return EXIT_OK
 
 
+def cmd_state_report(args, out: Output) -> int:
+    from ..spark.inspect import published_versions
+    from .state_report import draw, find_metrics, read_batches, table_lines
+
+    loc = existing_location(args.location)
+    if not published_versions(loc, args.operator):
+        raise errors.InvalidArgumentError(f"{loc.uri}: operator {args.operator!r} has no published version")
+    metrics = find_metrics(loc.root if loc.fs.type_name == "local" else None, args.operator, args.metrics)
+    rows = read_batches(metrics)
+    png = None
+    if not args.no_png:
+        png = args.output or os.path.join(os.path.dirname(os.path.abspath(metrics)), f"{args.operator}-report.png")
+        draw(rows, args.operator, png)
+    if args.json:
+        out.json({"operator": args.operator, "metrics": metrics, "png": png, "batches": rows})
+        return EXIT_OK
+    out.line(f"operator {args.operator} in {loc.uri}: {len(rows)} batches, from {metrics}")
+    for line in table_lines(rows):
+        out.line(line)
+    out.line("times in seconds along each batch's slowest task (load, process, commit), then publish; "
+             "spark: the rest of the batch")
+    if png is not None:
+        out.line(f"picture: {png}")
+    return EXIT_OK
+
+
 def add_state_commands(add, quiet) -> None:
     """Register the commands with ``add`` (the parser builder of :mod:`antkv.tools.cli`)."""
     p = add("state-info", cmd_state_info, "describe a Spark checkpoint location: operators, versions, "
@@ -153,3 +181,11 @@ def add_state_commands(add, quiet) -> None:
     p.add_argument("location", metavar="LOCATION")
     p.add_argument("--operator", help="only this operator")
     p.add_argument("--version", type=int, help="only this published version (default: every retained one)")
+    p = add("state-report", cmd_state_report, "print a pipeline's batches over time (time split, keys, bytes "
+            "uploaded and reused, cache hit ratio, rescales) and draw them as a PNG", db=False)
+    p.add_argument("location", metavar="LOCATION")
+    p.add_argument("operator", metavar="OPERATOR")
+    p.add_argument("--metrics", metavar="FILE", help="the pipeline's metrics_path (default: metrics.jsonl in "
+                   "LOCATION/OPERATOR, LOCATION or beside LOCATION)")
+    p.add_argument("--output", metavar="PNG", help="where to draw (default: OPERATOR-report.png beside the metrics)")
+    p.add_argument("--no-png", action="store_true", help="print the table only (no matplotlib needed)")

@@ -91,3 +91,15 @@ def test_state_report_bad_input(run, pipeline_run, tmp_path):
     assert code == 2 and "no metrics file found" in err and "--metrics" in err
     code, out, _ = run("state-report", lone / "state", "clicks", "--metrics", root / "metrics.jsonl", "--no-png")
     assert code == 0 and "picture:" not in out and not list(lone.glob("*.png"))
+
+
+def test_state_report_without_matplotlib_says_what_to_install(run, pipeline_run, tmp_path, monkeypatch):
+    import sys
+
+    root, _ = pipeline_run
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
+    code, out, err = run("state-report", root / "state", "clicks", "--output", tmp_path / "r.png")
+    assert code == 1 and "matplotlib, which is not installed" in err and "--no-png" in err
+    assert not (tmp_path / "r.png").exists()
+    code, out, _ = run("state-report", root / "state", "clicks", "--no-png")
+    assert code == 0 and "rescaled 2 -> 3" in out

@@ -265,3 +265,16 @@ def test_rocksdict_scan_names_match_rocksdict(db, tmp_path):
         db.keys(from_key=b"a", start=b"b")
     with pytest.raises(TypeError):
         db.key_may_exist(b"a", fetch="yes")
+
+
+def test_next_on_a_cursor_as_on_a_plyvel_iterator(db):
+    want = list(db.items(start=b"b290"))
+    it = db.iterator(start=b"b290")
+    assert next(it) == want[0] and next(it) == want[1]
+    assert list(it) == want[2:]
+    with pytest.raises(StopIteration):
+        next(it)
+    it = db.iterator(stop=b"a004", reverse=True, include_value=False)
+    assert [next(it), next(it)] == [b"a002", b"a000"]
+    with pytest.raises(StopIteration):
+        next(it)

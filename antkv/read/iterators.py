@@ -426,25 +426,32 @@ class DBIterator:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def __iter__(self):
-        """Iterate ``(key, value)``: from the first key (last with ``reverse``) when the cursor
-        was never positioned, else from the current position, forward (backward with
-        ``reverse``)."""
+    def __iter__(self) -> "DBIterator":
+        return self
+
+    def __next__(self):
+        """The current entry -- ``(key, value)``, or the key or value alone (``shape``) -- then
+        a step forward (backward with ``reverse``), as ``next(it)`` on a plyvel iterator.  A
+        cursor never positioned starts at its first key (its last with ``reverse``)."""
         if self._gen is None and self._key is None:
             if self._reverse:
                 self.seek_to_last()
             else:
                 self.seek_to_first()
-        step = self.prev if self._reverse else self.next
+        if not self.valid():
+            raise StopIteration
         include_key, include_value = self._shape
-        while self.valid():
-            if not include_value:
-                yield self._key
-            elif include_key:
-                yield self._key, self._value
-            else:
-                yield self._value
-            step()
+        if not include_value:
+            item = self._key
+        elif include_key:
+            item = self._key, self._value
+        else:
+            item = self._value
+        if self._reverse:
+            self.prev()
+        else:
+            self.next()
+        return item
 
     def __del__(self) -> None:
         self._gen = None

@@ -6,24 +6,17 @@ tables, and the ``state-*`` commands say when a location does not exist."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
 import antkv
-from antkv.tools.cli import main
 
 
 @pytest.fixture
-def run(capsysbinary):
-    def run(*argv):
-        code = main([os.fspath(a) for a in argv])
-        cap = capsysbinary.readouterr()
-        return code, cap.out.decode(), cap.err.decode()
-
-    return run
+def run(antkv_cli):
+    return antkv_cli
 
 
 def test_an_option_typo_names_the_closest_option(tmp_path):

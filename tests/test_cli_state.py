@@ -15,19 +15,13 @@ from antkv.spark import CommitCoordinator, StoreOptions, open_store
 import antkv.spark.inspect
 from antkv.spark.keygroups import METADATA_PREFIX, key_group_range
 from antkv.spark.state_views import KeyedState
-from antkv.tools.cli import main
 
 K = 16
 
 
 @pytest.fixture
-def run(capsysbinary):
-    def run(*argv):
-        code = main([os.fspath(a) for a in argv])
-        cap = capsysbinary.readouterr()
-        return code, cap.out.decode(), cap.err.decode()
-
-    return run
+def run(antkv_cli):
+    return antkv_cli
 
 
 @pytest.fixture

@@ -10,19 +10,13 @@ import pytest
 
 from antkv.spark import StatefulPipeline
 from antkv.spark.demo import OUTPUT_SCHEMA, click_state, write_event_files
-from antkv.tools.cli import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture
-def run(capsysbinary):
-    def run(*argv):
-        code = main([os.fspath(a) for a in argv])
-        cap = capsysbinary.readouterr()
-        return code, cap.out.decode(), cap.err.decode()
-
-    return run
+def run(antkv_cli):
+    return antkv_cli
 
 
 @pytest.fixture(scope="module")

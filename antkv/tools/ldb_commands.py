@@ -25,6 +25,7 @@ from .codec import Codec, UsageError
 from .commands import EXIT_OK, Output, arg_codec, json_codec, cmd_dump_sst as cmd_dump_sst_blocks, done, fs
 from .commands import open_db, options_from, read_pairs
 
+
 def _range(args, codec: Codec) -> tuple[bytes | None, bytes | None]:
     lo = None if args.start is None else codec.parse(args.start)
     hi = None if args.stop is None else codec.parse(args.stop)

@@ -1,9 +1,9 @@
 """``Options`` and ``WriteOptions``: every tunable of antkv, validated on construction.
 
 Field names follow RocksDB's where the concept is the same.  An unknown field name is a
-``TypeError`` (as for any dataclass) naming the closest field; a value of the wrong type or out of range raises
-:class:`~antkv.errors.InvalidArgumentError` naming the field.  ``docs/tuning.md`` explains
-every default.
+``TypeError`` (as for any dataclass) naming the closest field; a value of the wrong type or out
+of range raises :class:`~antkv.errors.InvalidArgumentError` naming the field.
+``docs/tuning.md`` explains every default.
 """
 
 from __future__ import annotations

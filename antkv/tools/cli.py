@@ -14,12 +14,16 @@ Commands (``antkv COMMAND --help`` describes each; docs/operations.md is the ope
     antkv list-files DB                    the live tables, value-log files and WALs
     antkv verify DB                        read every file, check every checksum
     antkv checkpoint DB DIR                write an openable copy of DB to DIR
-    antkv compact DB                       compact the whole key range to the bottom level
+    antkv compact DB [--from K] [--to K]   compact a key range (default: all) to the bottom level
     antkv gc DB                            run value-log garbage collection now
     antkv repair DB                        rebuild DB from what verifies; report what was lost
     antkv dump-sst FILE | dump-vlog FILE | dump-wal FILE | dump-manifest DB|FILE
+    antkv idump DB | approxsize DB | ingest DB FILE... | write-sst FILE [INPUT] | dump-sst FILE --from K --to K
+                                           what ldb and sst_dump do (ldb_commands.py)
     antkv state-info LOCATION | state-show LOCATION OP | state-export LOCATION OP DIR
+    antkv state-verify LOCATION | state-report LOCATION OP
                                            a Spark pipeline's checkpoint location (state_commands.py)
+    antkv --version
 
 Every command takes ``--json`` (one JSON document on stdout; ``scan`` prints JSON lines).
 Keys and values (``get``, ``put``, ``delete``, ``delete-range``, ``scan``) are text by default
@@ -28,7 +32,7 @@ Keys and values (``get``, ``put``, ``delete``, ``delete-range``, ``scan``) are t
 
 Exit status, for every command: 0 success; 1 an :class:`antkv.Error` (one line on stderr,
 e.g. a ``CorruptionError`` naming file and offset); 2 a usage error; 3 not found (``get`` of a
-missing key, ``get-property`` of an unknown name); 4 damage found and tolerated (``verify``:
+missing key, ``get-property`` of an unknown name, with the closest known one); 4 damage found and tolerated (``verify``:
 recovery would drop a torn WAL or value-log tail; ``repair``: something was lost); 130
 interrupted.
 

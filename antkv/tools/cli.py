@@ -31,13 +31,13 @@ Keys and values (``get``, ``put``, ``delete``, ``delete-range``, ``scan``) are t
 (:mod:`antkv.tools.codec`); ``load`` and ``dump`` use ``--escape`` unless ``--hex`` is given.
 
 Exit status, for every command: 0 success; 1 an :class:`antkv.Error` (one line on stderr,
-e.g. a ``CorruptionError`` naming file and offset); 2 a usage error; 3 not found (``get`` of a
-missing key, ``get-property`` of an unknown name, with the closest known one); 4 damage found and tolerated (``verify``:
-recovery would drop a torn WAL or value-log tail; ``repair``: something was lost); 130
-interrupted.
+e.g. a ``CorruptionError`` naming file and offset; ``state-verify``: an object missing or
+damaged); 2 a usage error; 3 not found (``get`` of a missing key, ``get-property`` of an
+unknown name, with the closest known one); 4 damage found and tolerated (``verify``: recovery
+would drop a torn WAL or value-log tail; ``repair``: something was lost); 130 interrupted.
 
 Opening: a command that only reads (``get``, ``scan``, ``dump``, ``stats``, ``get-property``,
-``list-files``, ``verify``) opens read-only: it takes no lock, writes and deletes nothing,
+``list-files``, ``verify``, ``idump``, ``approxsize``) opens read-only: it takes no lock, writes and deletes nothing,
 and works beside a live writer.  No command creates a database except ``put`` and ``load``
 with ``--create-if-missing``.  Writing commands run flushes and compactions in the command
 itself (``max_background_jobs=0``), so a session leaves no work behind.  ``-o NAME=VALUE``

@@ -1,14 +1,16 @@
 """``Options`` and ``WriteOptions``: every tunable of antkv, validated on construction.
 
 Field names follow RocksDB's where the concept is the same.  An unknown field name is a
-``TypeError`` (as for any dataclass); a value of the wrong type or out of range raises
-:class:`~antkv.errors.InvalidArgumentError` naming the field.  ``docs/tuning.md`` explains
-every default.
+``TypeError`` (as for any dataclass) naming the closest field; a value of the wrong type or out
+of range raises :class:`~antkv.errors.InvalidArgumentError` naming the field.
+``docs/tuning.md`` explains every default.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,6 +93,33 @@ class Options:
     def replace(self, **changes: Any) -> "Options":
         """A copy with ``changes`` applied (validated)."""
         return dataclasses.replace(self, **changes)
+
+
+def _refuse_unknown_names(cls) -> None:
+    """Make ``cls(**fields)`` refuse an unknown name with a ``TypeError`` that names the closest
+    field ("did you mean"), where the dataclass's own message names only the unknown one."""
+    generated = cls.__init__
+    names = tuple(f.name for f in dataclasses.fields(cls))
+
+    def __init__(self, *args, **fields):
+        unknown = [name for name in fields if name not in names]
+        if unknown:
+            raise TypeError(unknown_name_message(cls.__name__, unknown[0], names))
+        generated(self, *args, **fields)
+
+    __init__.__doc__ = generated.__doc__
+    __init__.__signature__ = inspect.signature(generated)
+    cls.__init__ = __init__
+
+
+def unknown_name_message(kind: str, name: str, names) -> str:
+    """``"<kind> has no field 'x'"`` with the closest known name, if one is close."""
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else f" (its fields: {', '.join(sorted(names))})"
+    return f"{kind} has no field {name!r}{hint}"
+
+
+_refuse_unknown_names(Options)
 
 
 @dataclass(frozen=True)

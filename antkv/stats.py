@@ -17,6 +17,33 @@ from .base.progress import progress_callback
 from .errors import IOError as AntIOError
 
 
+# The names ``db.property`` knows (``rocksdb.`` may stand for ``antkv.``); any other is None,
+# as in RocksDB's bindings.  ``N`` is a level number.
+PROPERTY_NAMES = (
+    "antkv.stats",
+    "antkv.num-files-at-levelN",
+    "antkv.num-immutable-mem-table",
+    "antkv.cur-size-active-mem-table",
+    "antkv.estimate-num-keys",
+    "antkv.num-snapshots",
+    "antkv.total-sst-files-size",
+    "antkv.live-blob-file-size",
+    "antkv.num-blob-files",
+    "antkv.last-sequence",
+)
+ROCKSDB_PREFIX = "rocksdb."
+
+
+def closest_property(name: str) -> str | None:
+    """The known property name closest to an unknown ``name`` (for a "did you mean" hint)."""
+    import difflib
+
+    if name.startswith(ROCKSDB_PREFIX):
+        name = "antkv." + name[len(ROCKSDB_PREFIX):]
+    close = difflib.get_close_matches(name, PROPERTY_NAMES, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
 def new_stats() -> dict:
     """Fresh counters for ``db.stats()`` (each is written by one thread at a time)."""
     return {
@@ -151,6 +178,8 @@ class Statistics:
         return pending
 
     def _property_value(self, name: str) -> str | None:
+        if name.startswith(ROCKSDB_PREFIX):  # RocksDB's spelling of the same property
+            name = "antkv." + name[len(ROCKSDB_PREFIX):]
         version = self._versions.current
         if name == "antkv.stats":
             return format_stats(self._collect_stats())
@@ -218,5 +247,29 @@ class Statistics:
             records += nrec
             vlogs += 1
             report(tables + i, total)
+        wal = self._verify_wals()
         report(total, total)
-        return {"tables": tables, "table_entries": entries, "vlog_files": vlogs, "vlog_records": records}
+        return {"tables": tables, "table_entries": entries, "vlog_files": vlogs, "vlog_records": records,
+                **wal, "memtable_entries": sum(m.num_entries for m in sv.memtables)}
+
+    def _verify_wals(self) -> dict:
+        """Read the live WALs (those not yet flushed to tables), checking every record's checksum
+        and decoding its batch: ``{"wal_files", "wal_records", "wal_entries"}``.  A torn last
+        record (a write in flight, or what a crash left for recovery to drop) is not counted;
+        damage before intact records is a CorruptionError."""
+        from .base.filenames import wal_file_name
+        from .record.batch import decode_batch
+        from .record.log_format import LogReader
+
+        with self._mutex:
+            log_number = self._versions.log_number
+        numbers = sorted(n for kind, n in filter(None, map(parse_file_name, self._fs.listdir(self.path)))
+                         if kind == "log" and n >= log_number)
+        records = ops = 0
+        for n in numbers:
+            self._stop_if_closing()
+            path = wal_file_name(self.path, n)
+            for offset, payload in LogReader(self._fs.read_all(path), path):
+                ops += len(decode_batch(payload, path, offset)[1])
+                records += 1
+        return {"wal_files": len(numbers), "wal_records": records, "wal_entries": ops}

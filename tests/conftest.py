@@ -56,3 +56,17 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def antkv_cli(capsysbinary):
+    """``antkv_cli(*argv) -> (exit status, stdout, stderr)``: the ``antkv`` command run in this
+    process (arguments may be paths)."""
+    from antkv.tools.cli import main
+
+    def run(*argv):
+        code = main([os.fspath(a) for a in argv])
+        cap = capsysbinary.readouterr()
+        return code, cap.out.decode(), cap.err.decode()
+
+    return run

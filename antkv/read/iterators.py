@@ -289,14 +289,21 @@ class DBIterator:
 
     Used as a Python iterator (``for k, v in it``), a cursor that was never positioned starts
     at its first key (its last with ``reverse=True``), as plyvel's and rocksdict's do; a
-    positioned one continues from where it is, in its direction.
+    positioned one continues from where it is, in its direction.  ``shape``
+    ``(include_key, include_value)`` says what that yields: pairs, keys or values.  A key-only
+    cursor leaves values in the value log until :meth:`value` asks for one.
     """
 
-    def __init__(self, view, lower_bound: bytes | None, upper_bound: bytes | None, reverse: bool = False):
+    def __init__(self, view, lower_bound: bytes | None, upper_bound: bytes | None, reverse: bool = False,
+                 shape: tuple[bool, bool] = (True, True)):
         self._view = view  # antkv.db._ReadView
         self._lower = lower_bound
         self._upper = upper_bound
         self._reverse = reverse
+        self._shape = shape
+        # what the cursor does with a value pointer as it moves: resolve it now, or (key-only)
+        # keep it as a _Deferred that value() resolves
+        self._resolve = view.resolve if shape[1] else _Deferred
         self._gen: Iterator | None = None
         self._forward = True
         self._key: bytes | None = None
@@ -320,7 +327,7 @@ class DBIterator:
             self._key = self._value = None
             return
         self._key = key
-        self._value = self._view.resolve(value) if kind == VALUE_POINTER else value
+        self._value = self._resolve(value) if kind == VALUE_POINTER else value
 
     def _start_forward(self, start: bytes | None, exclusive: bool) -> None:
         lo = self._lower
@@ -374,7 +381,10 @@ class DBIterator:
             self._check_open()
         if self._key is None:
             raise InvalidArgumentError("iterator is not valid")
-        return self._value  # type: ignore[return-value]
+        value = self._value
+        if type(value) is _Deferred:
+            value = self._value = self._view.resolve(value.pointer)
+        return value  # type: ignore[return-value]
 
     def next(self) -> None:
         if self._db._closed:
@@ -391,7 +401,7 @@ class DBIterator:
             self._key = self._value = None
             return
         self._key = key
-        self._value = self._view.resolve(value) if kind == VALUE_POINTER else value
+        self._value = self._resolve(value) if kind == VALUE_POINTER else value
 
     def prev(self) -> None:
         if self._db._closed:
@@ -416,22 +426,44 @@ class DBIterator:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def __iter__(self):
-        """Iterate ``(key, value)``: from the first key (last with ``reverse``) when the cursor
-        was never positioned, else from the current position, forward (backward with
-        ``reverse``)."""
+    def __iter__(self) -> "DBIterator":
+        return self
+
+    def __next__(self):
+        """The current entry -- ``(key, value)``, or the key or value alone (``shape``) -- then
+        a step forward (backward with ``reverse``), as ``next(it)`` on a plyvel iterator.  A
+        cursor never positioned starts at its first key (its last with ``reverse``)."""
         if self._gen is None and self._key is None:
             if self._reverse:
                 self.seek_to_last()
             else:
                 self.seek_to_first()
-        step = self.prev if self._reverse else self.next
-        while self.valid():
-            yield self._key, self._value
-            step()
+        if not self.valid():
+            raise StopIteration
+        include_key, include_value = self._shape
+        if not include_value:
+            item = self._key
+        elif include_key:
+            item = self._key, self._value
+        else:
+            item = self._value
+        if self._reverse:
+            self.prev()
+        else:
+            self.next()
+        return item
 
     def __del__(self) -> None:
         self._gen = None
+
+
+class _Deferred:
+    """A value pointer a key-only cursor has not resolved (see :meth:`DBIterator.value`)."""
+
+    __slots__ = ("pointer",)
+
+    def __init__(self, pointer: bytes):
+        self.pointer = pointer
 
 
 class _ClosedView:
@@ -451,13 +483,49 @@ def narrow_to_prefix(lo, hi, prefix):
     """``[lo, hi)`` narrowed to the keys starting with ``prefix`` (unchanged when None)."""
     if prefix is None:
         return lo, hi
-    from ..record.batch import as_bytes
-
     prefix = as_bytes(prefix, "prefix")
     plo, phi = prefix, prefix_successor(prefix)
     lo = plo if lo is None or lo < plo else lo
     hi = phi if hi is None or (phi is not None and phi < hi) else hi
     return lo, hi
+
+
+def scan_range(lower, lower_alias, upper, upper_alias, include_start, include_stop, prefix):
+    """The half-open ``[lo, hi)`` (None: unbounded) that a scan's range arguments select.
+
+    ``lower``/``lower_alias`` and ``upper``/``upper_alias`` are ``(name, value)`` pairs of two
+    names for one bound (plyvel's ``start``/``stop``, RocksDB's ``lower_bound``/``upper_bound``):
+    at most one of each pair may be given.  Every bound becomes an inclusive lower and an
+    exclusive upper one, exactly: in bytewise order ``key + b"\\0"`` is the smallest key after
+    ``key``, so ``include_start=False`` starts there and ``include_stop=True`` stops there."""
+    lo = _one_of(lower, lower_alias)
+    hi = _one_of(upper, upper_alias)
+    for name, flag in (("include_start", include_start), ("include_stop", include_stop)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
+    if lo is not None and not include_start:
+        lo += b"\0"
+    if hi is not None and include_stop:
+        hi += b"\0"
+    return narrow_to_prefix(lo, hi, prefix)
+
+
+def _one_of(named, alias) -> bytes | None:
+    (name, value), (alias_name, alias_value) = named, alias
+    if alias_value is not None:
+        if value is not None:
+            raise TypeError(f"give {name} or {alias_name}, not both (they are two names of one bound)")
+        name, value = alias_name, alias_value
+    return None if value is None else as_bytes(value, name)
+
+
+def yielded_shape(include_key, include_value) -> tuple[bool, bool]:
+    """``(include_key, include_value)`` checked: plyvel's two flags of what iteration yields."""
+    if not isinstance(include_key, bool) or not isinstance(include_value, bool):
+        raise TypeError("include_key and include_value must be bools")
+    if not include_key and not include_value:
+        raise InvalidArgumentError("include_key and include_value cannot both be False: nothing to yield")
+    return include_key, include_value
 
 
 def prefix_successor(prefix: bytes) -> bytes | None:
@@ -474,6 +542,8 @@ def prefix_successor(prefix: bytes) -> bytes | None:
 __all__ = [
     "DBIterator",
     "narrow_to_prefix",
+    "scan_range",
+    "yielded_shape",
     "LevelSource",
     "merge_forward",
     "merge_backward",

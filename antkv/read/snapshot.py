@@ -76,9 +76,9 @@ class Snapshot:
         self._check()
         return self._db.values(*args, snapshot=self, **kwargs)
 
-    def iterator(self, lower_bound=None, upper_bound=None):
+    def iterator(self, lower_bound=None, upper_bound=None, **kwargs):
         self._check()
-        return self._db.iterator(lower_bound, upper_bound, snapshot=self)
+        return self._db.iterator(lower_bound, upper_bound, snapshot=self, **kwargs)
 
     def _check(self) -> None:
         if self._released:

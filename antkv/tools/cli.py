@@ -14,12 +14,16 @@ Commands (``antkv COMMAND --help`` describes each; docs/operations.md is the ope
     antkv list-files DB                    the live tables, value-log files and WALs
     antkv verify DB                        read every file, check every checksum
     antkv checkpoint DB DIR                write an openable copy of DB to DIR
-    antkv compact DB                       compact the whole key range to the bottom level
+    antkv compact DB [--from K] [--to K]   compact a key range (default: all) to the bottom level
     antkv gc DB                            run value-log garbage collection now
     antkv repair DB                        rebuild DB from what verifies; report what was lost
     antkv dump-sst FILE | dump-vlog FILE | dump-wal FILE | dump-manifest DB|FILE
+    antkv idump DB | approxsize DB | ingest DB FILE... | write-sst FILE [INPUT] | dump-sst FILE --from K --to K
+                                           what ldb and sst_dump do (ldb_commands.py)
     antkv state-info LOCATION | state-show LOCATION OP | state-export LOCATION OP DIR
+    antkv state-verify LOCATION | state-report LOCATION OP
                                            a Spark pipeline's checkpoint location (state_commands.py)
+    antkv --version
 
 Every command takes ``--json`` (one JSON document on stdout; ``scan`` prints JSON lines).
 Keys and values (``get``, ``put``, ``delete``, ``delete-range``, ``scan``) are text by default
@@ -27,13 +31,13 @@ Keys and values (``get``, ``put``, ``delete``, ``delete-range``, ``scan``) are t
 (:mod:`antkv.tools.codec`); ``load`` and ``dump`` use ``--escape`` unless ``--hex`` is given.
 
 Exit status, for every command: 0 success; 1 an :class:`antkv.Error` (one line on stderr,
-e.g. a ``CorruptionError`` naming file and offset); 2 a usage error; 3 not found (``get`` of a
-missing key, ``get-property`` of an unknown name); 4 damage found and tolerated (``verify``:
-recovery would drop a torn WAL or value-log tail; ``repair``: something was lost); 130
-interrupted.
+e.g. a ``CorruptionError`` naming file and offset; ``state-verify``: an object missing or
+damaged); 2 a usage error; 3 not found (``get`` of a missing key, ``get-property`` of an
+unknown name, with the closest known one); 4 damage found and tolerated (``verify``: recovery
+would drop a torn WAL or value-log tail; ``repair``: something was lost); 130 interrupted.
 
 Opening: a command that only reads (``get``, ``scan``, ``dump``, ``stats``, ``get-property``,
-``list-files``, ``verify``) opens read-only: it takes no lock, writes and deletes nothing,
+``list-files``, ``verify``, ``idump``, ``approxsize``) opens read-only: it takes no lock, writes and deletes nothing,
 and works beside a live writer.  No command creates a database except ``put`` and ``load``
 with ``--create-if-missing``.  Writing commands run flushes and compactions in the command
 itself (``max_background_jobs=0``), so a session leaves no work behind.  ``-o NAME=VALUE``
@@ -50,6 +54,7 @@ from typing import Callable, Sequence
 from .. import errors
 from . import commands as c
 from .codec import UsageError, escape, unescape  # noqa: F401 - the names tests and users import
+from .ldb_commands import add_ldb_commands
 from .state_commands import add_state_commands
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_DAMAGE = c.EXIT_OK, c.EXIT_ERROR, c.EXIT_USAGE, c.EXIT_NOT_FOUND, c.EXIT_DAMAGE
@@ -63,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
         "4 damage found (verify, repair). Keys and values are text by default; --hex and --escape give "
         "exact bytes (see 'antkv get --help').",
     )
+    parser.add_argument("--version", action="version", version=_version_line(),
+                        help="print antkv's version (and Python's) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     common = argparse.ArgumentParser(add_help=False)
@@ -136,21 +143,31 @@ def build_parser() -> argparse.ArgumentParser:
         "torn tail recovery would drop)", opening, quiet)
     p = add("checkpoint", c.cmd_checkpoint, "write a consistent, openable copy of DB to DIR", opening, quiet)
     p.add_argument("dir", metavar="DIR", help="must not exist")
-    add("compact", c.cmd_compact, "compact every table down to the bottom level", opening, quiet)
+    p = add("compact", c.cmd_compact, "compact the tables holding keys in [FROM, TO] (default: every table) "
+            "down to the bottom level", opening, coded, quiet)
+    p.add_argument("--from", dest="begin", metavar="K", help="first key (inclusive)")
+    p.add_argument("--to", dest="end", metavar="K", help="last key (inclusive, as compact_range's)")
     add("gc", c.cmd_gc, "run value-log garbage collection now", opening, quiet)
     add("repair", c.cmd_repair, "rebuild DB from the files that verify; damaged files go to DB/lost/ "
         "(exit 4 if anything was lost)", opening)
 
-    p = add("dump-sst", c.cmd_dump_sst, "print every block and entry of a table file", db=False)
-    p.add_argument("file", metavar="FILE")
     p = add("dump-vlog", c.cmd_dump_vlog, "print every record of a value-log file", db=False)
     p.add_argument("file", metavar="FILE")
     p = add("dump-wal", c.cmd_dump_wal, "print every write batch of a WAL file", db=False)
     p.add_argument("file", metavar="FILE")
     p = add("dump-manifest", c.cmd_dump_manifest, "print every version edit of a MANIFEST, then the live state", db=False)
     p.add_argument("path", metavar="DB|FILE", help="a database directory (uses CURRENT) or a MANIFEST file")
+    add_ldb_commands(add, opening, coded, quiet)
     add_state_commands(add, quiet)
     return parser
+
+
+def _version_line() -> str:
+    import platform
+
+    from .. import __version__
+
+    return f"antkv {__version__} (Python {platform.python_version()})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

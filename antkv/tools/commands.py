@@ -119,11 +119,12 @@ def fs():
     return default_file_system()
 
 
-def _codec(args) -> Codec:
+def arg_codec(args) -> Codec:
+    """How the command reads keys and values from its arguments (text, --hex or --escape)."""
     return Codec(args.format)
 
 
-def _json_codec(args) -> Codec:
+def json_codec(args) -> Codec:
     """JSON output shows bytes with ``--hex`` as hex, else escaped (always exact)."""
     return Codec("hex" if args.format == "hex" else "escape")
 
@@ -150,12 +151,12 @@ def _value_arg(args, codec: Codec) -> bytes:
 
 
 def cmd_get(args, out: Output) -> int:
-    codec = _codec(args)
+    codec = arg_codec(args)
     key = codec.parse(args.key)
     with open_db(args, read_only=True) as db:
         value = db.get(key)
     if args.json:
-        jc = _json_codec(args)
+        jc = json_codec(args)
         out.json({"key": jc.show(key).decode(), "found": value is not None, "value": None if value is None else jc.show(value).decode()})
         return EXIT_OK if value is not None else EXIT_NOT_FOUND
     if value is None:
@@ -174,7 +175,7 @@ def done(args, out: Output, doc: dict, text: str) -> int:
 
 
 def cmd_put(args, out: Output) -> int:
-    codec = _codec(args)
+    codec = arg_codec(args)
     key = codec.parse(args.key)
     value = _value_arg(args, codec)
     with open_db(args, create_if_missing=args.create_if_missing) as db:
@@ -183,14 +184,14 @@ def cmd_put(args, out: Output) -> int:
 
 
 def cmd_delete(args, out: Output) -> int:
-    key = _codec(args).parse(args.key)
+    key = arg_codec(args).parse(args.key)
     with open_db(args) as db:
         db.delete(key, sync=True)
     return done(args, out, {"deleted": True}, "")
 
 
 def cmd_delete_range(args, out: Output) -> int:
-    codec = _codec(args)
+    codec = arg_codec(args)
     begin, end = codec.parse(args.begin), codec.parse(args.end)
     if begin > end:
         raise UsageError("BEGIN must not be greater than END (the range is [BEGIN, END))")
@@ -219,7 +220,7 @@ def _limited(items: Iterable, limit: int | None) -> Iterator:
 
 
 def cmd_scan(args, out: Output) -> int:
-    codec = _json_codec(args) if args.json else _codec(args)
+    codec = json_codec(args) if args.json else arg_codec(args)
     start, stop, prefix = _range_args(args, codec)
     with open_db(args, read_only=True) as db:
         items = _limited(db.items(start, stop, prefix=prefix, reverse=args.reverse), args.limit)
@@ -266,22 +267,28 @@ def _load_codec(args) -> Codec:
     return Codec("hex" if args.format == "hex" else "escape")
 
 
-def cmd_load(args, out: Output) -> int:
-    from ..record.batch import WriteBatch
-
+def read_pairs(args) -> list[tuple[bytes, bytes]]:
+    """The pairs of ``load``'s input (``args.file``, ``-``: stdin; ``args.input_format``), every
+    line parsed before anything is written: bad input is a UsageError naming its line."""
     codec = _load_codec(args)
     stream = sys.stdin if args.file == "-" else None
     try:
         f = stream or open(args.file, encoding="utf-8")
     except OSError as e:
         raise UsageError(f"cannot read {args.file}: {e.strerror}") from None
-    # every line is parsed before the database is touched: bad input writes nothing
     pairs = []
     with f if stream is None else _nullcontext():
         for n, raw in enumerate(f, 1):
             line = raw.rstrip("\n").rstrip("\r")
             if line:
                 pairs.append(_parse_pair(args.input_format, codec, line, f"{args.file} line {n}"))
+    return pairs
+
+
+def cmd_load(args, out: Output) -> int:
+    from ..record.batch import WriteBatch
+
+    pairs = read_pairs(args)  # bad input writes nothing
     with open_db(args, create_if_missing=args.create_if_missing) as db:
         batch = WriteBatch()
         for key, value in progress(pairs, "load", "keys", total=len(pairs), disabled=args.no_progress):
@@ -344,9 +351,14 @@ def cmd_get_property(args, out: Output) -> int:
     with open_db(args, read_only=True) as db:
         value = db.property(args.name)
     if value is None:
+        from ..stats import PROPERTY_NAMES, closest_property
+
+        close = closest_property(args.name)
+        hint = f"did you mean {close!r}? " if close else ""
         if args.json:
-            out.json({"property": args.name, "value": None})
-        sys.stderr.write(f"antkv: no property {args.name!r} (e.g. antkv.stats, antkv.num-files-at-level0)\n")
+            out.json({"property": args.name, "value": None, "did_you_mean": close, "known": list(PROPERTY_NAMES)})
+        sys.stderr.write(f"antkv: no property {args.name!r}; {hint}the properties: {', '.join(PROPERTY_NAMES)} "
+                         f"(N: a level; rocksdb.NAME is antkv.NAME)\n")
         return EXIT_NOT_FOUND
     return done(args, out, {"property": args.name, "value": value}, value)
 
@@ -398,7 +410,9 @@ def cmd_verify(args, out: Output) -> int:
     r = dict(r, recovery_would_drop=dropped)
     text = (
         f"{'DAMAGED' if dropped else 'OK'}: {r['tables']} tables ({r['table_entries']} entries), "
-        f"{r['vlog_files']} value-log files ({r['vlog_records']} records): every checksum matches"
+        f"{r['vlog_files']} value-log files ({r['vlog_records']} records), "
+        f"{r['wal_files']} WALs ({r['wal_records']} records, {r['wal_entries']} entries; "
+        f"{r['memtable_entries']} entries in memtables, not yet in tables): every checksum matches"
     )
     if dropped:
         text += "".join(f"\n  recovery would drop: {d}" for d in dropped)
@@ -413,8 +427,13 @@ def cmd_checkpoint(args, out: Output) -> int:
 
 
 def cmd_compact(args, out: Output) -> int:
+    codec = arg_codec(args)
+    begin = None if args.begin is None else codec.parse(args.begin)
+    end = None if args.end is None else codec.parse(args.end)
+    if begin is not None and end is not None and begin > end:
+        raise UsageError("--from must not be greater than --to (the range is [FROM, TO], as compact_range's)")
     with open_db(args) as db, step_bar("compact", "levels", args.no_progress) as bar:
-        db.compact_range(progress=bar)
+        db.compact_range(begin, end, progress=bar)
         levels = db.stats()["levels"]
     shape = ", ".join(f"L{lv['level']}: {lv['files']} tables {lv['bytes']} B" for lv in levels if lv["files"])
     return done(args, out, {"levels": levels}, f"compacted {args.db}: {shape or 'no tables'}")

@@ -6,6 +6,8 @@ commands take ``LOCATION`` (a path or any ``pyarrow.fs`` URI) and an operator::
     antkv state-info LOCATION [--operator OP] [--version V]    versions, partitions, keys, bytes
     antkv state-show LOCATION OPERATOR [--version V] [--limit N]   the decoded state, per key
     antkv state-export LOCATION OPERATOR DIR [--version V]     a version as an antkv database
+    antkv state-verify LOCATION [--operator OP] [--version V]  every object a version names verifies
+    antkv state-report LOCATION OPERATOR [--metrics FILE] [--output PNG]   the batches over time
 
 They need the ``spark`` extra (``pyarrow``) but no Spark; they never write to the location.
 """
@@ -13,15 +15,39 @@ They need the ``spark`` extra (``pyarrow``) but no Spark; they never write to th
 from __future__ import annotations
 
 import json
+import os
+import sys
 
-from .commands import EXIT_OK, Output, done
+from .. import errors
+from .commands import EXIT_ERROR, EXIT_OK, Output, done
 from .progress import step_bar
+
+
+def existing_location(uri: str):
+    """The :class:`antkv.spark.Location` at ``uri``, refused with a clear error when nothing is
+    there (a missing path reads as a location with no operators, which hides the typo)."""
+    import pyarrow.fs as pafs
+
+    from ..spark import Location
+
+    loc = Location(uri)
+    try:
+        info = loc.fs.get_file_info(loc.root)
+    except OSError as e:
+        raise errors.IOError(f"cannot reach location {uri}: {e}", e, uri) from e
+    if info.type == pafs.FileType.NotFound:
+        raise errors.InvalidArgumentError(
+            f"no checkpoint location at {uri}: it does not exist (a pipeline creates it at its first commit)")
+    if loc.exists("CURRENT"):
+        raise errors.InvalidArgumentError(
+            f"{uri} is an antkv database, not a pipeline's checkpoint location: try 'antkv stats {uri}'")
+    return loc
 
 
 def cmd_state_info(args, out: Output) -> int:
     from antkv.spark.tools.state_reader import describe_location
 
-    ops = describe_location(args.location, args.operator, args.version)
+    ops = describe_location(existing_location(args.location), args.operator, args.version)
     if args.json:
         out.json(ops)
         return EXIT_OK
@@ -56,7 +82,7 @@ def _plain(value):
 def cmd_state_show(args, out: Output) -> int:
     from antkv.spark.tools.state_reader import decoded_state
 
-    state = decoded_state(args.location, args.operator, args.version)
+    state = decoded_state(existing_location(args.location), args.operator, args.version)
     shown = 0
     for name in sorted(state):
         for key, value in sorted(state[name].items()):
@@ -73,9 +99,62 @@ def cmd_state_export(args, out: Output) -> int:
     from antkv.spark.tools.state_reader import export_state
 
     with step_bar("export", "keys", args.no_progress) as bar:
-        n = export_state(args.location, args.operator, args.dir, args.version, progress=bar)
+        n = export_state(existing_location(args.location), args.operator, args.dir, args.version, progress=bar)
     return done(args, out, {"keys": n, "database": args.dir},
                  f"exported {n} keys of {args.operator} to {args.dir}: read it with 'antkv scan {args.dir} --escape'")
+
+
+def cmd_state_verify(args, out: Output) -> int:
+    from .state_verify import verify_location
+
+    report = verify_location(existing_location(args.location), args.operator, args.version)
+    damaged = [op for op in report if op["problems"]]
+    if args.json:
+        out.json(report)
+    for op in [] if args.json else report:
+        v = op["versions"]
+        span = f"{v[0]}..{v[-1]}" if len(v) > 1 else str(v[0])
+        what = (f"{op['manifests']} manifests, {op['objects']} objects ({op['bytes']} B) for versions {span} "
+                f"({len(v)} retained)")
+        if not op["problems"]:
+            out.line(f"OK: operator {op['operator']}: {what}: every object exists and verifies")
+            continue
+        intact = ", ".join(map(str, op["intact_versions"])) or "none"
+        out.line(f"DAMAGED: operator {op['operator']}: {what}: {len(op['problems'])} objects missing or damaged; "
+                 f"versions that load: {intact}")
+        for p in op["problems"]:
+            out.line(f"  {p['object']}: {p['problem']} (breaks versions {', '.join(map(str, p['versions']))})")
+    if damaged:
+        sys.stderr.write(f"antkv state-verify: {args.location}: objects missing or damaged in "
+                         f"{', '.join(op['operator'] for op in damaged)}\n")
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def cmd_state_report(args, out: Output) -> int:
+    from antkv.spark.tools.state_reader import published_versions
+    from .state_report import draw, find_metrics, read_batches, table_lines
+
+    loc = existing_location(args.location)
+    if not published_versions(loc, args.operator):
+        raise errors.InvalidArgumentError(f"{loc.uri}: operator {args.operator!r} has no published version")
+    metrics = find_metrics(loc.root if loc.fs.type_name == "local" else None, args.operator, args.metrics)
+    rows = read_batches(metrics)
+    png = None
+    if not args.no_png:
+        png = args.output or os.path.join(os.path.dirname(os.path.abspath(metrics)), f"{args.operator}-report.png")
+        draw(rows, args.operator, png)
+    if args.json:
+        out.json({"operator": args.operator, "metrics": metrics, "png": png, "batches": rows})
+        return EXIT_OK
+    out.line(f"operator {args.operator} in {loc.uri}: {len(rows)} batches, from {metrics}")
+    for line in table_lines(rows):
+        out.line(line)
+    out.line("times in seconds along each batch's slowest task (load, process, commit), then publish; "
+             "spark: the rest of the batch")
+    if png is not None:
+        out.line(f"picture: {png}")
+    return EXIT_OK
 
 
 def add_state_commands(add, quiet) -> None:
@@ -97,3 +176,16 @@ def add_state_commands(add, quiet) -> None:
     p.add_argument("operator", metavar="OPERATOR")
     p.add_argument("dir", metavar="DIR", help="must not exist")
     p.add_argument("--version", type=int, help="default: the newest published version")
+    p = add("state-verify", cmd_state_verify, "check that every object each retained version names exists and has "
+            "the size and hash its manifest records (read-only; exit 1 if any is missing or damaged)", db=False)
+    p.add_argument("location", metavar="LOCATION")
+    p.add_argument("--operator", help="only this operator")
+    p.add_argument("--version", type=int, help="only this published version (default: every retained one)")
+    p = add("state-report", cmd_state_report, "print a pipeline's batches over time (time split, keys, bytes "
+            "uploaded and reused, cache hit ratio, rescales) and draw them as a PNG", db=False)
+    p.add_argument("location", metavar="LOCATION")
+    p.add_argument("operator", metavar="OPERATOR")
+    p.add_argument("--metrics", metavar="FILE", help="the pipeline's metrics_path (default: metrics.jsonl in "
+                   "LOCATION/OPERATOR, LOCATION or beside LOCATION)")
+    p.add_argument("--output", metavar="PNG", help="where to draw (default: OPERATOR-report.png beside the metrics)")
+    p.add_argument("--no-png", action="store_true", help="print the table only (no matplotlib needed)")

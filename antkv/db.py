@@ -42,6 +42,7 @@ from .ingest import Ingestion, check_paths, check_range
 from .write_buffer_accounting import WriteBufferAccounting
 from .errors import IOError as AntIOError
 from .fs import default_file_system
+from .fs.pinned import PinnedFileSystem
 from .manifest.table_cache import TableCache
 from .manifest.version_edit import VersionEdit
 from .manifest.version_set import VersionSet
@@ -59,6 +60,7 @@ from .read.snapshot import Snapshot, SnapshotList
 from .record.batch import SINGLE_RECORD
 from .record.batch import WriteBatch, as_bytes, encode_batch
 from .record.log_format import HEADER, LEN_MUL, LEN_XOR, LogWriter, checksum, frame
+from .read_only import open_read_only
 from .recovery import Recovery
 from .resume import Resume
 from .stats import Statistics, new_stats
@@ -75,6 +77,8 @@ def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A0
     """Open (creating if ``create_if_missing``) the database in directory ``path``;
     ``read_only=True`` opens it without writing anything (``Options.read_only``)."""
     path, options = resolve_open_args(path, options, overrides)
+    if options.read_only:
+        return open_read_only(DB, path, options)  # tried again while a live writer moves on
     return DB(path, options)
 
 
@@ -96,9 +100,13 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         self.path = path
         self.options = options
         fs = options.file_system or default_file_system()
+        if options.read_only:
+            fs = PinnedFileSystem(fs)  # holds the files the view reads (read_only.py)
 
         # --- set here or at open, then only read (no lock) ---
         self._fs = fs
+        self._pinned = fs if options.read_only else None  # read-only: the files held open
+        self._recovered_vlog_lengths: dict[int, int] = {}  # read-only: unsealed files' valid length at open
         self._lock = None  # the held LOCK file (recovery takes it)
         self._cache = options.block_cache if options.block_cache is not None else Cache(DEFAULT_CACHE_CAPACITY)
         self._vlog_reader = ValueLogReader(fs, path)  # its own lock

@@ -48,10 +48,12 @@ from .base.filenames import (
 )
 from .compaction.flush import write_level0_table
 from .errors import CorruptionError, InvalidArgumentError
+from .errors import IOError as AntIOError
 from .info_log import InfoLog
 from .hygiene import DELETE, check_without_current, data_files, keep_copy, move_aside, sort_unlisted
 from .manifest.version_edit import VersionEdit
 from .memtable.memtable import MemTable
+from .read_only import WriterMovedOn, manifest_state
 from .record.log_format import LogWriter
 from .replay import Replay, active_vlog_length
 
@@ -71,8 +73,14 @@ class Recovery:
                 if fs.is_dir(path) and data_files(fs, path):
                     check_without_current(fs, path)  # raises: files, but no CURRENT naming them
                 raise InvalidArgumentError(f"no antkv database at {path} (read_only open creates nothing)")
+            before = manifest_state(fs, path)
             try:
                 self._open_locked(fs, True)
+            except (CorruptionError, AntIOError) as e:
+                self._release_resources()
+                if manifest_state(fs, path) != before:
+                    raise WriterMovedOn(e) from e  # a live writer moved on: open again (read_only.py)
+                raise
             except BaseException:
                 self._release_resources()
                 raise
@@ -130,6 +138,8 @@ class Recovery:
                 on_disk[parsed] = name
                 vs.mark_file_number_used(parsed[1])
         for _, f in vs.current.all_files():
+            if self._pinned is not None and (TABLE, f.number) in on_disk:
+                self._pinned.pin(table_file_name(path, f.number))  # read-only: kept while the view lives
             if (TABLE, f.number) not in on_disk:
                 if vs.recovered_torn_tail is not None:
                     # the MANIFEST lost its last edits (e.g. truncated): the table was most
@@ -223,8 +233,12 @@ class Recovery:
             if (VLOG, number) not in on_disk:
                 if st.sealed and st.garbage >= st.total:
                     edit.deleted_vlogs.append(number)  # deleted after its MANIFEST edit; finish the job
+                    if read_only:
+                        del vs.vlogs[number]  # in memory only: nothing of it is left to read
                     continue
                 raise CorruptionError(f"value-log file {number:06d}.vlog listed in the MANIFEST is missing", p)
+            if self._pinned is not None:
+                self._pinned.pin(p)  # read-only: kept while the view lives
             if st.sealed:
                 lengths[number] = fs.size(p)
                 continue
@@ -237,6 +251,7 @@ class Recovery:
                 log.warning("recovery: %s", dropped)
             if read_only:
                 st.total = record_bytes  # in memory only, for stats(); the file stays unsealed
+                self._recovered_vlog_lengths[number] = length  # what verify() checks of it
                 continue
             if length < fs.size(p):
                 if dropped is not None and "damaged" in dropped:
@@ -318,6 +333,8 @@ class Recovery:
                     log.debug("close of %s failed during a failed open", what)
         self._versions.close()
         self._vlog_reader.close()
+        if self._pinned is not None:
+            self._pinned.release()
         if self._info_log is not None:
             self._info_log.close()
             self._info_log = None

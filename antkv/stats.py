@@ -209,7 +209,10 @@ class Statistics:
         for i, n in enumerate(listed, 1):
             self._stop_if_closing()
             try:
-                nrec, _ = verify_file(fs, vlog_file_name(self.path, n), length=active_size if n == active else None)
+                # read-only: an unsealed file is checked up to the length measured at open (a
+                # live writer may be appending; a torn tail is reported by the open)
+                length = active_size if n == active else self._recovered_vlog_lengths.get(n)
+                nrec, _ = verify_file(fs, vlog_file_name(self.path, n), length=length)
             except AntIOError:
                 with self._mutex:
                     if n not in self._versions.vlogs:

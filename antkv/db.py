@@ -43,6 +43,7 @@ from .write_buffer_accounting import WriteBufferAccounting
 from .errors import IOError as AntIOError
 from .fs import default_file_system
 from .fs.pinned import PinnedFileSystem
+from .hygiene import empty_lost
 from .manifest.table_cache import TableCache
 from .manifest.version_edit import VersionEdit
 from .manifest.version_set import VersionSet
@@ -100,7 +101,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         self.path = path
         self.options = options
         fs = options.file_system or default_file_system()
-        if options.read_only:
+        if options.read_only and not isinstance(fs, PinnedFileSystem):
             fs = PinnedFileSystem(fs)  # holds the files the view reads (read_only.py)
 
         # --- set here or at open, then only read (no lock) ---
@@ -438,6 +439,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
     def _sync_wal_names(self) -> None:
         """Make the names of the WALs created by switches durable (docs/durability.md section 4)."""
         if self._wal_names_unsynced:  # no switch adds one meanwhile: every caller holds a lock it takes
+            if self._info_log is not None:
+                self._info_log.sync()  # the LOG names these WALs: it lasts as long as they do (hygiene.py)
             self._fs.sync_dir(self.path)
             self._wal_names_unsynced = set()
 
@@ -767,6 +770,16 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         with self._maintenance():
             self._check_writable()
             return self._collect_value_log(progress)
+
+    def empty_lost(self) -> dict:
+        """Delete the files in ``lost/`` -- those the database could not account for and moved
+        aside instead of deleting (``stats()["lost"]`` reports them).  Returns the files and
+        bytes deleted.  Only the operator knows that nothing there is needed any more."""
+        with self._maintenance():
+            self._check_writable()
+            files, size = empty_lost(self._fs, self.path)
+            self._event("emptied-lost", f"{files} files, {size} bytes")
+            return {"files": files, "bytes": size}
 
     def checkpoint(self, directory, *, progress=None) -> None:
         """Write a consistent, openable copy of the database to ``directory`` (must not exist)."""

@@ -24,13 +24,16 @@ record of the newest WAL or of the active value-log file) is simply not seen yet
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
 from .base.filenames import current_file_name, parse_file_name
 from .errors import Error
+from .fs import default_file_system
+from .fs.pinned import PinnedFileSystem
 
-ATTEMPTS = 30  # opens tried while the writer keeps moving the MANIFEST on
+RETRY_SECONDS = 30.0  # how long opens are tried again while the writer keeps moving the MANIFEST on
 
 
 class WriterMovedOn(Error):
@@ -59,15 +62,26 @@ def manifest_state(fs, dbname: str):
 
 
 def open_read_only(make_db, path: str, options):
-    """``make_db(path, options)``, tried again while a live writer keeps moving on under it."""
+    """``make_db(path, options)``, tried again while a live writer keeps moving on under it.
+
+    The attempts share one :class:`~antkv.fs.pinned.PinnedFileSystem`: a file an attempt
+    already holds stays held (file numbers are never reused), so each retry has only the files
+    of the writer's newest changes left to catch, and succeeds however busy the writer is."""
+    pinned = options.file_system
+    if not isinstance(pinned, PinnedFileSystem):
+        pinned = PinnedFileSystem(pinned or default_file_system())
+        options = dataclasses.replace(options, file_system=pinned)
     delay = 0.001
-    for _ in range(ATTEMPTS - 1):
-        try:
-            return make_db(path, options)
-        except WriterMovedOn:
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+    deadline = time.monotonic() + RETRY_SECONDS
     try:
-        return make_db(path, options)
-    except WriterMovedOn as e:
-        raise e.cause from None
+        while True:
+            try:
+                return make_db(path, options)
+            except WriterMovedOn as e:
+                if time.monotonic() > deadline:
+                    raise e.cause from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.02)
+    except BaseException:
+        pinned.release()
+        raise

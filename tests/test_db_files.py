@@ -42,6 +42,7 @@ def test_the_log_rotates_and_keeps_a_bounded_number():
     fs = MemoryFileSystem()
     fs.mkdirs("/db")
     log = InfoLog(fs, "/db", max_size=200, keep=3)
+    log.start()
     for i in range(100):
         log.event("flush", f"line {i}")
     log.close()

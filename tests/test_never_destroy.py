@@ -75,22 +75,37 @@ def test_interrupted_creation_debris_is_moved_aside_not_deleted(tmp_path):
     assert sorted(os.listdir(path / "lost")) == names
 
 
-def test_unlisted_table_goes_to_lost_and_debris_is_deleted(tmp_path):
+def test_files_copied_in_go_to_lost_whatever_their_number(tmp_path):
+    """Only files the database recorded writing are deleted: a table, value-log file, MANIFEST
+    or WAL copied in by hand goes to lost/ unchanged, numbered below or above the next file
+    number, and a copied-in WAL is not replayed (another database's keys never merge in)."""
     path = tmp_path / "db"
     model = _make(path)
+    other = tmp_path / "other"
+    with antkv.open(str(other), **OPTS) as db:
+        db.put(b"foreign", b"from another database")
+    foreign_wal = max(n for n in os.listdir(other) if n.endswith(".log"))
     table = sorted(n for n in os.listdir(path) if n.endswith(".sst"))[0]
-    data = (path / table).read_bytes()
-    # a table numbered below the next file number that the MANIFEST does not list: unexplained
-    (path / "000001.sst").write_bytes(data)
-    # a table numbered far above it: the output of a job no MANIFEST edit ever named
-    (path / "999999.sst").write_bytes(data)
+    vlog = sorted(n for n in os.listdir(path) if n.endswith(".vlog"))[0]
+    manifest = [n for n in os.listdir(path) if n.startswith("MANIFEST-")][0]
+    copies = {
+        "000001.sst": (path / table).read_bytes(),  # below the next file number
+        "999999.sst": (path / table).read_bytes(),  # far above it
+        "999998.vlog": (path / vlog).read_bytes(),
+        "MANIFEST-999997": (path / manifest).read_bytes(),
+        "999996.log": (other / foreign_wal).read_bytes(),
+    }
+    for name, data in copies.items():
+        (path / name).write_bytes(data)
     with antkv.open(str(path), **OPTS) as db:
         removed = db.stats()["files_removed_at_open"]
-        assert dict(db.items()) == model
-    assert (path / "lost" / "000001.sst").read_bytes() == data
-    assert not (path / "000001.sst").exists() and not (path / "999999.sst").exists()
-    assert any(r.startswith("000001.sst") and "lost" in r for r in removed), removed
-    assert any(r.startswith("999999.sst") and "interrupted job" in r for r in removed), removed
+        assert dict(db.items()) == model and db.get(b"foreign") is None
+    for name, data in copies.items():
+        assert (path / "lost" / name).read_bytes() == data, name
+        assert not (path / name).exists()
+        assert any(r.startswith(name) and "lost" in r for r in removed), removed
+    log = (path / "LOG").read_text()
+    assert all(f"moved-to-lost {name}" in log for name in copies), log
 
 
 def test_unlisted_value_log_file_goes_to_lost(tmp_path):

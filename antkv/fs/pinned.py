@@ -61,6 +61,15 @@ class PinnedFileSystem(FileSystem):
     def pinned(self, path: str) -> bool:
         return path in self._pins
 
+    def keep_only(self, paths) -> None:
+        """Let go of every pin but those of ``paths``."""
+        keep = set(paths)
+        with self._lock:
+            gone = [p for p in self._pins if p not in keep]
+            handles = [self._pins.pop(p) for p in gone]
+        for handle in handles:
+            handle.close()
+
     def release(self) -> None:
         """Close every pin (the view is closing); later reads of those paths go to ``base``."""
         with self._lock:

@@ -13,6 +13,7 @@ import os
 
 from .base.filenames import CURRENT, CURRENT_TMP, INFO_LOG, LOCK, OPTIONS, STATS, lock_file_name, parse_file_name
 from .errors import InvalidArgumentError
+from .hygiene import check_is_antkv
 
 # names a database directory holds besides numbered files (with their .tmp and rotated forms)
 EXTRA_FILES_PREFIXES = (INFO_LOG, OPTIONS, STATS)
@@ -41,6 +42,7 @@ def destroy(path, *, file_system=None) -> list[str]:
         return []
     if not fs.is_dir(path):
         raise InvalidArgumentError(f"{path} is not a directory")
+    check_is_antkv(fs, path, "destroy")  # another engine's database is not ours to remove
     lock = fs.lock(lock_file_name(path))
     removed = []
     try:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 
 from .base.filenames import CURRENT, CURRENT_TMP, MANIFEST, TABLE, VLOG, WAL, lost_dir_name, parse_file_name
-from .errors import CorruptionError
+from .errors import CorruptionError, InvalidArgumentError
 from .vlog.format import FILE_HEADER_SIZE
 
 DELETE = "delete"
@@ -230,3 +230,64 @@ def empty_lost(fs, dbname: str) -> tuple[int, int]:
         size += n
     fs.sync_dir(lost)
     return files, size
+
+
+def antkv_evidence(fs, dbname: str) -> str | None:
+    """What shows that ``dbname`` holds an antkv database, or None: an ``OPTIONS`` or
+    ``STATS`` file (other engines name theirs differently), a MANIFEST or WAL whose first
+    record decodes as antkv's, a table ending in antkv's magic number, or a value-log file
+    starting with antkv's.  Repair, destroy and every read-write open refuse a directory
+    holding database-like files without such evidence (e.g. a RocksDB directory): their
+    ``CURRENT``, ``MANIFEST-*``, ``*.sst`` and ``*.log`` names look like antkv's."""
+    from .base.filenames import OPTIONS, STATS
+    from .manifest.version_edit import VersionEdit
+    from .record.batch import decode_batch
+    from .record.log_format import LogReader
+    from .vlog.format import FILE_MAGIC
+
+    names = sorted(fs.listdir(dbname))
+    for name in (OPTIONS, STATS):
+        if name in names:
+            return f"its {name} file"
+    for name in names:
+        parsed = parse_file_name(name)
+        if parsed is None:
+            continue
+        p = os.path.join(dbname, name)
+        try:
+            f = fs.open_random(p)
+            try:
+                size = f.size()
+                if parsed[0] == TABLE:
+                    if size >= 8 and f.read(size - 8, 8) == b"antkvSST":
+                        return f"table {name}"
+                    continue
+                if parsed[0] == VLOG:
+                    if f.read(0, len(FILE_MAGIC)) == FILE_MAGIC:
+                        return f"value-log file {name}"
+                    continue
+                head = f.read(0, min(size, 1 << 16))
+            finally:
+                f.close()
+            for offset, payload in LogReader(head, p):
+                if parsed[0] == MANIFEST:
+                    VersionEdit.decode(payload, p, offset)
+                else:
+                    decode_batch(payload, p, offset)
+                return f"{'MANIFEST' if parsed[0] == MANIFEST else 'WAL'} {name}"
+        except Exception:  # noqa: BLE001 - unreadable or not antkv's: no evidence
+            continue
+    return None
+
+
+def check_is_antkv(fs, dbname: str, what: str) -> None:
+    """InvalidArgumentError when ``dbname`` holds files an antkv database would (a ``CURRENT``
+    or numbered files) but no :func:`antkv_evidence` that they are antkv's; nothing changed."""
+    names = fs.listdir(dbname)
+    if CURRENT not in names and not any(parse_file_name(n) is not None for n in names):
+        return
+    if antkv_evidence(fs, dbname) is None:
+        raise InvalidArgumentError(
+            f"{dbname} is not an antkv database (no antkv OPTIONS, STATS, MANIFEST, WAL, table or value-log file; "
+            f"another engine's, e.g. RocksDB's?): {what} refused, nothing was changed"
+        )

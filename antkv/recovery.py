@@ -50,7 +50,7 @@ from .compaction.flush import write_level0_table
 from .errors import CorruptionError, InvalidArgumentError
 from .errors import IOError as AntIOError
 from .info_log import NEW_FILE, InfoLog
-from .hygiene import DELETE, OwnFiles, check_without_current, data_files, keep_copy, move_aside, sort_unlisted
+from .hygiene import DELETE, OwnFiles, check_is_antkv, check_without_current, data_files, keep_copy, move_aside, sort_unlisted
 from .manifest.version_edit import VersionEdit
 from .memtable.memtable import MemTable
 from .read_only import WriterMovedOn, manifest_state
@@ -68,6 +68,8 @@ class Recovery:
         fs = self._fs
         path = self.path
         current = current_file_name(path)
+        if fs.is_dir(path):
+            check_is_antkv(fs, path, "open")  # another engine's directory is refused, unchanged
         if opts.read_only:
             if not fs.exists(current):
                 if fs.is_dir(path) and data_files(fs, path):

@@ -241,3 +241,45 @@ def test_a_truncated_manifest_is_reported_as_such_not_as_a_missing_table(tmp_pat
                 assert "MANIFEST ends in a torn record" in str(e) and "repair" in str(e), str(e)
                 return
     pytest.fail("no truncation of the MANIFEST made a listed table disappear")
+
+
+def _rocksdb_directory(path) -> dict:
+    from rocksdict import Options as RocksOptions, Rdict
+
+    model = {b"r%03d" % i: b"rocks-%d" % i for i in range(300)}
+    db = Rdict(str(path), RocksOptions(raw_mode=True))
+    for k, v in model.items():
+        db[k] = v
+    db.flush()
+    db[b"in-the-wal"] = b"unflushed"
+    model[b"in-the-wal"] = b"unflushed"
+    db.close()
+    return model
+
+
+def test_another_engines_directory_is_refused_and_left_as_it_is(tmp_path):
+    """A RocksDB directory has CURRENT, MANIFEST-*, *.sst and *.log names like antkv's: repair,
+    destroy, every writing command and every open refuse it, and RocksDB still opens it."""
+    from rocksdict import Options as RocksOptions, Rdict
+
+    from antkv.tools.cli import main
+
+    path = tmp_path / "rocks"
+    model = _rocksdb_directory(path)
+    before = _contents(path)
+    with pytest.raises(antkv.InvalidArgumentError, match="not an antkv database"):
+        antkv.repair(str(path))
+    with pytest.raises(antkv.InvalidArgumentError, match="not an antkv database"):
+        antkv.destroy(str(path))
+    for kwargs in ({}, {"read_only": True}):
+        with pytest.raises(antkv.InvalidArgumentError, match="not an antkv database"):
+            antkv.open(str(path), **kwargs)
+    for argv in (["repair", str(path)], ["put", str(path), "k", "v"], ["compact", str(path)],
+                 ["gc", str(path)], ["empty-lost", str(path)], ["scan", str(path)]):
+        assert main(argv) == 1, argv
+    assert _contents(path) == before
+    db = Rdict(str(path), RocksOptions(raw_mode=True))
+    try:
+        assert {k: db[k] for k in model} == model
+    finally:
+        db.close()

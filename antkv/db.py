@@ -40,6 +40,8 @@ from .compaction.worker import JobRunner
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError, ReadOnlyError
 from .ingest import Ingestion, check_paths, check_range
 from .write_buffer_accounting import WriteBufferAccounting
+from .write_limits import CHECK_ABOVE as _CHECK_ABOVE
+from .write_limits import check_ops
 from .errors import IOError as AntIOError
 from .fs import default_file_system
 from .fs.pinned import PinnedFileSystem
@@ -285,6 +287,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             return
         if sync is not False and sync is not True:
             raise TypeError("sync must be a bool")
+        if len(key) + len(value) >= _CHECK_ABOVE:
+            check_ops([(VALUE, key, value)], self._min_blob_size)  # too large to store: refused here
         with self._write_lock:
             if self._write_blocked:
                 self._check_writable()
@@ -390,6 +394,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
 
     def _write_ops(self, ops: list, sync: bool, disable_wal: bool, user_bytes: int) -> None:
         """Write ``ops`` (``(kind, key, value)``) as one batch; ``user_bytes``: their keys' and values' lengths."""
+        if user_bytes + 9 * len(ops) >= _CHECK_ABOVE:
+            check_ops(ops, self._min_blob_size)  # too large to store: refused before anything is written
         with self._write_lock:
             self._check_writable()
             if self._mem.memory >= self._write_buffer_size or self._must_make_room:

@@ -281,13 +281,14 @@ def antkv_evidence(fs, dbname: str) -> str | None:
 
 
 def check_is_antkv(fs, dbname: str, what: str) -> None:
-    """InvalidArgumentError when ``dbname`` holds files an antkv database would (a ``CURRENT``
-    or numbered files) but no :func:`antkv_evidence` that they are antkv's; nothing changed."""
-    names = fs.listdir(dbname)
-    if CURRENT not in names and not any(parse_file_name(n) is not None for n in names):
+    """InvalidArgumentError when ``dbname`` holds files that may hold data (:func:`data_files`)
+    but no :func:`antkv_evidence` that they are antkv's; nothing changed.  (Data-less files
+    only: the debris of a creation that stopped early, which the open handles.)"""
+    if not data_files(fs, dbname):
         return
     if antkv_evidence(fs, dbname) is None:
         raise InvalidArgumentError(
             f"{dbname} is not an antkv database (no antkv OPTIONS, STATS, MANIFEST, WAL, table or value-log file; "
             f"another engine's, e.g. RocksDB's?): {what} refused, nothing was changed"
         )
+

@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "antkv.options", "antkv.obsolete", "antkv.background", "antkv.recovery", "antkv.checkpoint",
             "antkv.stats", "antkv.hygiene", "antkv.replay", "antkv.resume", "antkv.external_file", "antkv.ingest",
             "antkv.lifetime", "antkv.info_log", "antkv.options_file", "antkv.write_buffer_accounting", "antkv.read_only",
+            "antkv.write_limits",
         ),
     ),
     ("database", ("antkv.db",)),

@@ -708,6 +708,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
     def _items_mode(self, start, stop, prefix, reverse, snapshot, mode):
         lo = None if start is None else as_bytes(start, "start")
         hi = None if stop is None else as_bytes(stop, "stop")
+        if reverse is not True and reverse is not False:
+            raise TypeError(f"reverse must be a bool, not {type(reverse).__name__}")
         lo, hi = narrow_to_prefix(lo, hi, prefix)
         return self._view(snapshot).items(lo, hi, reverse, mode)
 

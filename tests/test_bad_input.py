@@ -353,3 +353,22 @@ def test_write_batch_from_data_validates_every_record(db):
     db.write(antkv.WriteBatch.from_data(good))
     assert db.get(b"k") == b"v"
     db.compact_range()
+
+
+def test_unusable_buffers_nul_paths_and_a_non_bool_reverse_are_clear_errors(db, tmp_path):
+    released = memoryview(b"abc")
+    released.release()
+    for call in (lambda: db.put(released, b"v"), lambda: db.put(b"k", released), lambda: db.get(released),
+                 lambda: antkv.WriteBatch().put(released, b"v")):
+        with pytest.raises(antkv.InvalidArgumentError, match="not a usable buffer"):
+            call()
+    for bad in (str(tmp_path / "a\x00b"), b"x\x00y"):
+        with pytest.raises(antkv.InvalidArgumentError, match="NUL"):
+            antkv.open(bad)
+        with pytest.raises(antkv.InvalidArgumentError, match="NUL"):
+            antkv.destroy(bad)
+        with pytest.raises(antkv.InvalidArgumentError, match="NUL"):
+            antkv.repair(bad)
+    for call in (db.items, db.keys, db.values):
+        with pytest.raises(TypeError, match="reverse"):
+            call(reverse="x")

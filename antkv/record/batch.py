@@ -36,7 +36,10 @@ def as_bytes(x: object, what: str) -> bytes:
     if type(x) is bytes:
         return x  # type: ignore[return-value]
     if isinstance(x, (bytes, bytearray, memoryview)):
-        return bytes(x)
+        try:
+            return bytes(x)
+        except (ValueError, BufferError) as e:  # a released memoryview, an unexportable buffer
+            raise InvalidArgumentError(f"{what} is not a usable buffer: {e}") from None
     if isinstance(x, str):
         raise TypeError(f"{what} must be bytes, not str (encode it first, e.g. {what}.encode())")
     raise TypeError(f"{what} must be bytes, not {type(x).__name__}")

@@ -283,3 +283,34 @@ def test_another_engines_directory_is_refused_and_left_as_it_is(tmp_path):
         assert {k: db[k] for k in model} == model
     finally:
         db.close()
+
+
+def _wal_with_a_damaged_third_record(path) -> tuple[str, bytes]:
+    from antkv.record.log_format import LogReader
+
+    with antkv.open(str(path), max_background_jobs=0) as db:
+        for i in range(50):
+            db.put(b"k%02d" % i, b"value %d" % i)
+    wal = max((n for n in os.listdir(path) if n.endswith(".log")), key=lambda n: os.path.getsize(path / n))
+    data = bytearray((path / wal).read_bytes())
+    offsets = [offset for offset, _ in LogReader(bytes(data), wal)]
+    data[offsets[2] + 20] ^= 0xFF  # inside the third record's payload
+    (path / wal).write_bytes(bytes(data))
+    return wal, bytes(data)
+
+
+@pytest.mark.parametrize("how", ["point_in_time_recovery", "repair"])
+def test_a_wal_whose_records_recovery_dropped_is_kept_in_lost(tmp_path, how):
+    """Recovery that keeps 2 of 50 acknowledged writes must not delete the WAL holding the
+    other 48 intact records: it goes to lost/ unchanged (and repair does the same)."""
+    path = tmp_path / "db"
+    wal, damaged = _wal_with_a_damaged_third_record(path)
+    if how == "repair":
+        antkv.repair(str(path))
+        opts = {}
+    else:
+        opts = {"wal_recovery_mode": how}
+    with antkv.open(str(path), max_background_jobs=0, **opts) as db:
+        kept = dict(db.items())
+    assert len(kept) == (2 if how != "repair" else 49), len(kept)
+    assert (path / "lost" / wal).read_bytes() == damaged

@@ -18,8 +18,9 @@ recovered MANIFEST does not need is *provably* this database's debris when:
   finished: ``CURRENT`` is still whole).
 
 Anything else -- a file copied in by hand, whatever its number; a WAL no record of the database
-names (not replayed: another database's writes are never merged in); a copy of each WAL holding
-records recovery dropped -- goes to ``lost/``.  Files whose names the database does not parse
+names whose records do not continue the database's sequence numbers (not replayed: another
+database's writes are never merged in, :class:`~antkv.replay.Replay`); each WAL holding records
+recovery dropped -- goes to ``lost/``.  Files whose names the database does not parse
 are never touched.  A database whose LOG holds no ``new-file`` line at all (none, or written by
 an antkv that did not record them) has no such evidence: its unlisted files go to ``lost/``,
 and its WALs numbered from the MANIFEST's log number on are replayed as before.

@@ -164,11 +164,9 @@ class Recovery:
         edit = VersionEdit()
         wal_numbers = sorted(n for (kind, n) in on_disk if kind == WAL and n >= vs.log_number)
         own = OwnFiles(fs, path)  # read after the listing: a live writer logs a number first
-        # a WAL after the one the MANIFEST names is replayed only if the LOG records writing it
-        foreign_wals = {n for n in wal_numbers if n != vs.log_number and own.numbers and n not in own.numbers}
-        for n in sorted(foreign_wals):
-            log.warning("%s: WAL %06d.log is not one this database recorded writing: not replayed%s", path, n,
-                        "" if opts.read_only else "; it goes to lost/")
+        # a WAL after the one the MANIFEST names that the LOG does not record writing is
+        # replayed only if its records continue the database's (replay.py)
+        unproven = {n for n in wal_numbers if n != vs.log_number and own.numbers and n not in own.numbers}
         # read-only, maybe beside a live writer: read the WALs BEFORE measuring the value-log
         # files, so every value a WAL record points to (appended before the record) is counted
         wal_data = ({n: fs.read_all(wal_file_name(path, n)) for n in wal_numbers}
@@ -187,7 +185,7 @@ class Recovery:
             raise CorruptionError(f"WAL {vs.log_number:06d}.log named by the MANIFEST is missing", wal_file_name(path, vs.log_number))
         mem = self._new_memtable(0)
         replay = Replay(fs, path, wal_numbers, vlog_lengths, vs.vlogs, opts.wal_recovery_mode, wal_data, live_writer,
-                        foreign_wals)
+                        unproven, vs.last_sequence)
         for seq, ops in replay:
             if opts.merge_operator is None and any(kind == MERGE for kind, _, _ in ops):
                 raise missing_operator(f"the WAL of database {path}")
@@ -226,7 +224,7 @@ class Recovery:
         with self._mutex:
             self._install_super_version()
         own.replayed_wals = replay.replayed_whole
-        self._remove_obsolete_at_open(fs, on_disk, own, recovered_manifest, foreign_wals, replay.not_whole)
+        self._remove_obsolete_at_open(fs, on_disk, own, recovered_manifest, replay.foreign, replay.not_whole)
         options_file.save(fs, path, opts)
         self._delete_obsolete_files()  # e.g. empty or fully-garbage value-log files sealed above
         if self._wbm is not None:

@@ -70,11 +70,16 @@ class Replay:
     LOCK, where the newest WAL's torn last record is a write in flight, not reported as dropped."""
 
     def __init__(self, fs, dbname: str, wal_numbers, vlog_lengths: dict[int, int], vlogs, mode: str,
-                 wal_data: dict[int, bytes] | None = None, live_writer: bool = False, foreign=()):
+                 wal_data: dict[int, bytes] | None = None, live_writer: bool = False, unproven=(),
+                 last_sequence: int = 0):
         self.fs = fs
         self.dbname = dbname
-        self.foreign = set(foreign)  # WALs that are not the database's: never replayed
-        self.wal_numbers = [n for n in wal_numbers if n not in self.foreign]
+        # WALs nothing proves the database's (hygiene.py): replayed only when their records
+        # continue the sequence numbers of what was replayed before them
+        self.unproven = set(unproven)
+        self.last_sequence = last_sequence  # the MANIFEST's
+        self.foreign: set[int] = set()  # unproven WALs whose records do not continue: not replayed
+        self.wal_numbers = list(wal_numbers)
         self.vlog_lengths = vlog_lengths
         self.vlogs = vlogs
         self.mode = mode
@@ -90,7 +95,13 @@ class Replay:
 
     def __iter__(self):
         stopped = False
+        replayed_end = 0  # the last sequence number replayed so far
         for number in self.wal_numbers:
+            if number in self.unproven and not self._continues(number, replayed_end):
+                self.foreign.add(number)
+                log.warning("%s: WAL %06d.log is not one this database recorded writing and its records do not "
+                            "continue the database's: not replayed", self.dbname, number)
+                continue
             if stopped:
                 self.not_whole.add(number)
                 continue
@@ -103,15 +114,35 @@ class Replay:
                     stopped = True
                     break
                 else:
+                    replayed_end = max(replayed_end, item[0] + len(item[1]) - 1)
                     yield item
             (self.replayed_whole if whole else self.not_whole).add(number)
+
+    def _wal_bytes(self, number: int) -> bytes:
+        data = self.wal_data.get(number)
+        if data is None:
+            data = self.wal_data[number] = self.fs.read_all(wal_file_name(self.dbname, number))
+        return data
+
+    def _continues(self, number: int, replayed_end: int) -> bool:
+        """Whether unproven WAL ``number`` holds no record, or its first record's sequence
+        number follows what was replayed before it: after it, and at most one past the
+        MANIFEST's last sequence number (or what was replayed)."""
+        path = wal_file_name(self.dbname, number)
+        try:
+            for offset, payload in LogReader(self._wal_bytes(number), path):
+                seq, _ = decode_batch(payload, path, offset)
+                return replayed_end < seq <= max(replayed_end, self.last_sequence) + 1
+        except CorruptionError:
+            return False
+        return True
 
     def _replay_wal(self, number: int):
         """The batches of WAL ``number``; None for each record dropped; _STOP or _STOP_LATER
         when replay must not go on to later WALs."""
         mode = self.mode
         path = wal_file_name(self.dbname, number)
-        data = self.wal_data.get(number)
+        data = self.wal_data.pop(number, None)
         if data is None:
             data = self.fs.read_all(path)
         reader = LogReader(data, path, skip_corrupted=mode == SKIP_ANY_CORRUPTED)

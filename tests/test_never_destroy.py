@@ -314,3 +314,27 @@ def test_a_wal_whose_records_recovery_dropped_is_kept_in_lost(tmp_path, how):
         kept = dict(db.items())
     assert len(kept) == (2 if how != "repair" else 49), len(kept)
     assert (path / "lost" / wal).read_bytes() == damaged
+
+
+def test_a_wal_the_log_does_not_name_is_replayed_when_its_records_continue(tmp_path):
+    """The LOG line naming a WAL can be lost (a failed LOG write): a WAL after the MANIFEST's
+    whose first record continues the database's sequence numbers is still replayed; one whose
+    records start anywhere else is another database's and goes to lost/ unreplayed."""
+    from antkv.base.dbformat import VALUE
+    from antkv.record.batch import encode_batch
+    from antkv.record.log_format import frame
+
+    path = tmp_path / "db"
+    with antkv.open(str(path), max_background_jobs=0) as db:
+        db.put(b"a", b"1")
+        db.flush()
+        db.put(b"b", b"2")
+        last = int(db.property("antkv.last-sequence"))
+    newest = max(int(n[:-4]) for n in os.listdir(path) if n.endswith(".log"))
+    continuing = frame(encode_batch(last + 1, [(VALUE, b"c", b"3")]))
+    (path / f"{newest + 100:06d}.log").write_bytes(continuing)
+    foreign = frame(encode_batch(1, [(VALUE, b"x", b"from elsewhere")]))
+    (path / f"{newest + 200:06d}.log").write_bytes(foreign)
+    with antkv.open(str(path), max_background_jobs=0) as db:
+        assert (db.get(b"a"), db.get(b"b"), db.get(b"c"), db.get(b"x")) == (b"1", b"2", b"3", None)
+    assert os.listdir(path / "lost") == [f"{newest + 200:06d}.log"]

@@ -338,3 +338,24 @@ def test_a_wal_the_log_does_not_name_is_replayed_when_its_records_continue(tmp_p
     with antkv.open(str(path), max_background_jobs=0) as db:
         assert (db.get(b"a"), db.get(b"b"), db.get(b"c"), db.get(b"x")) == (b"1", b"2", b"3", None)
     assert os.listdir(path / "lost") == [f"{newest + 200:06d}.log"]
+
+
+def test_lost_is_reported_and_emptied_only_on_request(tmp_path, capsys):
+    from antkv.tools.cli import main
+
+    path = tmp_path / "db"
+    _make(path)
+    (path / "000001.sst").write_bytes(b"copied in" * 100)
+    with antkv.open(str(path), **OPTS) as db:
+        assert db.stats()["lost"] == {"files": 1, "bytes": 900}
+        assert db.property("antkv.lost-files") == "1" and db.property("antkv.lost-bytes") == "900"
+    assert main(["stats", str(path)]) == 0
+    assert "lost/: 1 files, 900 bytes" in capsys.readouterr().out
+    with antkv.open(str(path), **OPTS) as db:  # a reopen keeps it
+        assert db.stats()["lost"]["files"] == 1
+    assert main(["empty-lost", str(path)]) == 0
+    assert os.listdir(path / "lost") == []
+    with antkv.open(str(path), read_only=True) as db:
+        assert db.stats()["lost"] == {"files": 0, "bytes": 0}
+        with pytest.raises(antkv.ReadOnlyError):
+            db.empty_lost()

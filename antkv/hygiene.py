@@ -285,9 +285,7 @@ def check_is_antkv(fs, dbname: str, what: str) -> None:
     """InvalidArgumentError when ``dbname`` holds files that may hold data (:func:`data_files`)
     but no :func:`antkv_evidence` that they are antkv's; nothing changed.  (Data-less files
     only: the debris of a creation that stopped early, which the open handles.)"""
-    if not data_files(fs, dbname):
-        return
-    if antkv_evidence(fs, dbname) is None:
+    if antkv_evidence(fs, dbname) is None and data_files(fs, dbname):
         raise InvalidArgumentError(
             f"{dbname} is not an antkv database (no antkv OPTIONS, STATS, MANIFEST, WAL, table or value-log file; "
             f"another engine's, e.g. RocksDB's?): {what} refused, nothing was changed"

@@ -32,10 +32,12 @@ demo: $(STAMP)
 demo-library: $(STAMP)
 	$(PY) -m antkv.demo
 
-# the differential fuzzer against RocksDB, then the multi-threaded stress test, SECONDS each
+# the differential fuzzer against RocksDB, the multi-threaded stress test, then read-only views
+# beside a live writer (two processes), SECONDS each
 fuzz: $(STAMP)
 	$(PY) -m fuzz --seconds $(SECONDS)
 	$(PY) -m fuzz.stress --seconds $(SECONDS)
+	$(PY) -m fuzz.beside_writer --seconds $(SECONDS)
 
 bench: $(STAMP)
 	$(PY) -m bench $(ARGS)

@@ -8,20 +8,25 @@
 2. pins the current super version (no table it lists can be deleted meanwhile);
 3. hard-links (or copies, across file systems) every table of the pinned state and every
    value-log file its tables point into (not the ones only an open iterator keeps alive: they
-   may go while the checkpoint runs) into a temporary directory ``dir + ".tmp"``;
+   may go while the checkpoint runs) into a staging directory of a name no one else uses,
+   ``dir + ".antkv-checkpoint-<random>"``;
 4. writes a fresh MANIFEST describing exactly that state, with a log number past every WAL of
    the source and an empty WAL of that number (recovery requires the WAL the MANIFEST names;
    the copy replays nothing), and ``CURRENT``; syncs everything;
-5. renames the temporary directory to ``dir`` and syncs the parent directory.
+5. renames the staging directory to ``dir`` and syncs the parent directory.
 
-A crash at any step leaves either no ``dir`` or a complete one.  Checkpoints of one database
-run one at a time (``_checkpoint_lock``): a second one into the same directory then finds it
-and raises InvalidArgumentError, instead of removing the first one's temporary directory.
+A crash at any step leaves either no ``dir`` or a complete one (and maybe the staging
+directory, which the operator may remove).  A checkpoint that fails with an error removes what
+it created in its staging directory, and nothing else: it never touches a file it did not
+create (a directory ``dir + ".tmp"`` of the user's stays as it is).  Checkpoints of one
+database run one at a time (``_checkpoint_lock``): a second one into the same directory then
+finds it and raises InvalidArgumentError.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 
 from .base.filenames import manifest_file_name, table_file_name, vlog_file_name, wal_file_name
 from .base.progress import progress_callback
@@ -44,11 +49,7 @@ class Checkpoints:
         directory = os.path.normpath(directory)
         if fs.exists(directory):
             raise InvalidArgumentError(f"checkpoint directory {directory} already exists")
-        tmp = directory + ".tmp"
-        if fs.exists(tmp):
-            for name in fs.listdir(tmp):
-                fs.remove(os.path.join(tmp, name))
-            fs.rmdir(tmp)
+        tmp = f"{directory}.antkv-checkpoint-{uuid.uuid4().hex[:16]}"
         self.flush(wait=True)
         with self._write_lock:
             self._check_writable()
@@ -64,6 +65,16 @@ class Checkpoints:
                 last_sequence = self._last_seq  # >= every sequence number in the pinned tables
                 next_file = vs.next_file_number
         fs.mkdirs(tmp)
+        try:
+            self._stage_checkpoint(fs, tmp, sv, vlogs, last_sequence, next_file, report)
+        except Exception:
+            _remove_staging(fs, tmp)  # only what this checkpoint created is in it
+            raise
+        fs.rename(tmp, directory)
+        fs.sync_dir(os.path.dirname(directory) or ".")
+        del sv
+
+    def _stage_checkpoint(self, fs, tmp: str, sv, vlogs, last_sequence: int, next_file: int, report) -> None:
         tables = [f.number for _, f in sv.version.all_files()]
         total = len(tables) + len(vlogs)
         report(0, total)
@@ -94,6 +105,13 @@ class Checkpoints:
         # to replay" (recovery treats a missing named WAL as lost MANIFEST edits)
         fs.write_all(wal_file_name(tmp, next_file), b"", sync=True)
         set_current_file(fs, tmp, manifest_number)  # syncs tmp
-        fs.rename(tmp, directory)
-        fs.sync_dir(os.path.dirname(directory) or ".")
-        del sv
+
+
+def _remove_staging(fs, tmp: str) -> None:
+    """Remove a failed checkpoint's staging directory (a name only it used), best effort."""
+    try:
+        for name in fs.listdir(tmp):
+            fs.remove(os.path.join(tmp, name))
+        fs.rmdir(tmp)
+    except Exception:  # noqa: BLE001 - the error that failed the checkpoint is the one to report
+        pass

@@ -40,8 +40,12 @@ from .compaction.worker import JobRunner
 from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError, ReadOnlyError
 from .ingest import Ingestion, check_paths, check_range
 from .write_buffer_accounting import WriteBufferAccounting
+from .write_limits import CHECK_ABOVE as _CHECK_ABOVE
+from .write_limits import check_ops
 from .errors import IOError as AntIOError
 from .fs import default_file_system
+from .fs.pinned import PinnedFileSystem
+from .hygiene import empty_lost
 from .manifest.table_cache import TableCache
 from .manifest.version_edit import VersionEdit
 from .manifest.version_set import VersionSet
@@ -60,6 +64,7 @@ from .read.snapshot import Snapshot, SnapshotList
 from .record.batch import SINGLE_RECORD
 from .record.batch import WriteBatch, as_bytes, encode_batch
 from .record.log_format import HEADER, LEN_MUL, LEN_XOR, LogWriter, checksum, frame
+from .read_only import open_read_only
 from .recovery import Recovery
 from .resume import Resume
 from .stats import Statistics, new_stats
@@ -76,6 +81,8 @@ def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A0
     """Open (creating if ``create_if_missing``) the database in directory ``path``;
     ``read_only=True`` opens it without writing anything (``Options.read_only``)."""
     path, options = resolve_open_args(path, options, overrides)
+    if options.read_only:
+        return open_read_only(DB, path, options)  # tried again while a live writer moves on
     return DB(path, options)
 
 
@@ -97,9 +104,13 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         self.path = path
         self.options = options
         fs = options.file_system or default_file_system()
+        if options.read_only and not isinstance(fs, PinnedFileSystem):
+            fs = PinnedFileSystem(fs)  # holds the files the view reads (read_only.py)
 
         # --- set here or at open, then only read (no lock) ---
         self._fs = fs
+        self._pinned = fs if options.read_only else None  # read-only: the files held open
+        self._recovered_vlog_lengths: dict[int, int] = {}  # read-only: unsealed files' valid length at open
         self._lock = None  # the held LOCK file (recovery takes it)
         self._cache = options.block_cache if options.block_cache is not None else Cache(DEFAULT_CACHE_CAPACITY)
         self._vlog_reader = ValueLogReader(fs, path)  # its own lock
@@ -277,6 +288,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             return
         if sync is not False and sync is not True:
             raise TypeError("sync must be a bool")
+        if len(key) + len(value) >= _CHECK_ABOVE:
+            check_ops([(VALUE, key, value)], self._min_blob_size)  # too large to store: refused here
         with self._write_lock:
             if self._write_blocked:
                 self._check_writable()
@@ -382,6 +395,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
 
     def _write_ops(self, ops: list, sync: bool, disable_wal: bool, user_bytes: int) -> None:
         """Write ``ops`` (``(kind, key, value)``) as one batch; ``user_bytes``: their keys' and values' lengths."""
+        if user_bytes + 9 * len(ops) >= _CHECK_ABOVE:
+            check_ops(ops, self._min_blob_size)  # too large to store: refused before anything is written
         with self._write_lock:
             self._check_writable()
             if self._mem.memory >= self._write_buffer_size or self._must_make_room:
@@ -431,6 +446,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
     def _sync_wal_names(self) -> None:
         """Make the names of the WALs created by switches durable (docs/durability.md section 4)."""
         if self._wal_names_unsynced:  # no switch adds one meanwhile: every caller holds a lock it takes
+            if self._info_log is not None:
+                self._info_log.sync()  # the LOG names these WALs: it lasts as long as they do (hygiene.py)
             self._fs.sync_dir(self.path)
             self._wal_names_unsynced = set()
 
@@ -705,7 +722,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
             include_start, include_stop, prefix,
         )
         if not isinstance(reverse, bool):
-            raise TypeError("reverse must be a bool")
+            raise TypeError(f"reverse must be a bool, not {type(reverse).__name__}")
         shape = yielded_shape(include_key, include_value)
         return DBIterator(self._view(snapshot), lo, hi, reverse, shape)
 
@@ -780,7 +797,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
                 raise TypeError("backwards (rocksdict's name of reverse) must be a bool, and not given with reverse")
             reverse = backwards
         if not isinstance(reverse, bool):
-            raise TypeError("reverse must be a bool")
+            raise TypeError(f"reverse must be a bool, not {type(reverse).__name__}")
         if from_key is not None:
             if reverse:
                 stop, upper_bound, include_stop = _one_bound("stop", stop, upper_bound, from_key), None, True
@@ -858,6 +875,16 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         with self._maintenance():
             self._check_writable()
             return self._collect_value_log(progress)
+
+    def empty_lost(self) -> dict:
+        """Delete the files in ``lost/`` -- those the database could not account for and moved
+        aside instead of deleting (``stats()["lost"]`` reports them).  Returns the files and
+        bytes deleted.  Only the operator knows that nothing there is needed any more."""
+        with self._maintenance():
+            self._check_writable()
+            files, size = empty_lost(self._fs, self.path)
+            self._event("emptied-lost", f"{files} files, {size} bytes")
+            return {"files": files, "bytes": size}
 
     def checkpoint(self, directory, *, progress=None) -> None:
         """Write a consistent, openable copy of the database to ``directory`` (must not exist)."""

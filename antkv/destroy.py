@@ -13,6 +13,8 @@ import os
 
 from .base.filenames import CURRENT, CURRENT_TMP, INFO_LOG, LOCK, OPTIONS, STATS, lock_file_name, parse_file_name
 from .errors import InvalidArgumentError
+from .hygiene import check_is_antkv
+from .options import check_path
 
 # names a database directory holds besides numbered files (with their .tmp and rotated forms)
 EXTRA_FILES_PREFIXES = (INFO_LOG, OPTIONS, STATS)
@@ -36,11 +38,13 @@ def destroy(path, *, file_system=None) -> list[str]:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
     path = os.fspath(path)
+    check_path(path)
     fs = file_system or default_file_system()
     if not fs.exists(path):
         return []
     if not fs.is_dir(path):
         raise InvalidArgumentError(f"{path} is not a directory")
+    check_is_antkv(fs, path, "destroy")  # another engine's database is not ours to remove
     lock = fs.lock(lock_file_name(path))
     removed = []
     try:

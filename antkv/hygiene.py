@@ -2,23 +2,28 @@
 
 The rule: **the database deletes only what it can prove is its own debris**; every other file
 it cannot account for is moved to ``lost/`` (:func:`~antkv.base.filenames.lost_dir_name`),
-never deleted, and reported.  A numbered file (``parse_file_name``) that the recovered
-MANIFEST does not list is *provably* debris when one of these holds:
+never deleted, reported in ``db.stats()["files_removed_at_open"]`` and with a line in ``LOG``.
+``lost/`` is reported (``db.stats()["lost"]``, ``antkv stats``) and emptied only on request
+(``antkv empty-lost``, :func:`empty_lost`).  A numbered file (``parse_file_name``) the
+recovered MANIFEST does not need is *provably* this database's debris when:
 
-* **its number was never handed out durably**: it is >= the next file number the recovered
-  MANIFEST records.  Every edit that names a file carries a ``next_file_number`` above it, so
-  no durable edit ever named this file: it is the output of a flush, compaction, value-log
-  rotation or MANIFEST roll that a crash interrupted before its edit was written;
 * **the MANIFEST records its deletion** (a compaction's inputs, a value-log file GC emptied):
   the file was being deleted when the process stopped;
-* it is a WAL numbered below the MANIFEST's log number (its memtable was flushed), a MANIFEST
-  older than the one ``CURRENT`` names (``CURRENT`` moved past it), or ``CURRENT.tmp`` (a
-  ``CURRENT`` swap that never finished: ``CURRENT`` is still whole).
+* **the database recorded creating it**: its number is in a ``new-file`` line of the info LOG
+  (:func:`~antkv.info_log.numbers_handed_out`; every file number is logged before any file of
+  it is created) -- the output of a flush, compaction, value-log rotation or MANIFEST roll a
+  crash interrupted, an old MANIFEST, a flushed WAL;
+* it is a WAL this open replayed completely and flushed, or the MANIFEST this open recovered
+  from (``CURRENT`` has moved past it), or ``CURRENT.tmp`` (a ``CURRENT`` swap that never
+  finished: ``CURRENT`` is still whole).
 
-Anything else -- e.g. a table numbered below the next file number that the MANIFEST neither
-lists nor deleted, a file copied in by hand, a MANIFEST newer than ``CURRENT`` but below the
-next file number -- is moved to ``lost/``.  Files whose names the database does not parse are
-never touched.
+Anything else -- a file copied in by hand, whatever its number; a WAL no record of the database
+names whose records do not continue the database's sequence numbers (not replayed: another
+database's writes are never merged in, :class:`~antkv.replay.Replay`); each WAL holding records
+recovery dropped -- goes to ``lost/``.  Files whose names the database does not parse
+are never touched.  A database whose LOG holds no ``new-file`` line at all (none, or written by
+an antkv that did not record them) has no such evidence: its unlisted files go to ``lost/``,
+and its WALs numbered from the MANIFEST's log number on are replayed as before.
 
 A directory that holds antkv files but no ``CURRENT`` is refused (:func:`check_without_current`)
 unless the files hold no data at all (the debris of a database creation that stopped before
@@ -30,7 +35,7 @@ from __future__ import annotations
 import os
 
 from .base.filenames import CURRENT, CURRENT_TMP, MANIFEST, TABLE, VLOG, WAL, lost_dir_name, parse_file_name
-from .errors import CorruptionError
+from .errors import CorruptionError, InvalidArgumentError
 from .vlog.format import FILE_HEADER_SIZE
 
 DELETE = "delete"
@@ -122,36 +127,167 @@ def check_without_current(fs, dbname: str) -> list[str]:
     return moved
 
 
-def sort_unlisted(on_disk: dict, vs, first_unused: int, deleted: set) -> list[tuple[str, str, str]]:
+def sort_unlisted(on_disk: dict, vs, evidence, *, recovered_manifest: int | None = None,
+                  foreign_wals=(), partial_wals=()) -> list[tuple[str, str, str]]:
     """``(name, DELETE or MOVE, reason)`` for every numbered file of ``on_disk``
-    (``{(kind, number): name}``) that the recovered version set ``vs`` does not need.
-
-    ``first_unused`` is the next file number the MANIFEST recorded (before any file on disk
-    was marked used); ``deleted`` holds the ``(kind, number)`` the MANIFEST records deleted."""
+    (``{(kind, number): name}``) that the version set ``vs`` (after the open's edit) does not
+    need.  ``evidence`` is an :class:`OwnFiles`; ``recovered_manifest`` the MANIFEST the open
+    recovered from; ``foreign_wals`` the WALs recovery did not replay as not the database's;
+    ``partial_wals`` the WALs holding intact records recovery dropped or never reached."""
     live_tables = {f.number for _, f in vs.current.all_files()}
     out = []
     for (kind, number), name in sorted(on_disk.items()):
         if kind == WAL:
-            if number < vs.log_number:
+            if number >= vs.log_number:
+                continue
+            if number in foreign_wals:
+                out.append((name, MOVE, "WAL the database has no record of writing (not replayed)"))
+            elif number in partial_wals:
+                out.append((name, MOVE, "WAL holding records recovery dropped"))
+            elif number in evidence.replayed_wals:
+                out.append((name, DELETE, "WAL replayed and flushed"))
+            elif evidence.wrote(kind, number):
                 out.append((name, DELETE, "flushed WAL"))
+            else:
+                out.append((name, MOVE, "WAL the database has no record of writing"))
             continue
         if kind == MANIFEST:
             if number == vs.manifest_number:
                 continue
-            if number < vs.manifest_number:
+            if number == recovered_manifest:
                 out.append((name, DELETE, "old MANIFEST"))
-            elif number >= first_unused:
-                out.append((name, DELETE, "MANIFEST of an interrupted roll (CURRENT never named it)"))
+            elif evidence.wrote(kind, number):
+                out.append((name, DELETE, "old MANIFEST" if number < vs.manifest_number
+                            else "MANIFEST of an interrupted roll (CURRENT never named it)"))
             else:
-                out.append((name, MOVE, "MANIFEST newer than the one CURRENT names"))
+                out.append((name, MOVE, "MANIFEST the database has no record of writing"))
             continue
         if (kind == TABLE and number in live_tables) or (kind == VLOG and number in vs.vlogs):
             continue
         what = "table" if kind == TABLE else "value-log file"
-        if number >= first_unused:
-            out.append((name, DELETE, f"{what} no MANIFEST edit ever named (output of an interrupted job)"))
-        elif (kind, number) in deleted:
+        if (kind, number) in vs.recovered_deletions:
             out.append((name, DELETE, f"{what} the MANIFEST records as deleted"))
+        elif evidence.wrote(kind, number):
+            out.append((name, DELETE, f"{what} no MANIFEST edit lists (output of an interrupted job)"))
         else:
-            out.append((name, MOVE, f"{what} the MANIFEST does not list"))
+            out.append((name, MOVE, f"{what} the database has no record of writing"))
     return out
+
+
+class OwnFiles:
+    """What proves a file is the database's own: the file numbers its info LOG records handing
+    out (read once, when first needed), and the WALs this open replayed."""
+
+    def __init__(self, fs, dbname: str):
+        self._fs = fs
+        self._dbname = dbname
+        self._numbers: set[int] | None = None
+        self.replayed_wals: set[int] = set()
+
+    @property
+    def numbers(self) -> set[int]:
+        if self._numbers is None:
+            from .info_log import numbers_handed_out
+
+            self._numbers = numbers_handed_out(self._fs, self._dbname)
+        return self._numbers
+
+    def wrote(self, kind: str, number: int) -> bool:
+        return number in self.numbers
+
+
+def lost_usage(fs, dbname: str) -> tuple[int, int]:
+    """``(files, bytes)`` in ``dbname/lost/``."""
+    lost = lost_dir_name(dbname)
+    files = size = 0
+    if not fs.is_dir(lost):
+        return 0, 0
+    for name in fs.listdir(lost):
+        p = os.path.join(lost, name)
+        if fs.is_dir(p):
+            continue
+        files += 1
+        try:
+            size += fs.size(p)
+        except Exception:  # noqa: BLE001 - removed meanwhile
+            files -= 1
+    return files, size
+
+
+def empty_lost(fs, dbname: str) -> tuple[int, int]:
+    """Delete every file in ``dbname/lost/`` (the operator decided nothing there is needed);
+    returns ``(files, bytes)`` deleted."""
+    lost = lost_dir_name(dbname)
+    files = size = 0
+    if not fs.is_dir(lost):
+        return 0, 0
+    for name in sorted(fs.listdir(lost)):
+        p = os.path.join(lost, name)
+        if fs.is_dir(p):
+            continue
+        n = fs.size(p)
+        fs.remove(p)
+        files += 1
+        size += n
+    fs.sync_dir(lost)
+    return files, size
+
+
+def antkv_evidence(fs, dbname: str) -> str | None:
+    """What shows that ``dbname`` holds an antkv database, or None: an ``OPTIONS`` or
+    ``STATS`` file (other engines name theirs differently), a MANIFEST or WAL whose first
+    record decodes as antkv's, a table ending in antkv's magic number, or a value-log file
+    starting with antkv's.  Repair, destroy and every read-write open refuse a directory
+    holding database-like files without such evidence (e.g. a RocksDB directory): their
+    ``CURRENT``, ``MANIFEST-*``, ``*.sst`` and ``*.log`` names look like antkv's."""
+    from .base.filenames import OPTIONS, STATS
+    from .manifest.version_edit import VersionEdit
+    from .record.batch import decode_batch
+    from .record.log_format import LogReader
+    from .vlog.format import FILE_MAGIC
+
+    names = sorted(fs.listdir(dbname))
+    for name in (OPTIONS, STATS):
+        if name in names:
+            return f"its {name} file"
+    for name in names:
+        parsed = parse_file_name(name)
+        if parsed is None:
+            continue
+        p = os.path.join(dbname, name)
+        try:
+            f = fs.open_random(p)
+            try:
+                size = f.size()
+                if parsed[0] == TABLE:
+                    if size >= 8 and f.read(size - 8, 8) == b"antkvSST":
+                        return f"table {name}"
+                    continue
+                if parsed[0] == VLOG:
+                    if f.read(0, len(FILE_MAGIC)) == FILE_MAGIC:
+                        return f"value-log file {name}"
+                    continue
+                head = f.read(0, min(size, 1 << 16))
+            finally:
+                f.close()
+            for offset, payload in LogReader(head, p):
+                if parsed[0] == MANIFEST:
+                    VersionEdit.decode(payload, p, offset)
+                else:
+                    decode_batch(payload, p, offset)
+                return f"{'MANIFEST' if parsed[0] == MANIFEST else 'WAL'} {name}"
+        except Exception:  # noqa: BLE001 - unreadable or not antkv's: no evidence
+            continue
+    return None
+
+
+def check_is_antkv(fs, dbname: str, what: str) -> None:
+    """InvalidArgumentError when ``dbname`` holds files that may hold data (:func:`data_files`)
+    but no :func:`antkv_evidence` that they are antkv's; nothing changed.  (Data-less files
+    only: the debris of a creation that stopped early, which the open handles.)"""
+    if antkv_evidence(fs, dbname) is None and data_files(fs, dbname):
+        raise InvalidArgumentError(
+            f"{dbname} is not an antkv database (no antkv OPTIONS, STATS, MANIFEST, WAL, table or value-log file; "
+            f"another engine's, e.g. RocksDB's?): {what} refused, nothing was changed"
+        )
+

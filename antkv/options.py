@@ -151,6 +151,14 @@ def resolve_write_flags(sync, disable_wal, write_options) -> tuple[bool, bool]:
     return write_options.sync, write_options.disable_wal
 
 
+def check_path(path: str) -> None:
+    """InvalidArgumentError for a path no file system accepts (empty, or with a NUL byte)."""
+    if not path:
+        raise InvalidArgumentError("the database path is empty")
+    if "\x00" in path:
+        raise InvalidArgumentError(f"the database path {path!r} contains a NUL byte")
+
+
 def resolve_open_args(path, options, overrides: dict) -> tuple[str, "Options"]:
     """``(path, options)`` of an ``open``-like call: ``path`` a str, bytes or PathLike;
     ``options`` an :class:`Options` or None, with keyword ``overrides`` applied."""
@@ -161,6 +169,7 @@ def resolve_open_args(path, options, overrides: dict) -> tuple[str, "Options"]:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
     path = os.fspath(path)
+    check_path(path)
     if options is None:
         options = Options(**overrides)
     elif not isinstance(options, Options):

@@ -48,10 +48,12 @@ from .base.filenames import (
 )
 from .compaction.flush import write_level0_table
 from .errors import CorruptionError, InvalidArgumentError
-from .info_log import InfoLog
-from .hygiene import DELETE, check_without_current, data_files, keep_copy, move_aside, sort_unlisted
+from .errors import IOError as AntIOError
+from .info_log import NEW_FILE, InfoLog
+from .hygiene import DELETE, OwnFiles, check_is_antkv, check_without_current, data_files, keep_copy, move_aside, sort_unlisted
 from .manifest.version_edit import VersionEdit
 from .memtable.memtable import MemTable
+from .read_only import WriterMovedOn, manifest_state
 from .record.log_format import LogWriter
 from .replay import Replay, active_vlog_length
 
@@ -66,13 +68,22 @@ class Recovery:
         fs = self._fs
         path = self.path
         current = current_file_name(path)
+        if fs.is_dir(path):
+            check_is_antkv(fs, path, "open")  # another engine's directory is refused, unchanged
         if opts.read_only:
             if not fs.exists(current):
                 if fs.is_dir(path) and data_files(fs, path):
                     check_without_current(fs, path)  # raises: files, but no CURRENT naming them
                 raise InvalidArgumentError(f"no antkv database at {path} (read_only open creates nothing)")
+            before = manifest_state(fs, path)
             try:
                 self._open_locked(fs, True)
+            except (CorruptionError, AntIOError) as e:
+                moved_on = manifest_state(fs, path) != before
+                self._release_resources(keep_pins=moved_on)
+                if moved_on:
+                    raise WriterMovedOn(e) from e  # a live writer moved on: open again (read_only.py)
+                raise
             except BaseException:
                 self._release_resources()
                 raise
@@ -93,8 +104,10 @@ class Recovery:
                 if moved:
                     log.warning("%s: no CURRENT; moved the data-less files of an interrupted creation to lost/: %s",
                                 path, ", ".join(moved))
-            self._info_log = InfoLog(fs, path)  # after the checks: a refused open writes nothing
+            self._info_log = InfoLog(fs, path)  # written from start(): a refused open writes nothing
+            self._versions.announce = self._announce_file_number
             self._open_locked(fs, exists)
+            self._info_log.start()
             s = self._stats
             self._event(
                 "open", f"{'recovered' if exists else 'created'} in {time.monotonic() - started:.3f} s: last sequence "
@@ -115,10 +128,12 @@ class Recovery:
             raise InvalidArgumentError(f"database {path} does not exist (create_if_missing is False)")
         self._lifetime_base = lifetime.load(fs, path)
         vs = self._versions
-        first_unused = 0  # the next file number the MANIFEST recorded (hygiene.sort_unlisted)
+        recovered_manifest = None
         if exists:
             vs.recover()  # InvalidArgumentError when the MANIFEST has more levels than num_levels
-            first_unused = vs.next_file_number
+            recovered_manifest = vs.manifest_number
+            if self._pinned is not None:
+                self._pin_recovered_state(vs)
             used_levels = 1 + max((level for level, _ in vs.current.all_files()), default=0)
             changed = options_file.check(options_file.load(fs, path), opts, used_levels)
             self._stats["options_changed"] = changed
@@ -130,7 +145,8 @@ class Recovery:
                 on_disk[parsed] = name
                 vs.mark_file_number_used(parsed[1])
         for _, f in vs.current.all_files():
-            if (TABLE, f.number) not in on_disk:
+            if (TABLE, f.number) not in on_disk and not (self._pinned is not None and self._pinned.pinned(
+                    table_file_name(path, f.number))):
                 if vs.recovered_torn_tail is not None:
                     # the MANIFEST lost its last edits (e.g. truncated): the table was most
                     # likely deleted by one of them -- the damage is in the MANIFEST
@@ -147,6 +163,10 @@ class Recovery:
                 )
         edit = VersionEdit()
         wal_numbers = sorted(n for (kind, n) in on_disk if kind == WAL and n >= vs.log_number)
+        own = OwnFiles(fs, path)  # read after the listing: a live writer logs a number first
+        # a WAL after the one the MANIFEST names that the LOG does not record writing is
+        # replayed only if its records continue the database's (replay.py)
+        unproven = {n for n in wal_numbers if n != vs.log_number and own.numbers and n not in own.numbers}
         # read-only, maybe beside a live writer: read the WALs BEFORE measuring the value-log
         # files, so every value a WAL record points to (appended before the record) is counted
         wal_data = ({n: fs.read_all(wal_file_name(path, n)) for n in wal_numbers}
@@ -164,7 +184,8 @@ class Recovery:
             # lost (a damaged last record taken for a torn tail), and with them acknowledged data.
             raise CorruptionError(f"WAL {vs.log_number:06d}.log named by the MANIFEST is missing", wal_file_name(path, vs.log_number))
         mem = self._new_memtable(0)
-        replay = Replay(fs, path, wal_numbers, vlog_lengths, vs.vlogs, opts.wal_recovery_mode, wal_data, live_writer)
+        replay = Replay(fs, path, wal_numbers, vlog_lengths, vs.vlogs, opts.wal_recovery_mode, wal_data, live_writer,
+                        unproven, vs.last_sequence)
         for seq, ops in replay:
             if opts.merge_operator is None and any(kind == MERGE for kind, _, _ in ops):
                 raise missing_operator(f"the WAL of database {path}")
@@ -202,11 +223,30 @@ class Recovery:
         self._wal_files = {new_log}
         with self._mutex:
             self._install_super_version()
-        self._remove_obsolete_at_open(fs, on_disk, first_unused)
+        own.replayed_wals = replay.replayed_whole
+        self._remove_obsolete_at_open(fs, on_disk, own, recovered_manifest, replay.foreign, replay.not_whole)
         options_file.save(fs, path, opts)
         self._delete_obsolete_files()  # e.g. empty or fully-garbage value-log files sealed above
         if self._wbm is not None:
             self._wbm_token = self._wbm.register(self._wbm_flush_callback, self._wbm_oldest)
+
+    def _pin_recovered_state(self, vs) -> None:
+        """Read-only: hold every table and value-log file the recovered state lists, at once
+        (a live writer deletes them only after its MANIFEST moved on: then this open is tried
+        again, read_only.py), and let go of those an earlier attempt held that it does not."""
+        tables = [table_file_name(self.path, f.number) for _, f in vs.current.all_files()]
+        vlogs = [vlog_file_name(self.path, n) for n in vs.vlogs]
+        self._pinned.keep_only(tables + vlogs)
+        for p in tables + vlogs:
+            try:
+                self._pinned.pin(p)
+            except AntIOError:
+                pass  # missing: the checks below say what that means
+
+    def _announce_file_number(self, number: int) -> None:
+        """Record in the info LOG that this database is about to create a file numbered
+        ``number`` (the evidence :mod:`antkv.hygiene` needs to delete it as debris)."""
+        self._info_log.event(NEW_FILE, f"{number:06d}")
 
     def _new_memtable(self, log_number: int) -> MemTable:
         self._memtable_counter += 1
@@ -220,9 +260,11 @@ class Recovery:
         read_only = self.options.read_only
         for number, st in sorted(vs.vlogs.items()):
             p = vlog_file_name(self.path, number)
-            if (VLOG, number) not in on_disk:
+            if (VLOG, number) not in on_disk and not (self._pinned is not None and self._pinned.pinned(p)):
                 if st.sealed and st.garbage >= st.total:
                     edit.deleted_vlogs.append(number)  # deleted after its MANIFEST edit; finish the job
+                    if read_only:
+                        del vs.vlogs[number]  # in memory only: nothing of it is left to read
                     continue
                 raise CorruptionError(f"value-log file {number:06d}.vlog listed in the MANIFEST is missing", p)
             if st.sealed:
@@ -237,11 +279,13 @@ class Recovery:
                 log.warning("recovery: %s", dropped)
             if read_only:
                 st.total = record_bytes  # in memory only, for stats(); the file stays unsealed
+                self._recovered_vlog_lengths[number] = length  # what verify() checks of it
                 continue
             if length < fs.size(p):
                 if dropped is not None and "damaged" in dropped:
                     # damage, not a torn tail: keep the whole file aside before cutting it back
-                    keep_copy(fs, self.path, os.path.basename(p))
+                    target = keep_copy(fs, self.path, os.path.basename(p))
+                    self._event("copied-to-lost", f"{os.path.basename(p)}: {dropped}; a copy is {target}")
                 fs.truncate(p, length)
             # after a process kill its unsynced tail is intact and WAL records replayed now may
             # point into it; they are about to be flushed into a synced table, so the bytes they
@@ -288,17 +332,21 @@ class Recovery:
         self._vlog = ValueLogWriter.create_in(self._fs, self.path, number, compression=self.options.blob_compression)
         edit.new_vlogs.append(number)
 
-    def _remove_obsolete_at_open(self, fs, on_disk, first_unused: int) -> None:
+    def _remove_obsolete_at_open(self, fs, on_disk, own, recovered_manifest, foreign_wals, partial_wals) -> None:
         """Delete provable debris, move every other unlisted file to ``lost/`` (hygiene.py)."""
         vs = self._versions
         removed = []
-        for name, action, reason in sort_unlisted(on_disk, vs, first_unused, vs.recovered_deletions):
+        unlisted = sort_unlisted(on_disk, vs, own, recovered_manifest=recovered_manifest, foreign_wals=foreign_wals,
+                                 partial_wals=partial_wals)
+        for name, action, reason in unlisted:
             if action == DELETE:
                 fs.remove(os.path.join(self.path, name))
                 removed.append(f"{name}: {reason}")
+                self._event("removed", f"{name}: {reason}")
             else:
                 target = move_aside(fs, self.path, name)
                 removed.append(f"{name}: {reason}; moved to {target}")
+                self._event("moved-to-lost", f"{name}: {reason}; now {target}")
             if parse_file_name(name)[0] in (TABLE, VLOG) or action != DELETE:
                 log.warning("%s at open: %s (%s)", "removed" if action == DELETE else "moved aside", name, reason)
         tmp = os.path.join(self.path, CURRENT_TMP)
@@ -309,7 +357,9 @@ class Recovery:
         if removed:
             fs.sync_dir(self.path)
 
-    def _release_resources(self) -> None:
+    def _release_resources(self, keep_pins: bool = False) -> None:
+        """Close every file the open holds (``keep_pins``: not the files a read-only open held,
+        which the next attempt of the same open reuses)."""
         for what, w in (("the WAL", self._wal), ("the value log", self._vlog)):  # None when read-only
             if w is not None:
                 try:
@@ -318,6 +368,8 @@ class Recovery:
                     log.debug("close of %s failed during a failed open", what)
         self._versions.close()
         self._vlog_reader.close()
+        if self._pinned is not None and not keep_pins:
+            self._pinned.release()
         if self._info_log is not None:
             self._info_log.close()
             self._info_log = None

@@ -31,7 +31,10 @@ What it does, in order, holding the database's ``LOCK``:
    (it lived in a lost part of the value log) is deleted and reported; ``verify()`` closes.
 
 Nothing is deleted: what repair cannot use is in ``lost/``.  The :class:`RepairReport` lists
-every file moved or cut, every WAL record skipped and every key whose value was lost.  A
+every file moved or cut, every WAL record skipped, every key whose value was lost, and every
+table, value-log file and WAL the last MANIFEST named that is not on disk (with the table's key
+range): the writes they held are gone, and older versions of their keys may show again.
+``antkv repair`` exits 4 when anything was lost.  A
 repaired database holds every entry that was readable; an entry whose newer version was lost
 with a damaged table shows its older version (the MANIFEST levels that ordered them are gone).
 """
@@ -44,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from .base.filenames import CURRENT, MANIFEST, TABLE, VLOG, WAL, lock_file_name, parse_file_name, table_file_name, vlog_file_name, wal_file_name
 from .errors import CorruptionError, InvalidArgumentError
 from .errors import IOError as AntIOError
-from .hygiene import keep_copy, move_aside
+from .hygiene import antkv_evidence, check_is_antkv, keep_copy, move_aside
 from .manifest.version_edit import FileMetaData, VersionEdit
 from .manifest.version_set import VersionSet
 from .record.log_format import LogReader
@@ -75,10 +78,13 @@ class RepairReport:
     tables_salvaged: list[str] = field(default_factory=list)  # "name -> new name: kept/lost counts"
     tables_translated: int = 0  # ingested tables given their translation from an old MANIFEST
     tables_unnamed: int = 0  # kept tables no readable old MANIFEST named
+    # files the last MANIFEST named that are not on disk: "name (what, key range): why"
+    files_missing: list[str] = field(default_factory=list)
 
     @property
     def lost_anything(self) -> bool:
-        return bool(self.moved_to_lost or self.cut_back or self.wal_records_dropped or self.keys_lost)
+        return bool(self.moved_to_lost or self.cut_back or self.wal_records_dropped or self.keys_lost
+                    or self.files_missing)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -94,6 +100,7 @@ class RepairReport:
             out.append(f"tables no readable MANIFEST named (kept as written by this database): {self.tables_unnamed}")
         if self.manifests_replaced:
             out.append(f"replaced (moved to lost/): {', '.join(self.manifests_replaced)}")
+        out += [f"missing: {m}" for m in self.files_missing]
         out += [f"moved to lost/: {m}" for m in self.moved_to_lost]
         out += [f"salvaged: {t}" for t in self.tables_salvaged]
         out += [f"cut back: {c}" for c in self.cut_back]
@@ -117,6 +124,9 @@ def repair(path, options: Options | None = None, **overrides) -> RepairReport:
     fs = options.file_system or default_file_system()
     if not fs.is_dir(path):
         raise InvalidArgumentError(f"no database directory at {path}")
+    if antkv_evidence(fs, path) is None:
+        check_is_antkv(fs, path, "repair")  # another engine's files: refused, nothing changed
+        raise InvalidArgumentError(f"no antkv database at {path}: nothing to repair")
     report = RepairReport(path)
     lock = fs.lock(lock_file_name(path))
     try:
@@ -125,7 +135,9 @@ def repair(path, options: Options | None = None, **overrides) -> RepairReport:
         fs.unlock(lock)
     db = DB(path, options)
     try:
-        report.wal_records_dropped += db.stats()["recovery_dropped"]
+        stats = db.stats()
+        report.wal_records_dropped += stats["recovery_dropped"]
+        report.moved_to_lost += [r for r in stats["files_removed_at_open"] if "moved to" in r]
         db.compact_range()
         lost = []
         for key in db.keys():
@@ -156,6 +168,7 @@ def _rebuild_manifest(fs, path: str, options: Options, report: RepairReport) -> 
     vs.mark_file_number_used(highest)
     edit = VersionEdit()
     named, translations = _old_manifest_tables(fs, path, files[MANIFEST])
+    report.files_missing += _missing_from_last_state(fs, path, options, files)
     for number, name in files[TABLE]:
         meta = _check_table(fs, path, number, name, report)
         if meta is None:  # damaged: what reads goes to a new table, the file to lost/
@@ -189,6 +202,48 @@ def _rebuild_manifest(fs, path: str, options: Options, report: RepairReport) -> 
         vs.log_and_apply(edit)  # no MANIFEST yet: writes a new one and points CURRENT at it
     finally:
         vs.close()
+
+
+def _missing_from_last_state(fs, path: str, options: Options, files) -> list[str]:
+    """What the last MANIFEST state (the one ``CURRENT`` names, else the newest readable
+    MANIFEST) lists that is not on disk: its tables (with their key ranges), value-log files
+    still holding live values, and the WAL it names."""
+    on_disk = {(kind, number) for kind, entries in files.items() for number, _ in entries}
+    vs = VersionSet(fs, path, max(options.num_levels, 64), options.max_manifest_file_size)
+    try:
+        vs.recover()
+        source = f"MANIFEST-{vs.manifest_number:06d}"
+    except (CorruptionError, AntIOError, InvalidArgumentError):
+        source = None
+        for number, name in sorted(files[MANIFEST], reverse=True):
+            vs = VersionSet(fs, path, max(options.num_levels, 64), options.max_manifest_file_size)
+            version = vs.current
+            p = os.path.join(path, name)
+            try:
+                for offset, payload in LogReader(fs.read_all(p), p):
+                    version = vs.apply(VersionEdit.decode(payload, p, offset), version)
+                    source = name
+            except (CorruptionError, AntIOError, InvalidArgumentError):
+                pass  # what decoded before the damage counts
+            if source is not None:
+                vs.current = version
+                break
+        if source is None:
+            return []
+    finally:
+        vs.close()
+    missing = []
+    for level, f in vs.current.all_files():
+        if (TABLE, f.number) not in on_disk:
+            missing.append(f"{f.number:06d}.sst (L{level}, keys {f.smallest!r}..{f.largest!r}, sequence numbers "
+                           f"{f.smallest_seq}..{f.largest_seq}): listed by {source}, not on disk")
+    for number, st in sorted(vs.vlogs.items()):
+        if (VLOG, number) not in on_disk and not (st.sealed and st.garbage >= st.total):
+            missing.append(f"{number:06d}.vlog ({st.total - st.garbage if st.sealed else 'unknown'} live bytes): "
+                           f"listed by {source}, not on disk")
+    if vs.log_number and (WAL, vs.log_number) not in on_disk:
+        missing.append(f"{vs.log_number:06d}.log (the WAL holding the newest writes): named by {source}, not on disk")
+    return missing
 
 
 def _old_manifest_tables(fs, path: str, manifests: list[tuple[int, str]]):

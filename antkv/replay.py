@@ -39,6 +39,8 @@ from .vlog.pointer import decode_pointer
 from .vlog.reader import ValueLogScan
 
 log = logging.getLogger("antkv")
+_STOP = object()  # Replay._replay_wal: records of this WAL were dropped; replay ends here
+_STOP_LATER = object()  # Replay._replay_wal: this WAL is whole, but replay must not go on to later WALs
 
 
 def active_vlog_length(fs, path: str, mode: str) -> tuple[int, int, str | None]:
@@ -68,9 +70,15 @@ class Replay:
     LOCK, where the newest WAL's torn last record is a write in flight, not reported as dropped."""
 
     def __init__(self, fs, dbname: str, wal_numbers, vlog_lengths: dict[int, int], vlogs, mode: str,
-                 wal_data: dict[int, bytes] | None = None, live_writer: bool = False):
+                 wal_data: dict[int, bytes] | None = None, live_writer: bool = False, unproven=(),
+                 last_sequence: int = 0):
         self.fs = fs
         self.dbname = dbname
+        # WALs nothing proves the database's (hygiene.py): replayed only when their records
+        # continue the sequence numbers of what was replayed before them
+        self.unproven = set(unproven)
+        self.last_sequence = last_sequence  # the MANIFEST's
+        self.foreign: set[int] = set()  # unproven WALs whose records do not continue: not replayed
         self.wal_numbers = list(wal_numbers)
         self.vlog_lengths = vlog_lengths
         self.vlogs = vlogs
@@ -78,67 +86,121 @@ class Replay:
         self.wal_data = wal_data or {}
         self.live_writer = live_writer
         self.dropped: list[str] = []
+        self.replayed_whole: set[int] = set()  # WALs every record of which was replayed
+        self.not_whole: set[int] = set()  # WALs holding records replay dropped or never reached
 
     def _drop(self, what: str) -> None:
         self.dropped.append(what)
         log.warning("recovery (%s): %s", self.mode, what)
 
     def __iter__(self):
-        mode = self.mode
+        stopped = False
+        replayed_end = 0  # the last sequence number replayed so far
         for number in self.wal_numbers:
-            path = wal_file_name(self.dbname, number)
-            data = self.wal_data.get(number)
-            if data is None:
-                data = self.fs.read_all(path)
-            reader = LogReader(data, path, skip_corrupted=mode == SKIP_ANY_CORRUPTED)
-            try:
-                for offset, payload in reader:
-                    try:
-                        seq, ops = decode_batch(payload, path, offset)
-                    except CorruptionError:
-                        if mode != SKIP_ANY_CORRUPTED:
-                            raise
-                        self._drop(f"{path}: undecodable record at offset {offset} skipped")
+            if number in self.unproven and not self._continues(number, replayed_end):
+                self.foreign.add(number)
+                log.warning("%s: WAL %06d.log is not one this database recorded writing and its records do not "
+                            "continue the database's: not replayed", self.dbname, number)
+                continue
+            if stopped:
+                self.not_whole.add(number)
+                continue
+            whole = True
+            for item in self._replay_wal(number):
+                if item is None:  # a record dropped
+                    whole = False
+                elif item is _STOP or item is _STOP_LATER:
+                    whole = whole and item is _STOP_LATER
+                    stopped = True
+                    break
+                else:
+                    replayed_end = max(replayed_end, item[0] + len(item[1]) - 1)
+                    yield item
+            (self.replayed_whole if whole else self.not_whole).add(number)
+
+    def _wal_bytes(self, number: int) -> bytes:
+        data = self.wal_data.get(number)
+        if data is None:
+            data = self.wal_data[number] = self.fs.read_all(wal_file_name(self.dbname, number))
+        return data
+
+    def _continues(self, number: int, replayed_end: int) -> bool:
+        """Whether unproven WAL ``number`` holds no record, or its first record's sequence
+        number follows what was replayed before it: after it, and at most one past the
+        MANIFEST's last sequence number (or what was replayed)."""
+        path = wal_file_name(self.dbname, number)
+        try:
+            for offset, payload in LogReader(self._wal_bytes(number), path):
+                seq, _ = decode_batch(payload, path, offset)
+                return replayed_end < seq <= max(replayed_end, self.last_sequence) + 1
+        except CorruptionError:
+            return False
+        return True
+
+    def _replay_wal(self, number: int):
+        """The batches of WAL ``number``; None for each record dropped; _STOP or _STOP_LATER
+        when replay must not go on to later WALs."""
+        mode = self.mode
+        path = wal_file_name(self.dbname, number)
+        data = self.wal_data.pop(number, None)
+        if data is None:
+            data = self.fs.read_all(path)
+        reader = LogReader(data, path, skip_corrupted=mode == SKIP_ANY_CORRUPTED)
+        try:
+            for offset, payload in reader:
+                try:
+                    seq, ops = decode_batch(payload, path, offset)
+                except CorruptionError:
+                    if mode != SKIP_ANY_CORRUPTED:
+                        raise
+                    self._drop(f"{path}: undecodable record at offset {offset} skipped")
+                    yield None
+                    continue
+                try:
+                    survived = self._pointers_survived(ops, path, offset)
+                except CorruptionError:
+                    if mode != SKIP_ANY_CORRUPTED:
+                        raise
+                    self._drop(f"{path}: record at offset {offset} skipped: it points outside the value log")
+                    yield None
+                    continue
+                if not survived:
+                    if mode == ABSOLUTE_CONSISTENCY:
+                        raise CorruptionError(
+                            "WAL record points past the end of the active value-log file "
+                            "(absolute_consistency recovery: nothing may be missing)", path, offset
+                        )
+                    if mode == SKIP_ANY_CORRUPTED:
+                        self._drop(f"{path}: record at offset {offset} skipped: its large value was lost")
+                        yield None
                         continue
-                    try:
-                        survived = self._pointers_survived(ops, path, offset)
-                    except CorruptionError:
-                        if mode != SKIP_ANY_CORRUPTED:
-                            raise
-                        self._drop(f"{path}: record at offset {offset} skipped: it points outside the value log")
-                        continue
-                    if not survived:
-                        if mode == ABSOLUTE_CONSISTENCY:
-                            raise CorruptionError(
-                                "WAL record points past the end of the active value-log file "
-                                "(absolute_consistency recovery: nothing may be missing)", path, offset
-                            )
-                        if mode == SKIP_ANY_CORRUPTED:
-                            self._drop(f"{path}: record at offset {offset} skipped: its large value was lost")
-                            continue
-                        self._drop(f"{path}: replay stops at offset {offset}: a value it points to was lost")
-                        return
-                    yield seq, ops
-            except CorruptionError as e:
-                if mode != POINT_IN_TIME:
-                    raise
-                self._drop(f"{path}: replay stops at the damage at offset {e.offset}")
-                return
-            for offset, length in reader.skipped:
-                self._drop(f"{path}: {length} damaged bytes at offset {offset} skipped")
-            if reader.torn_tail_offset is not None:
-                if self.live_writer and number == self.wal_numbers[-1]:
-                    log.info("read-only replay beside a live writer: %s: record at %d being written", path,
-                             reader.torn_tail_offset)
+                    self._drop(f"{path}: replay stops at offset {offset}: a value it points to was lost")
+                    yield _STOP
                     return
-                if mode == ABSOLUTE_CONSISTENCY:
-                    raise CorruptionError(
-                        "WAL ends in a torn record (absolute_consistency recovery: nothing may be missing)",
-                        path, reader.torn_tail_offset,
-                    )
-                self._drop(f"{path}: torn tail at offset {reader.torn_tail_offset} dropped")
-                if mode != SKIP_ANY_CORRUPTED:
-                    return  # a later WAL holds newer writes: keep the result a prefix of history
+                yield seq, ops
+        except CorruptionError as e:
+            if mode != POINT_IN_TIME:
+                raise
+            self._drop(f"{path}: replay stops at the damage at offset {e.offset}")
+            yield _STOP
+            return
+        for offset, length in reader.skipped:
+            self._drop(f"{path}: {length} damaged bytes at offset {offset} skipped")
+            yield None
+        if reader.torn_tail_offset is not None:
+            if self.live_writer and number == self.wal_numbers[-1]:
+                log.info("read-only replay beside a live writer: %s: record at %d being written", path,
+                         reader.torn_tail_offset)
+                return
+            if mode == ABSOLUTE_CONSISTENCY:
+                raise CorruptionError(
+                    "WAL ends in a torn record (absolute_consistency recovery: nothing may be missing)",
+                    path, reader.torn_tail_offset,
+                )
+            # an incomplete last record, never acknowledged: nothing intact of this WAL is lost
+            self._drop(f"{path}: torn tail at offset {reader.torn_tail_offset} dropped")
+            if mode != SKIP_ANY_CORRUPTED:
+                yield _STOP_LATER  # a later WAL holds newer writes: keep the result a prefix of history
 
     def _pointers_survived(self, ops, wal_path: str, wal_offset: int) -> bool:
         """False when a value pointer reaches past the recovered tail of an unsealed value-log

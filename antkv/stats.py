@@ -15,6 +15,7 @@ import os
 from .base.filenames import CURRENT, parse_file_name, table_file_name, vlog_file_name
 from .base.progress import progress_callback
 from .errors import IOError as AntIOError
+from .hygiene import lost_usage
 
 
 # The names ``db.property`` knows (``rocksdb.`` may stand for ``antkv.``); any other is None,
@@ -90,6 +91,9 @@ def format_stats(s: dict) -> str:
     lines.append(f"stalls: {s['stalls']}, slowdowns: {s['slowdowns']}, pending compaction bytes: {s['pending_compaction_bytes']}")
     lines.append(f"flushes: {s['flushes']}, compactions: {s['compactions']}, trivial moves: {s['trivial_moves']}")
     lines.append(f"live snapshots: {s['live_snapshots']}")
+    lost = s["lost"]
+    lines.append(f"lost/: {lost['files']} files, {lost['bytes']} bytes"
+                 + (" (files the database could not account for; `antkv empty-lost` deletes them)" if lost["files"] else ""))
     return "\n".join(lines)
 
 
@@ -149,6 +153,8 @@ class Statistics:
         s["lifetime"] = lifetime.figures(self._lifetime_base, s)
         s["files_removed_at_open"] = list(s["files_removed_at_open"])
         s["recovery_dropped"] = list(s["recovery_dropped"])
+        files, size = lost_usage(self._fs, self.path)
+        s["lost"] = {"files": files, "bytes": size}
         s["options_changed"] = list(s["options_changed"])
         return s
 
@@ -198,6 +204,8 @@ class Statistics:
             "antkv.live-blob-file-size": lambda: str(sum(st.total - st.garbage for st in self._versions.vlogs.values())),
             "antkv.num-blob-files": lambda: str(len(self._versions.vlogs)),
             "antkv.last-sequence": lambda: str(self._last_seq),
+            "antkv.lost-files": lambda: str(lost_usage(self._fs, self.path)[0]),
+            "antkv.lost-bytes": lambda: str(lost_usage(self._fs, self.path)[1]),
         }
         fn = simple.get(name)
         if fn is None:
@@ -238,7 +246,10 @@ class Statistics:
         for i, n in enumerate(listed, 1):
             self._stop_if_closing()
             try:
-                nrec, _ = verify_file(fs, vlog_file_name(self.path, n), length=active_size if n == active else None)
+                # read-only: an unsealed file is checked up to the length measured at open (a
+                # live writer may be appending; a torn tail is reported by the open)
+                length = active_size if n == active else self._recovered_vlog_lengths.get(n)
+                nrec, _ = verify_file(fs, vlog_file_name(self.path, n), length=length)
             except AntIOError:
                 with self._mutex:
                     if n not in self._versions.vlogs:

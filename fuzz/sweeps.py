@@ -330,8 +330,13 @@ def check_mutation(cdb: CorruptionDB, m: Mutation) -> str:
     stage = "open"
     db = None
     where = f"mutation {m.spec(cdb.seed)}"
+    removed = None
     try:
         db = antkv.open(DB, file_system=fs, **cdb.options)
+        opened = db.stats()
+        removed = opened["files_removed_at_open"]
+        # value-log files the open found 100% garbage: deleted after a MANIFEST edit records it
+        collected = opened["vlog_files_deleted"]
         stage = "get"
         for k in cdb.keys:
             v = db.get(k)
@@ -366,7 +371,31 @@ def check_mutation(cdb: CorruptionDB, m: Mutation) -> str:
                 pass  # closing a database whose files are damaged may report it
             except Exception as e:  # noqa: BLE001
                 raise SweepFailure(f"{where}: close raised {type(e).__name__}: {e}") from e
+        if removed is not None:
+            _check_nothing_vanished(fs, files, removed, collected, where)
     return "correct" if cdb.full in cands else "torn-tail"
+
+
+def _check_nothing_vanished(fs, files: dict[str, bytes], removed: list[str], collected: int, where: str) -> None:
+    """Every numbered file of the damaged directory is still there, or in lost/ byte for byte,
+    or the open reported deleting it as its own debris (a WAL it replayed whole, the MANIFEST
+    it recovered from, a file the LOG or the MANIFEST proves was the database's), or it is one
+    of the ``collected`` value-log files the open found 100% garbage."""
+    from antkv.base.filenames import parse_file_name
+
+    lost = os.path.join(DB, "lost")
+    kept = set()
+    if fs.is_dir(lost):
+        kept = {fs.read_all(os.path.join(lost, n)) for n in fs.listdir(lost)}
+    for name, data in files.items():
+        if parse_file_name(name) is None or fs.exists(os.path.join(DB, name)) or data in kept:
+            continue
+        reason = next((r for r in removed if r.startswith(name + ":")), None)
+        if reason is None and name.endswith(".vlog") and collected > 0:
+            collected -= 1
+            continue
+        if reason is None or "moved to" in reason:
+            raise SweepFailure(f"{where}: {name} vanished: not in the directory, not in lost/, reported as {reason!r}")
 
 
 def _scan_matches(state: dict, got: list, reverse: bool, partial: bool) -> bool:

@@ -290,3 +290,85 @@ def test_write_options_object(tmp_path):
     with antkv.open("db", file_system=fs, max_background_jobs=0) as db:
         assert db.get(b"no-wal") is None
         assert db.get(b"synced") is None and db.get(b"b") == b"3"
+
+
+def test_writes_too_large_to_store_are_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """A value a table block cannot hold (the block limit scaled down from 4 GiB to 1 MiB), a
+    key too large for a block even with its value in the value log, and a batch whose WAL
+    record would exceed its limit are InvalidArgumentErrors at put / merge / write; the
+    database keeps working (a later flush and reopen succeed)."""
+    from antkv.record import log_format
+    from antkv.sst import format as sst_format
+
+    monkeypatch.setattr(sst_format, "MAX_BLOCK_SIZE", 1 << 20)
+    path = str(tmp_path / "db")
+    big = b"v" * (2 << 20)
+    with antkv.open(path, max_background_jobs=0, min_blob_size=1 << 30, merge_operator="append") as db:
+        db.put(b"before", b"1")
+        with pytest.raises(antkv.InvalidArgumentError, match="block limit"):
+            db.put(b"inline", big)
+        with pytest.raises(antkv.InvalidArgumentError, match="block limit"):
+            db.merge(b"inline", big)
+        with pytest.raises(antkv.InvalidArgumentError, match="block limit"):
+            db.write(antkv.WriteBatch().put(b"a", b"small").put(b"inline", big))
+        assert db.get(b"a") is None and db.get(b"inline") is None
+        db.put(b"after", b"2")
+        db.flush()
+    with antkv.open(path, max_background_jobs=0, min_blob_size=100, merge_operator="append") as db:
+        db.put(b"separated", big)  # the value goes to the value log: storable
+        with pytest.raises(antkv.InvalidArgumentError, match="block limit"):
+            db.put(big, b"a key no block can hold")
+        db.flush()
+    monkeypatch.setattr(log_format, "MAX_RECORD_SIZE", 1 << 20, raising=False)
+    with antkv.open(path, max_background_jobs=0, min_blob_size=1 << 30, merge_operator="append") as db:
+        batch = antkv.WriteBatch()
+        for i in range(2000):
+            batch.put(b"k%d" % i, b"x" * 1000)
+        with pytest.raises(antkv.InvalidArgumentError, match="WAL record limit"):
+            db.write(batch)
+        assert db.get(b"k0") is None
+    with antkv.open(path, max_background_jobs=0, merge_operator="append") as db:
+        assert (db.get(b"before"), db.get(b"after"), len(db.get(b"separated"))) == (b"1", b"2", len(big))
+        db.compact_range()
+
+
+def test_write_batch_from_data_validates_every_record(db):
+    """Bytes that decode but that no write could have produced are refused, before a write: an
+    expiring entry without a valid expiry, or wrapping a pointer; a deletion with a value; a
+    range deletion whose begin is after its end."""
+    from antkv.base.dbformat import DELETION, EXPIRING, RANGE_DELETION, VALUE_POINTER
+    from antkv.base.expiry import encode_expiring
+    from antkv.record.batch import encode_batch
+
+    for ops in (
+        [(EXPIRING, b"k", b"\x01\x02")],
+        [(EXPIRING, b"k", encode_expiring(1, 7, b"v"))],
+        [(EXPIRING, b"k", encode_expiring(1, VALUE_POINTER, b"p" * 25))],
+        [(DELETION, b"k", b"a value")],
+        [(RANGE_DELETION, b"z", b"a")],
+    ):
+        with pytest.raises(antkv.InvalidArgumentError, match="from_data"):
+            antkv.WriteBatch.from_data(encode_batch(0, ops))
+    good = encode_batch(0, [(EXPIRING, b"k", encode_expiring(1 << 60, 1, b"v")), (RANGE_DELETION, b"a", b"b")])
+    db.write(antkv.WriteBatch.from_data(good))
+    assert db.get(b"k") == b"v"
+    db.compact_range()
+
+
+def test_unusable_buffers_nul_paths_and_a_non_bool_reverse_are_clear_errors(db, tmp_path):
+    released = memoryview(b"abc")
+    released.release()
+    for call in (lambda: db.put(released, b"v"), lambda: db.put(b"k", released), lambda: db.get(released),
+                 lambda: antkv.WriteBatch().put(released, b"v")):
+        with pytest.raises(antkv.InvalidArgumentError, match="not a usable buffer"):
+            call()
+    for bad in (str(tmp_path / "a\x00b"), b"x\x00y"):
+        with pytest.raises(antkv.InvalidArgumentError, match="NUL"):
+            antkv.open(bad)
+        with pytest.raises(antkv.InvalidArgumentError, match="NUL"):
+            antkv.destroy(bad)
+        with pytest.raises(antkv.InvalidArgumentError, match="NUL"):
+            antkv.repair(bad)
+    for call in (db.items, db.keys, db.values):
+        with pytest.raises(TypeError, match="reverse"):
+            call(reverse="x")

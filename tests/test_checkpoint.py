@@ -48,3 +48,27 @@ def test_checkpoint_is_consistent_and_independent(tmp_path):
     db.close()
     with antkv.open(str(tmp_path / "db"), **opts) as db:
         assert db.get(b"after") == b"checkpoint"
+
+
+def test_checkpoint_never_touches_a_directory_it_did_not_create(tmp_path):
+    """``DIR.tmp`` is a name a user may own: a checkpoint into DIR stages elsewhere and leaves
+    it as it is; a failed checkpoint leaves nothing behind but what was there."""
+    import antkv
+
+    path = tmp_path / "db"
+    mine = tmp_path / "cp.tmp"
+    mine.mkdir()
+    (mine / "notes.txt").write_bytes(b"the user's")
+    (mine / "000001.sst").write_bytes(b"the user's too")
+    with antkv.open(str(path), max_background_jobs=0) as db:
+        db.put(b"k", b"v")
+        db.checkpoint(str(tmp_path / "cp"))
+        before = sorted(os.listdir(tmp_path))
+        with pytest.raises(antkv.InvalidArgumentError):
+            db.checkpoint(str(tmp_path / "cp"))  # exists
+        assert sorted(os.listdir(tmp_path)) == before
+    assert (mine / "notes.txt").read_bytes() == b"the user's"
+    assert (mine / "000001.sst").read_bytes() == b"the user's too"
+    assert sorted(os.listdir(tmp_path)) == ["cp", "cp.tmp", "db"]
+    with antkv.open(str(tmp_path / "cp"), read_only=True) as cp:
+        assert cp.get(b"k") == b"v"

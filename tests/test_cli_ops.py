@@ -220,3 +220,15 @@ def test_maintenance_commands_draw_a_bar_on_a_terminal_only(run, tmp_path, comma
     assert code == 0 and err == "" and out  # piped: the result line, no bar
     code, out, drawn = _on_a_terminal(command, path, *[tmp_path / f"{e}-quiet" for e in extra], "--no-progress")
     assert code == 0 and drawn == b""
+
+
+def test_verify_exit_4_on_a_torn_tail_of_the_active_value_log_file(run, db):
+    """The active value-log file ends in half a record (a crash while appending): verify says
+    DAMAGED and exits 4, as for a torn WAL, and changes nothing."""
+    vlog = max(n for n in os.listdir(db) if n.endswith(".vlog"))
+    with open(db / vlog, "ab") as f:
+        f.write(b"\x07\x00\x00\x00\x09")  # the start of a record header
+    before = (db / vlog).read_bytes()
+    code, out, err = run("verify", "--no-progress", db)
+    assert code == 4 and out.startswith(b"DAMAGED") and b"torn tail" in out, (out, err)
+    assert (db / vlog).read_bytes() == before

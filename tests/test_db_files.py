@@ -3,13 +3,14 @@ the database's life) and ``OPTIONS`` (the options of the last open, checked at t
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
 
 import antkv
 from antkv.info_log import InfoLog
-from antkv.fs.memory import MemoryFileSystem
+from antkv.fs.memory import MemoryFileSystem, _err
 
 OPTS = dict(max_background_jobs=0, write_buffer_size=4096, min_blob_size=100, level0_file_num_compaction_trigger=2)
 
@@ -42,6 +43,7 @@ def test_the_log_rotates_and_keeps_a_bounded_number():
     fs = MemoryFileSystem()
     fs.mkdirs("/db")
     log = InfoLog(fs, "/db", max_size=200, keep=3)
+    log.start()
     for i in range(100):
         log.event("flush", f"line {i}")
     log.close()
@@ -97,3 +99,50 @@ def test_options_are_persisted_and_checked(tmp_path):
         pass
     with antkv.open(path, num_levels=12, **OPTS) as db:
         assert db.stats()["options_changed"] == []
+
+
+def test_a_refused_open_leaves_every_log_as_it_was(tmp_path):
+    """Six refused opens (error_if_exists) must not rotate the last good run's LOG away;
+    another program's LOG is never renamed or written to."""
+    path = tmp_path / "db"
+    with antkv.open(str(path), max_background_jobs=0, write_buffer_size=1024, level0_file_num_compaction_trigger=8) as db:
+        _load(db, 400)
+        db.compact_range()
+    good = (path / "LOG").read_bytes()
+    assert b" close " in good
+    for _ in range(6):
+        with pytest.raises(antkv.InvalidArgumentError):
+            antkv.open(str(path), error_if_exists=True)
+    assert (path / "LOG").read_bytes() == good
+    (path / "LOG").write_bytes(b"another program's log\n")
+    for name in [n for n in os.listdir(path) if n.startswith("LOG.old")]:
+        os.remove(path / name)
+    with antkv.open(str(path), max_background_jobs=0) as db:
+        db.put(b"k", b"v")
+    assert (path / "LOG").read_bytes() == b"another program's log\n"
+    assert not [n for n in os.listdir(path) if n.startswith("LOG.old")]
+
+
+class _ModeZero(MemoryFileSystem):
+    """The in-memory file system, answering reads of ``unreadable`` paths as the OS answers a
+    mode-000 file (EACCES)."""
+
+    unreadable: set = set()
+
+    def read_all(self, path):
+        if path in self.unreadable:
+            raise _err(errno.EACCES, "open", path)
+        return super().read_all(path)
+
+
+def test_unreadable_stats_and_options_files_are_tolerated_like_damaged_ones():
+    fs = _ModeZero()
+    with antkv.open("/db", file_system=fs, max_background_jobs=0) as db:
+        db.put(b"k", b"v")
+    fs.unreadable = {"/db/STATS", "/db/OPTIONS"}
+    with antkv.open("/db", file_system=fs, read_only=True) as db:
+        assert db.get(b"k") == b"v"
+    with antkv.open("/db", file_system=fs, max_background_jobs=0) as db:  # rewrites both
+        assert db.get(b"k") == b"v"
+    fs.unreadable = set()
+    assert fs.read_all("/db/OPTIONS").startswith(b'{"body"')

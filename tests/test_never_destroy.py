@@ -75,22 +75,37 @@ def test_interrupted_creation_debris_is_moved_aside_not_deleted(tmp_path):
     assert sorted(os.listdir(path / "lost")) == names
 
 
-def test_unlisted_table_goes_to_lost_and_debris_is_deleted(tmp_path):
+def test_files_copied_in_go_to_lost_whatever_their_number(tmp_path):
+    """Only files the database recorded writing are deleted: a table, value-log file, MANIFEST
+    or WAL copied in by hand goes to lost/ unchanged, numbered below or above the next file
+    number, and a copied-in WAL is not replayed (another database's keys never merge in)."""
     path = tmp_path / "db"
     model = _make(path)
+    other = tmp_path / "other"
+    with antkv.open(str(other), **OPTS) as db:
+        db.put(b"foreign", b"from another database")
+    foreign_wal = max(n for n in os.listdir(other) if n.endswith(".log"))
     table = sorted(n for n in os.listdir(path) if n.endswith(".sst"))[0]
-    data = (path / table).read_bytes()
-    # a table numbered below the next file number that the MANIFEST does not list: unexplained
-    (path / "000001.sst").write_bytes(data)
-    # a table numbered far above it: the output of a job no MANIFEST edit ever named
-    (path / "999999.sst").write_bytes(data)
+    vlog = sorted(n for n in os.listdir(path) if n.endswith(".vlog"))[0]
+    manifest = [n for n in os.listdir(path) if n.startswith("MANIFEST-")][0]
+    copies = {
+        "000001.sst": (path / table).read_bytes(),  # below the next file number
+        "999999.sst": (path / table).read_bytes(),  # far above it
+        "999998.vlog": (path / vlog).read_bytes(),
+        "MANIFEST-999997": (path / manifest).read_bytes(),
+        "999996.log": (other / foreign_wal).read_bytes(),
+    }
+    for name, data in copies.items():
+        (path / name).write_bytes(data)
     with antkv.open(str(path), **OPTS) as db:
         removed = db.stats()["files_removed_at_open"]
-        assert dict(db.items()) == model
-    assert (path / "lost" / "000001.sst").read_bytes() == data
-    assert not (path / "000001.sst").exists() and not (path / "999999.sst").exists()
-    assert any(r.startswith("000001.sst") and "lost" in r for r in removed), removed
-    assert any(r.startswith("999999.sst") and "interrupted job" in r for r in removed), removed
+        assert dict(db.items()) == model and db.get(b"foreign") is None
+    for name, data in copies.items():
+        assert (path / "lost" / name).read_bytes() == data, name
+        assert not (path / name).exists()
+        assert any(r.startswith(name) and "lost" in r for r in removed), removed
+    log = (path / "LOG").read_text()
+    assert all(f"moved-to-lost {name}" in log for name in copies), log
 
 
 def test_unlisted_value_log_file_goes_to_lost(tmp_path):
@@ -226,3 +241,121 @@ def test_a_truncated_manifest_is_reported_as_such_not_as_a_missing_table(tmp_pat
                 assert "MANIFEST ends in a torn record" in str(e) and "repair" in str(e), str(e)
                 return
     pytest.fail("no truncation of the MANIFEST made a listed table disappear")
+
+
+def _rocksdb_directory(path) -> dict:
+    from rocksdict import Options as RocksOptions, Rdict
+
+    model = {b"r%03d" % i: b"rocks-%d" % i for i in range(300)}
+    db = Rdict(str(path), RocksOptions(raw_mode=True))
+    for k, v in model.items():
+        db[k] = v
+    db.flush()
+    db[b"in-the-wal"] = b"unflushed"
+    model[b"in-the-wal"] = b"unflushed"
+    db.close()
+    return model
+
+
+def test_another_engines_directory_is_refused_and_left_as_it_is(tmp_path):
+    """A RocksDB directory has CURRENT, MANIFEST-*, *.sst and *.log names like antkv's: repair,
+    destroy, every writing command and every open refuse it, and RocksDB still opens it."""
+    from rocksdict import Options as RocksOptions, Rdict
+
+    from antkv.tools.cli import main
+
+    path = tmp_path / "rocks"
+    model = _rocksdb_directory(path)
+    before = _contents(path)
+    with pytest.raises(antkv.InvalidArgumentError, match="not an antkv database"):
+        antkv.repair(str(path))
+    with pytest.raises(antkv.InvalidArgumentError, match="not an antkv database"):
+        antkv.destroy(str(path))
+    for kwargs in ({}, {"read_only": True}):
+        with pytest.raises(antkv.InvalidArgumentError, match="not an antkv database"):
+            antkv.open(str(path), **kwargs)
+    for argv in (["repair", str(path)], ["put", str(path), "k", "v"], ["compact", str(path)],
+                 ["gc", str(path)], ["empty-lost", str(path)], ["scan", str(path)]):
+        assert main(argv) == 1, argv
+    assert _contents(path) == before
+    db = Rdict(str(path), RocksOptions(raw_mode=True))
+    try:
+        assert {k: db[k] for k in model} == model
+    finally:
+        db.close()
+
+
+def _wal_with_a_damaged_third_record(path) -> tuple[str, bytes]:
+    from antkv.record.log_format import LogReader
+
+    with antkv.open(str(path), max_background_jobs=0) as db:
+        for i in range(50):
+            db.put(b"k%02d" % i, b"value %d" % i)
+    wal = max((n for n in os.listdir(path) if n.endswith(".log")), key=lambda n: os.path.getsize(path / n))
+    data = bytearray((path / wal).read_bytes())
+    offsets = [offset for offset, _ in LogReader(bytes(data), wal)]
+    data[offsets[2] + 20] ^= 0xFF  # inside the third record's payload
+    (path / wal).write_bytes(bytes(data))
+    return wal, bytes(data)
+
+
+@pytest.mark.parametrize("how", ["point_in_time_recovery", "repair"])
+def test_a_wal_whose_records_recovery_dropped_is_kept_in_lost(tmp_path, how):
+    """Recovery that keeps 2 of 50 acknowledged writes must not delete the WAL holding the
+    other 48 intact records: it goes to lost/ unchanged (and repair does the same)."""
+    path = tmp_path / "db"
+    wal, damaged = _wal_with_a_damaged_third_record(path)
+    if how == "repair":
+        antkv.repair(str(path))
+        opts = {}
+    else:
+        opts = {"wal_recovery_mode": how}
+    with antkv.open(str(path), max_background_jobs=0, **opts) as db:
+        kept = dict(db.items())
+    assert len(kept) == (2 if how != "repair" else 49), len(kept)
+    assert (path / "lost" / wal).read_bytes() == damaged
+
+
+def test_a_wal_the_log_does_not_name_is_replayed_when_its_records_continue(tmp_path):
+    """The LOG line naming a WAL can be lost (a failed LOG write): a WAL after the MANIFEST's
+    whose first record continues the database's sequence numbers is still replayed; one whose
+    records start anywhere else is another database's and goes to lost/ unreplayed."""
+    from antkv.base.dbformat import VALUE
+    from antkv.record.batch import encode_batch
+    from antkv.record.log_format import frame
+
+    path = tmp_path / "db"
+    with antkv.open(str(path), max_background_jobs=0) as db:
+        db.put(b"a", b"1")
+        db.flush()
+        db.put(b"b", b"2")
+        last = int(db.property("antkv.last-sequence"))
+    newest = max(int(n[:-4]) for n in os.listdir(path) if n.endswith(".log"))
+    continuing = frame(encode_batch(last + 1, [(VALUE, b"c", b"3")]))
+    (path / f"{newest + 100:06d}.log").write_bytes(continuing)
+    foreign = frame(encode_batch(1, [(VALUE, b"x", b"from elsewhere")]))
+    (path / f"{newest + 200:06d}.log").write_bytes(foreign)
+    with antkv.open(str(path), max_background_jobs=0) as db:
+        assert (db.get(b"a"), db.get(b"b"), db.get(b"c"), db.get(b"x")) == (b"1", b"2", b"3", None)
+    assert os.listdir(path / "lost") == [f"{newest + 200:06d}.log"]
+
+
+def test_lost_is_reported_and_emptied_only_on_request(tmp_path, capsys):
+    from antkv.tools.cli import main
+
+    path = tmp_path / "db"
+    _make(path)
+    (path / "000001.sst").write_bytes(b"copied in" * 100)
+    with antkv.open(str(path), **OPTS) as db:
+        assert db.stats()["lost"] == {"files": 1, "bytes": 900}
+        assert db.property("antkv.lost-files") == "1" and db.property("antkv.lost-bytes") == "900"
+    assert main(["stats", str(path)]) == 0
+    assert "lost/: 1 files, 900 bytes" in capsys.readouterr().out
+    with antkv.open(str(path), **OPTS) as db:  # a reopen keeps it
+        assert db.stats()["lost"]["files"] == 1
+    assert main(["empty-lost", str(path)]) == 0
+    assert os.listdir(path / "lost") == []
+    with antkv.open(str(path), read_only=True) as db:
+        assert db.stats()["lost"] == {"files": 0, "bytes": 0}
+        with pytest.raises(antkv.ReadOnlyError):
+            db.empty_lost()

@@ -18,6 +18,7 @@ import os
 import xxhash
 
 from ..errors import CorruptionError
+from ..errors import IOError as AntIOError
 
 VERSION = 1
 
@@ -34,10 +35,13 @@ def write_json_file(fs, path: str, kind: str, body: dict) -> None:
 
 def read_json_file(fs, path: str, kind: str) -> dict | None:
     """The body of ``path``; None when the file does not exist; CorruptionError when it is
-    damaged, of another kind or of an unknown version."""
+    damaged, unreadable, of another kind or of an unknown version."""
     if not fs.exists(path):
         return None
-    raw = fs.read_all(path)
+    try:
+        raw = fs.read_all(path)
+    except AntIOError as e:  # unreadable (e.g. mode 000): as good as damaged
+        raise CorruptionError(f"{kind} file cannot be read ({e})", path, 0) from None
     lines = raw.split(b"\n")
     if len(lines) != 3 or lines[2] != b"" or not lines[1].startswith(b"xxh3_64 "):
         raise CorruptionError(f"{kind} file is not two lines ending in a checksum", path, 0)

@@ -149,12 +149,17 @@ class VersionSet:
         self.recovered_deletions: set[tuple[str, int]] = set()
         # where the recovered MANIFEST's torn last record starts (None: it ended cleanly)
         self.recovered_torn_tail: int | None = None
+        # called with every file number handed out, before any file of that number exists:
+        # the database records it in its info LOG, the evidence that it wrote such a file
+        self.announce = None
 
     # --- counters ---
 
     def new_file_number(self) -> int:
         n = self.next_file_number
         self.next_file_number += 1
+        if self.announce is not None:
+            self.announce(n)
         return n
 
     def mark_file_number_used(self, number: int) -> None:

@@ -22,7 +22,8 @@ from __future__ import annotations
 import struct
 from typing import Iterator
 
-from ..base.dbformat import DELETION, MERGE, RANGE_DELETION, VALID_KINDS, VALUE, VALUE_POINTER
+from ..base.dbformat import DELETION, EXPIRING, MERGE, RANGE_DELETION, VALID_KINDS, VALUE, VALUE_POINTER
+from ..base.expiry import decode_expiring
 from ..errors import CorruptionError, InvalidArgumentError
 
 BATCH_HEADER = struct.Struct("<QI")
@@ -35,7 +36,10 @@ def as_bytes(x: object, what: str) -> bytes:
     if type(x) is bytes:
         return x  # type: ignore[return-value]
     if isinstance(x, (bytes, bytearray, memoryview)):
-        return bytes(x)
+        try:
+            return bytes(x)
+        except (ValueError, BufferError) as e:  # a released memoryview, an unexportable buffer
+            raise InvalidArgumentError(f"{what} is not a usable buffer: {e}") from None
     if isinstance(x, str):
         raise TypeError(f"{what} must be bytes, not str (encode it first, e.g. {what}.encode())")
     raise TypeError(f"{what} must be bytes, not {type(x).__name__}")
@@ -118,11 +122,14 @@ class WriteBatch:
 
     @classmethod
     def from_data(cls, data: bytes) -> "WriteBatch":
-        _, ops = decode_batch(data, "<WriteBatch data>")
+        """The batch ``data()`` encoded; CorruptionError when ``data`` does not decode,
+        InvalidArgumentError naming the first record no write could have made (a value
+        pointer, an expiring entry that is not a valid expiry and value, a deletion with a
+        value, a range deletion whose begin is after its end)."""
+        _, ops = decode_batch(as_bytes(data, "data"), "<WriteBatch data>")
         b = cls()
-        for kind, key, value in ops:
-            if kind == VALUE_POINTER:
-                raise InvalidArgumentError("a WriteBatch from user data cannot hold value pointers")
+        for i, (kind, key, value) in enumerate(ops):
+            _check_user_record(i, kind, key, value)
             b._ops.append((kind, key, value))
             b._size += len(key) + len(value)
             b._merges += kind == MERGE
@@ -130,6 +137,23 @@ class WriteBatch:
 
     def __repr__(self) -> str:
         return f"WriteBatch(count={len(self._ops)}, data_size={self._size})"
+
+
+def _check_user_record(i: int, kind: int, key: bytes, value: bytes) -> None:
+    where = f"WriteBatch.from_data: record {i}"
+    if kind == VALUE_POINTER:
+        raise InvalidArgumentError(f"{where}: a WriteBatch from user data cannot hold value pointers")
+    if kind == DELETION and value:
+        raise InvalidArgumentError(f"{where}: a deletion carries a value of {len(value)} bytes")
+    if kind == RANGE_DELETION and key >= value:
+        raise InvalidArgumentError(f"{where}: range deletion begin {key[:40]!r} is not before end {value[:40]!r}")
+    if kind == EXPIRING:
+        try:
+            _, inner, _ = decode_expiring(value)
+        except CorruptionError as e:
+            raise InvalidArgumentError(f"{where}: not an expiring entry ({e})") from None
+        if inner != VALUE:
+            raise InvalidArgumentError(f"{where}: an expiring entry from user data must wrap a value, not kind {inner}")
 
 
 def encode_batch(sequence: int, ops: list[tuple[int, bytes, bytes]]) -> bytes:

@@ -36,6 +36,7 @@ from ..errors import CorruptionError
 
 HEADER = struct.Struct("<IIQ")
 HEADER_SIZE = HEADER.size  # 16
+MAX_RECORD_SIZE = 0xFFFFFFFF  # a record's length is a u32
 LEN_MUL = 2654435761  # an odd multiplier: multiplication by it is a bijection mod 2^32
 LEN_XOR = 0x616E746B  # "antk"
 

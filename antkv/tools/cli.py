@@ -148,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="begin", metavar="K", help="first key (inclusive)")
     p.add_argument("--to", dest="end", metavar="K", help="last key (inclusive, as compact_range's)")
     add("gc", c.cmd_gc, "run value-log garbage collection now", opening, quiet)
+    add("empty-lost", c.cmd_empty_lost, "delete the files the database moved to lost/ (it could not account for them)",
+        opening)
     add("repair", c.cmd_repair, "rebuild DB from the files that verify; damaged files go to DB/lost/ "
         "(exit 4 if anything was lost)", opening)
 

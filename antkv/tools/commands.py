@@ -445,6 +445,12 @@ def cmd_gc(args, out: Output) -> int:
     return done(args, out, r, "value-log GC: " + ", ".join(f"{k} {v}" for k, v in sorted(r.items())))
 
 
+def cmd_empty_lost(args, out: Output) -> int:
+    with open_db(args) as db:
+        r = db.empty_lost()
+    return done(args, out, r, f"deleted {r['files']} files ({r['bytes']} bytes) from {args.db}/lost")
+
+
 def cmd_repair(args, out: Output) -> int:
     from ..repair import repair
 

@@ -53,6 +53,10 @@ SCAN_CACHED_BLOCKS = 64
 READAHEAD = 256 * 1024
 _ENTRY_CHARGE = 120  # approximate bytes of Python objects per decoded entry
 _BLOCK_CHARGE = 200
+# A searchable block in the cache beyond its contents: its trailer, the bytes object, the
+# tuple of its layout, the cache entry, its key and the hash table's slot (measured with
+# tracemalloc over a cache of 8,800 blocks of 16-byte keys)
+_SEARCHABLE_CHARGE = 470
 
 
 def _block_charge(size: int, n: int) -> int:
@@ -320,7 +324,7 @@ class TableReader:
             except (AntIOError, CorruptionError) as e:
                 self._read_failed(e)
             block = searchable_block(buf, size, self.path, offset)
-            cache.put(ckey, block, size + _BLOCK_CHARGE)
+            cache.put(ckey, block, size + _SEARCHABLE_CHARGE)
             return search_searchable(block, user_key, neg_read, self.path, offset)
         if len(block) == SEARCHABLE_FIELDS:
             # point reads keep blocks raw and search the bytes; a decoded block costs ~2.5x the

@@ -91,7 +91,7 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
                 return found
             continue
         buf, _size, width, n, seqs_off, qw, kinds_off, ends, g, _r = block
-        if width != klen:
+        if width != klen or not width:  # (0: not one width; an empty key is never one)
             found = r.find(key, neg)
             if found is not None:
                 return found

@@ -39,14 +39,15 @@ from __future__ import annotations
 import threading
 from itertools import count
 
-from ..errors import MemoryLimitError
 from .handle import Handle, counter_value
+from .shard import Shard
 
 
-class ClockShard:
+class ClockShard(Shard):
     """One shard: a lock, a hash table and one ring.  Methods REQUIRE ``lock``."""
 
     lock_free_hits = True  # Cache.get and the fused point read probe ``table`` without the lock
+    referenced_on_insert_if_high = True
 
     __slots__ = (
         "owner", "strict", "lock", "table", "ring", "hand", "capacity", "usage", "ring_usage",
@@ -109,38 +110,6 @@ class ClockShard:
             e.in_cache = False
             self.usage -= e.charge
             self.evictions += 1
-
-    def insert(self, key, value, charge: int, high: bool, pin: bool):
-        """Insert; returns the entry, or None if it was not kept (only when ``pin`` is False)."""
-        if self.usage + charge > self.capacity:
-            self.evict(charge)
-            if self.usage + charge > self.capacity and (not pin or self.strict):
-                self.rejected += 1
-                if pin:
-                    raise MemoryLimitError(
-                        f"cache shard full: usage {self.usage} + charge {charge} > capacity "
-                        f"{self.capacity} and the rest is pinned"
-                    )
-                return None
-        e = Handle(key, value, charge, high, self)
-        e.hit = high  # a high-priority entry starts with one turn of the hand in hand
-        table = self.table
-        old = table.get(key)
-        table[key] = e
-        self.usage += charge
-        self.inserts += 1
-        if old is not None:
-            old.in_cache = False
-            if old.refs:
-                self.detached_usage += old.charge
-            else:
-                self.unlink(old)
-                self.usage -= old.charge
-        if pin:
-            e.refs = 1
-        else:
-            self.link(e)
-        return e
 
     def set_capacity(self, capacity: int) -> None:
         self.capacity = capacity

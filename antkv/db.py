@@ -75,6 +75,7 @@ _SINGLE_RECORD_PACK = SINGLE_RECORD.pack  # a one-record write batch header (bat
 _FRAME_HEADER_PACK = HEADER.pack  # the log record header (log_format.py)
 _checksum = checksum
 DEFAULT_CACHE_CAPACITY = 32 * 1024 * 1024  # the private block cache when Options.block_cache is None
+DEFAULT_CACHE_POLICY = "clock"  # ... and its policy: hits without a lock (docs/memory.md)
 
 
 def open(path, options: Options | None = None, **overrides) -> "DB":  # noqa: A001
@@ -112,7 +113,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         self._pinned = fs if options.read_only else None  # read-only: the files held open
         self._recovered_vlog_lengths: dict[int, int] = {}  # read-only: unsealed files' valid length at open
         self._lock = None  # the held LOCK file (recovery takes it)
-        self._cache = options.block_cache if options.block_cache is not None else Cache(DEFAULT_CACHE_CAPACITY)
+        self._cache = options.block_cache if options.block_cache is not None else Cache(DEFAULT_CACHE_CAPACITY, policy=DEFAULT_CACHE_POLICY)
         self._vlog_reader = ValueLogReader(fs, path)  # its own lock
         self._table_cache = TableCache(fs, path, self._cache, options.paranoid_checks)  # its own lock
         self._open_table = self._table_cache.get  # f.reader or self._open_table(f): a table's reader

@@ -5,7 +5,7 @@ and compact; ``max_background_jobs=0`` so flush and compaction run inline and a 
 exactly) plus the extreme it is named for.  ``random-N`` draws every field from seed N, so
 ``--option-set random-17`` is as reproducible as a named set.
 
-A block cache is written ``CacheSpec(capacity, num_shard_bits, strict)`` and built only when
+A block cache is written ``CacheSpec(capacity, num_shard_bits, strict, policy)`` and built only when
 the set is used (``antkv.Cache`` may land after this module).  ``file_system`` is never set:
 the differential fuzzer runs on the real file system.
 """
@@ -24,6 +24,7 @@ class CacheSpec:
     capacity: int
     num_shard_bits: int = -1
     strict: bool = False
+    policy: str = "lru"
 
 
 BASE = {"write_buffer_size": 64 * KiB, "max_background_jobs": 0}
@@ -45,6 +46,9 @@ NAMED: dict[str, dict] = {
     "cache-1-byte": {"block_cache": CacheSpec(1)},
     "one-shard": {"block_cache": CacheSpec(256 * KiB, num_shard_bits=0)},
     "64-shards": {"block_cache": CacheSpec(256 * KiB, num_shard_bits=6)},
+    # the clock policy (a database's own cache uses it): lock-free hits under constant eviction
+    "clock-tiny": {"block_cache": CacheSpec(16 * KiB, num_shard_bits=0, policy="clock")},
+    "clock-strict": {"block_cache": CacheSpec(4 * MiB, num_shard_bits=1, strict=True, policy="clock")},
     # Strict, but large enough for every block a reader pins at once (a block holding one
     # inline value of min_blob_size bytes at most), so no read may fail with MemoryLimitError.
     "strict-cache": {"block_cache": CacheSpec(4 * MiB, num_shard_bits=1, strict=True)},
@@ -101,6 +105,8 @@ def random_overrides(seed: int) -> dict:
             4 * MiB if strict else r.choice((1, 4 * KiB, 1 * MiB)),
             num_shard_bits=r.choice((-1, 0, 6)),
             strict=strict,
+            # drawn apart, so that the other fields of a seed stay what they were
+            policy=random.Random(seed ^ 0xC10C).choice(("lru", "clock")),
         )
     if r.random() < 0.5:
         o["merge_operator"] = MERGE_OPERATOR
@@ -124,7 +130,7 @@ def build(name: str):
     for k, v in overrides(name).items():
         if isinstance(v, CacheSpec):
             v = antkv.Cache(v.capacity, num_shard_bits=v.num_shard_bits,
-                            strict_capacity_limit=v.strict)
+                            strict_capacity_limit=v.strict, policy=v.policy)
         fields[k] = v
     return antkv.Options(**fields)
 

@@ -1,4 +1,8 @@
-"""The block cache: every rule of issue 3, a stateful test against a reference model, threads."""
+"""The block cache: every rule of issue 3, a stateful test against a reference model, threads.
+
+Rules that do not depend on the eviction policy run under every policy (the ``policy``
+fixture); the LRU list and its pools are checked under the LRU policy, the clock's sweep under
+the clock policy, each against a reference model of its own."""
 
 from __future__ import annotations
 
@@ -11,16 +15,33 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import antkv
-from antkv.memory.cache import Cache, Handle, default_shard_bits
+from antkv.memory.cache import POLICIES, Cache, Handle, default_shard_bits
 from antkv.errors import InvalidArgumentError, MemoryLimitError
 
 KiB = 1024
 MiB = 1024 * KiB
 
 
+@pytest.fixture(params=sorted(POLICIES))
+def policy(request) -> str:
+    return request.param
+
+
+def listed(cache: Cache, shard: int = 0) -> list:
+    """Keys of the unpinned entries of a shard, in the policy's list (LRU list or clock ring)."""
+    s = cache.shards[shard]
+    head = s.ring if s.lock_free_hits else s.lru
+    out = []
+    e = head.next
+    while e is not head:
+        out.append(e.key)
+        e = e.next
+    return out
+
+
 def lru_order(cache: Cache, shard: int = 0) -> tuple[list, list]:
     """(low pool keys, high pool keys), oldest first, read from the shard's LRU list."""
-    s = cache._shards[shard]
+    s = cache.shards[shard]
     low, high = [], []
     e = s.lru.next
     while e is not s.lru:
@@ -30,29 +51,34 @@ def lru_order(cache: Cache, shard: int = 0) -> tuple[list, list]:
 
 
 # --------------------------------------------------------------------------- construction
-def test_validation():
+def test_validation(policy):
     with pytest.raises(TypeError):
-        Cache("10")
+        Cache("10", policy=policy)
     with pytest.raises(TypeError):
-        Cache(True)
+        Cache(True, policy=policy)
     with pytest.raises(InvalidArgumentError):
-        Cache(-1)
+        Cache(-1, policy=policy)
     with pytest.raises(InvalidArgumentError):
-        Cache(100, num_shard_bits=20)
+        Cache(100, num_shard_bits=20, policy=policy)
     with pytest.raises(InvalidArgumentError):
-        Cache(100, num_shard_bits=-2)
+        Cache(100, num_shard_bits=-2, policy=policy)
     with pytest.raises(TypeError):
-        Cache(100, num_shard_bits=1.0)
+        Cache(100, num_shard_bits=1.0, policy=policy)
     with pytest.raises(TypeError):
-        Cache(100, strict_capacity_limit=1)
+        Cache(100, strict_capacity_limit=1, policy=policy)
     with pytest.raises(InvalidArgumentError):
-        Cache(100, high_pri_pool_ratio=1.5)
+        Cache(100, high_pri_pool_ratio=1.5, policy=policy)
     with pytest.raises(InvalidArgumentError):
-        Cache(100, high_pri_pool_ratio=-0.1)
+        Cache(100, high_pri_pool_ratio=-0.1, policy=policy)
     with pytest.raises(TypeError):
-        Cache(100, high_pri_pool_ratio="0.5")
+        Cache(100, high_pri_pool_ratio="0.5", policy=policy)
+    with pytest.raises(InvalidArgumentError, match="policy"):
+        Cache(100, policy="fifo")
+    with pytest.raises(TypeError):
+        Cache(100, policy=None)
+    assert Cache(100, policy=policy).policy == policy == Cache(100, policy=policy).stats()["policy"]
     assert issubclass(InvalidArgumentError, ValueError)
-    c = Cache(100, 0)
+    c = Cache(100, 0, policy=policy)
     with pytest.raises(TypeError):
         c.put(1, b"v", 1.5)
     with pytest.raises(InvalidArgumentError):
@@ -84,8 +110,8 @@ def test_default_shard_bits_follow_rocksdb():
     assert Cache(8 * MiB, num_shard_bits=2).num_shards == 4
 
 
-def test_shard_capacities_add_up_exactly():
-    c = Cache(1003, num_shard_bits=2)
+def test_shard_capacities_add_up_exactly(policy):
+    c = Cache(1003, num_shard_bits=2, policy=policy)
     caps = [s["capacity"] for s in c.stats()["shards"]]
     assert caps == [251, 251, 251, 250] and sum(caps) == 1003 == c.capacity
     c.set_capacity(10)
@@ -188,17 +214,17 @@ def test_without_a_high_pool_hits_only_refresh():
 
 
 # --------------------------------------------------------------------------- pinning
-def test_pinned_entries_are_never_evicted():
-    c = Cache(300, 0, high_pri_pool_ratio=0.0)
+def test_pinned_entries_are_never_evicted(policy):
+    c = Cache(300, 0, high_pri_pool_ratio=0.0, policy=policy)
     h = c.insert("p", "P", 100)
     assert isinstance(h, Handle) and h.key == "p" and h.value == "P" and h.charge == 100
-    assert c.pinned_usage == 100 and lru_order(c) == ([], [])
+    assert c.pinned_usage == 100 and listed(c) == []
     for i in range(10):
         c.put(i, i, 100)
     assert c.get("p") == "P"  # survived every eviction
     assert c.usage == 300 and c.pinned_usage == 100
     c.release(h)
-    assert c.pinned_usage == 0 and "p" in lru_order(c)[0]
+    assert c.pinned_usage == 0 and "p" in listed(c)
     # Two handles: pinned until both are released.
     h1 = c.lookup("p")
     h2 = c.lookup("p")
@@ -207,7 +233,7 @@ def test_pinned_entries_are_never_evicted():
     assert c.release(h2) is False and c.pinned_usage == 0  # back in the LRU, not freed
     with pytest.raises(InvalidArgumentError):
         c.release(h2)  # one release too many
-    other = Cache(300, 0)
+    other = Cache(300, 0, policy=policy)
     h3 = c.lookup("p")
     with pytest.raises(InvalidArgumentError):
         other.release(h3)
@@ -215,8 +241,8 @@ def test_pinned_entries_are_never_evicted():
     c._check()
 
 
-def test_non_strict_insert_goes_over_capacity_and_release_drops():
-    c = Cache(200, 0, high_pri_pool_ratio=0.0)
+def test_non_strict_insert_goes_over_capacity_and_release_drops(policy):
+    c = Cache(200, 0, high_pri_pool_ratio=0.0, policy=policy)
     a = c.insert("a", 1, 150)
     b = c.insert("b", 2, 150)  # nothing evictable: inserted over capacity
     assert c.usage == 300 > c.capacity and c.pinned_usage == 300
@@ -228,8 +254,8 @@ def test_non_strict_insert_goes_over_capacity_and_release_drops():
     c._check()
 
 
-def test_strict_capacity_limit():
-    c = Cache(200, 0, strict_capacity_limit=True, high_pri_pool_ratio=0.0)
+def test_strict_capacity_limit(policy):
+    c = Cache(200, 0, strict_capacity_limit=True, high_pri_pool_ratio=0.0, policy=policy)
     a = c.insert("a", 1, 150)
     with pytest.raises(MemoryLimitError):
         c.insert("b", 2, 100)
@@ -244,24 +270,24 @@ def test_strict_capacity_limit():
     c._check()
 
 
-def test_put_that_cannot_fit_is_not_kept_even_when_not_strict():
+def test_put_that_cannot_fit_is_not_kept_even_when_not_strict(policy):
     # RocksDB: an insert without a handle that cannot fit is dropped "as if inserted and
     # evicted immediately", strict or not.
-    c = Cache(200, 0, high_pri_pool_ratio=0.0)
+    c = Cache(200, 0, high_pri_pool_ratio=0.0, policy=policy)
     h = c.insert("pinned", 0, 150)
     assert c.put("x", 1, 100) is False and c.get("x") is None
     assert c.put("huge", 1, 201) is False
     assert c.put("y", 1, 50) is True
     c.release(h)
-    zero = Cache(0)
+    zero = Cache(0, policy=policy)
     assert zero.put("k", 1, 1) is False and zero.put("k0", 1, 0) is True
     c._check()
     zero._check()
 
 
 # --------------------------------------------------------------------------- erase, replace, capacity
-def test_erase():
-    c = Cache(300, 0)
+def test_erase(policy):
+    c = Cache(300, 0, policy=policy)
     c.put("a", 1, 100)
     assert c.erase("a") is True and c.erase("a") is False
     assert c.get("a") is None and c.usage == 0
@@ -275,8 +301,8 @@ def test_erase():
     c._check()
 
 
-def test_insert_replaces_an_entry():
-    c = Cache(1000, 0)
+def test_insert_replaces_an_entry(policy):
+    c = Cache(1000, 0, policy=policy)
     c.put("k", "old", 100)
     c.put("k", "new", 30)
     assert c.get("k") == "new" and c.usage == 30 and len(c) == 1
@@ -290,8 +316,8 @@ def test_insert_replaces_an_entry():
     c._check()
 
 
-def test_set_capacity():
-    c = Cache(400, 0, high_pri_pool_ratio=0.5)
+def test_set_capacity(policy):
+    c = Cache(400, 0, high_pri_pool_ratio=0.5, policy=policy)
     for i in range(4):
         c.put(i, i, 100, priority="high" if i % 2 else "low")
     h = c.lookup(3)
@@ -310,8 +336,8 @@ def test_set_capacity():
     c._check()
 
 
-def test_stats_counts():
-    c = Cache(1000, num_shard_bits=1)
+def test_stats_counts(policy):
+    c = Cache(1000, num_shard_bits=1, policy=policy)
     for i in range(6):
         c.put(i, i, 100)
     for i in range(8):
@@ -521,7 +547,7 @@ class CacheMachine(RuleBasedStateMachine):
             low, high = lru_order(self.cache, i)
             assert low == [e["key"] for e in r.low]
             assert high == [e["key"] for e in r.high]
-            sh = self.cache._shards[i]
+            sh = self.cache.shards[i]
             assert sh.usage == r.usage
             assert sorted(sh.table) == sorted(r.table)
             if sh.usage > sh.capacity:
@@ -543,8 +569,8 @@ TestCacheStateful = CacheMachine.TestCase
 
 
 # --------------------------------------------------------------------------- threads
-def test_threads_hammering_one_cache_keep_exact_accounting():
-    c = Cache(64 * 100, num_shard_bits=2, high_pri_pool_ratio=0.25)
+def test_threads_hammering_one_cache_keep_exact_accounting(policy):
+    c = Cache(64 * 100, num_shard_bits=2, high_pri_pool_ratio=0.25, policy=policy)
     n_threads, steps = 4, 3000
     counts = [{"gets": 0, "lookups": 0} for _ in range(n_threads)]
     errors: list[BaseException] = []
@@ -588,6 +614,6 @@ def test_threads_hammering_one_cache_keep_exact_accounting():
     c._check()
     s = c.stats()
     assert s["pinned_usage"] == 0
-    assert s["usage"] == sum(e.charge for sh in c._shards for e in sh.table.values())
+    assert s["usage"] == sum(e.charge for sh in c.shards for e in sh.table.values())
     assert s["usage"] <= c.capacity
     assert s["hits"] + s["misses"] == sum(x["gets"] + x["lookups"] for x in counts)

@@ -15,7 +15,6 @@ jump over covered spans and :meth:`SuperVersion.table_get` stop at the first cov
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from time import perf_counter
 from itertools import chain
@@ -24,9 +23,7 @@ from typing import Iterator
 from ..base.dbformat import MAX_SEQUENCE, MERGE, VALUE_POINTER
 from ..base.expiry import now_ms
 from ..errors import DBClosedError
-from ..manifest.version_set import find_file
 from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment
-from ..sst.bloom import key_probe, may_contain_probe
 from .iterators import (
     LevelSource,
     live_triples,
@@ -38,6 +35,7 @@ from .iterators import (
     visible_forward,
 )
 from .merging import merging_backward, merging_forward
+from .point_get import table_get as point_table_get
 from .runs import (
     entry_runs,
     entry_runs_backward,
@@ -62,70 +60,8 @@ class SuperVersion:
         self.memtables = (mem,) + imms
         self._frag_cache = None  # (num_range_deletes, lo, hi, all fragments, per-source newer)
 
-    def table_get(self, key: bytes, read_seq: int, open_table):
-        """Newest visible ``(seq, kind, value)`` of ``key`` in the tables, or None (absent
-        or covered by a range tombstone).  Tables are probed newest first: the L0 tables whose
-        range holds the key, then at most one table per sorted level.
-
-        The point-read hot path, fused into one frame: per candidate table a bloom probe, then
-        :meth:`TableReader.find`.  The first table holding range tombstones hands the whole
-        lookup over to :meth:`_table_get_covered`.
-        """
-        neg = -read_seq
-        probe = key_probe(key)  # the key's hash, once for every filter probed
-        for f in self.version.levels[0]:
-            if f.smallest <= key <= f.largest:
-                r = f.reader or open_table(f)
-                if r.range_tombstones:
-                    return self._table_get_covered(key, read_seq, open_table)
-                if may_contain_probe(r.filter, probe):
-                    found = r.find(key, neg)
-                    if found is not None:
-                        return found
-        for _level, files, largest in self.version.sorted_levels:
-            i = bisect_left(largest, key)
-            if i == len(files):
-                continue
-            f = files[i]
-            if f.largest_exclusive and f.largest == key:
-                i += 1
-                if i == len(files):
-                    continue
-                f = files[i]
-            if f.smallest <= key:
-                r = f.reader or open_table(f)
-                if r.range_tombstones:
-                    return self._table_get_covered(key, read_seq, open_table)
-                if may_contain_probe(r.filter, probe):
-                    found = r.find(key, neg)
-                    if found is not None:
-                        return found
-        return None
-
-    def _table_get_covered(self, key: bytes, read_seq: int, open_table):
-        """:meth:`table_get` when range tombstones may cover ``key``: a key in an older table is
-        older than any tombstone of a newer one, so the first covering tombstone ends the
-        search."""
-        candidates = [f for f in self.version.levels[0] if f.smallest <= key <= f.largest]
-        for _level, files, largest in self.version.sorted_levels:
-            f = find_file(files, largest, key)
-            if f is not None:
-                candidates.append(f)
-        tomb = 0
-        neg = -read_seq
-        probe = key_probe(key)
-        for f in candidates:
-            r = f.reader or open_table(f)
-            if r.range_tombstones:
-                t = r.fragments().max_covering_seq(key, read_seq)
-                if t > tomb:
-                    tomb = t
-            e = r.find(key, neg) if may_contain_probe(r.filter, probe) else None
-            if e is not None:
-                return None if tomb > e[0] else e
-            if tomb:  # older tables hold only versions older than this tombstone
-                return None
-        return None
+    # the point read through the tables, fused into one frame (see antkv.read.point_get)
+    table_get = point_table_get
 
     # --- range tombstones for iterators ---
 

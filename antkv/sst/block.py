@@ -273,9 +273,42 @@ def decode_block(buf: bytes, size: int, path: str, offset: int) -> tuple[tuple, 
         raise CorruptionError(f"undecodable block ({e})", path, offset) from None
 
 
+SEARCHABLE_FIELDS = 10
+"""The length of a *searchable block* tuple (a decoded block has 4 fields): see
+:func:`searchable_block`."""
+
+
+def searchable_block(buf: bytes, size: int, path: str, offset: int) -> tuple:
+    """The block of contents ``buf[:size]`` with its layout, ready for :func:`search_searchable`
+    to search without looking anything up: ``(buf, size, width, n, seqs_off, qw, kinds_off,
+    ends, g, r)`` -- the key width (0 unless every key is ``width`` bytes with no
+    prefix), the entry count, where the sequence-number column starts and its width, where the
+    kinds start, the piece ends, the group count and ``r`` (below).  A block
+    cache keeps blocks in this form (the layout is found once, when the block is read); the
+    ``ends`` tuple is shared by every block of the same entry sizes.  ``r`` is the restart
+    interval when the groups store prefixes, else 0.
+
+    Raises CorruptionError (naming ``path`` and ``offset``) when the columns do not fit.
+    """
+    try:
+        layout, g, seqs_off, qw, kinds_off = _block_layout(buf, size)
+    except _DECODE_ERRORS as e:
+        raise CorruptionError(f"undecodable block ({e})", path, offset) from None
+    if layout is None:
+        return buf, size, 0, 0, seqs_off, qw, kinds_off, (), 0, 0
+    r = layout[2] if layout[_HAS_PREFIX] else 0
+    return buf, size, layout[_KEY_WIDTH], layout[1], seqs_off, qw, kinds_off, layout[_ENDS], g, r
+
+
 def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, offset: int):
+    """:func:`search_searchable` of the block of contents ``buf[:size]``."""
+    return search_searchable(searchable_block(buf, size, path, offset), key, neg_seq, path, offset)
+
+
+def search_searchable(block: tuple, key: bytes, neg_seq: int, path: str, offset: int):
     """``(seq, kind, value)`` of the first entry >= ``(key, neg_seq)`` if its key is ``key``
-    (a *found entry*: the sequence number positive, as memtables return it).
+    (a *found entry*: the sequence number positive, as memtables return it), in a
+    :func:`searchable_block`.
 
     Straight on the block's bytes, never decoding the whole block.  When the keys are all of
     one width ``L`` with no prefixes (fixed-size keys, the common case), the key column is
@@ -284,30 +317,11 @@ def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, off
     newest version; later versions follow it.  Otherwise a binary search that builds only the
     keys it compares (one slice of the group prefix, one of the suffix).  None when absent.
     """
+    buf, size, width, n, seqs_off, qw, kinds_off, ends, g, r = block
+    if not n:
+        return None
     try:
-        # _block_layout's cache probe, inline (a point read's hot path); anything unusual --
-        # a layout not cached yet, an empty or malformed block -- takes _block_layout itself
-        layout = None
-        if size >= BLOCK_FOOTER_SIZE:
-            n, r, ew, qw = _FOOTER_AT(buf, size - BLOCK_FOOTER_SIZE)
-            if n and r:
-                kinds_off = size - BLOCK_FOOTER_SIZE - n
-                seqs_off = kinds_off - n * qw
-                g = (n + r - 1) // r
-                ends_off = seqs_off - (g + 2 * n) * ew
-                if ends_off > 0:
-                    layout = _layouts.get(buf[ends_off:seqs_off])
-                    if layout is not None and (
-                        layout[1] != n or layout[2] != r or layout[3] != ew or layout[4] != ends_off
-                    ):
-                        layout = None
-        if layout is None:
-            layout, g, seqs_off, qw, kinds_off = _block_layout(buf, size)
-            if layout is None:
-                return None
-        n, r, ends = layout[1], layout[2], layout[_ENDS]
         seq_at = _SEQ_AT[qw]
-        width = layout[_KEY_WIDTH]
         if width:
             if len(key) != width:
                 return None
@@ -330,13 +344,12 @@ def search_block(buf: bytes, size: int, key: bytes, neg_seq: int, path: str, off
             if kind > MAX_KIND:
                 raise ValueError("unknown entry kind")
             return seq, kind, buf[ends[v - 1] : ends[v]]
-        prefixed = layout[_HAS_PREFIX]
         lo, hi = 0, n
         found = None
         while lo < hi:
             mid = (lo + hi) >> 1
             s = g + mid
-            if prefixed:
+            if r:
                 gi = mid // r
                 k = buf[ends[gi - 1] if gi else 0 : ends[gi]] + buf[ends[s - 1] : ends[s]]
             else:

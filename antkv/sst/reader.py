@@ -10,12 +10,16 @@ released by ``close``), as RocksDB does with ``cache_index_and_filter_blocks`` a
 Data blocks are read on demand with one ``pread`` each and checked.  In the cache, under
 ``(cache_id, block offset)`` at low priority, a block is kept in one of two forms:
 
-* *raw* ``(contents, size)`` -- what a point lookup that missed the cache leaves: ``get``
-  binary-searches the bytes directly (:func:`~antkv.sst.block.search_block`) without decoding
-  the rest of the block;
+* *searchable* (:func:`~antkv.sst.block.searchable_block`: the raw contents with their layout
+  found once) -- what a point lookup that missed the cache leaves: lookups search the bytes
+  directly (:func:`~antkv.sst.block.search_searchable`) without decoding the block;
 * *decoded* -- the parallel tuples ``(keys, neg_seqs, kinds, values)``, decoded ONCE by an
-  iterator (a raw block an iterator reaches is decoded then); lookups then ``bisect`` and
-  iterators ``zip`` slices of the tuples, all in C.
+  iterator; lookups then ``bisect`` and iterators ``zip`` slices of the tuples, all in C (a
+  searchable block an iterator reaches is decoded then).
+
+:attr:`TableReader.point` holds what the fused point read (:mod:`antkv.read.point_get`)
+needs of a table in one tuple, so that it can probe the filter, search the index and find the
+cached block without a call.
 
 Index invariant (see ``builder.py``): entries of block ``i`` <= index key ``i`` < entries of
 block ``i + 1``.  A lookup therefore bisects the index for the first index key >= the target
@@ -35,7 +39,7 @@ from ..base.dbformat import DELETION, RANGE_DELETION, VALUE_POINTER
 from ..errors import CorruptionError, DBClosedError
 from ..errors import IOError as AntIOError
 from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment
-from .block import decode_block, search_block
+from .block import SEARCHABLE_FIELDS, decode_block, search_block, search_searchable, searchable_block
 from .bloom import decode_filter
 from .bloom import may_contain as bloom_may_contain
 from .format import BLOCK_HANDLE, BLOCK_TRAILER_SIZE, FOOTER_SIZE, BlockRun, check_block, decode_footer, read_block
@@ -49,6 +53,10 @@ SCAN_CACHED_BLOCKS = 64
 READAHEAD = 256 * 1024
 _ENTRY_CHARGE = 120  # approximate bytes of Python objects per decoded entry
 _BLOCK_CHARGE = 200
+# A searchable block in the cache beyond its contents: its trailer, the bytes object, the
+# tuple of its layout, the cache entry, its key and the hash table's slot (measured with
+# tracemalloc over a cache of 8,800 blocks of 16-byte keys)
+_SEARCHABLE_CHARGE = 470
 
 
 def _block_charge(size: int, n: int) -> int:
@@ -63,6 +71,10 @@ class TableReader:
         self._cache = None
         self._handles: list = []
         self._fragments: FragmentedRangeTombstones | None = None  # built on first use
+        # (filter bits, filter blocks, k, index keys, block offsets, cache id, cache shards,
+        # shard mask) for the fused point read; None when it must take find(): a table with
+        # range tombstones, no cache or a cache whose hits lock, or a closed table
+        self.point: tuple | None = None
 
     @classmethod
     def open(cls, fs, path: str, file_number: int, *, cache=None, verify_checksums: bool = True) -> "TableReader":
@@ -109,6 +121,9 @@ class TableReader:
             self._handles.append(
                 cache.insert((self._cache_id, self._filter_handle[0]), filt, len(filt[0]) + _BLOCK_CHARGE, "high")
             )
+            if cache.lock_free_hits and not self.range_tombstones:
+                bits, m, k = filt
+                self.point = (bits, m >> 9, k, index[0], index[2], self._cache_id, cache.shards, cache.mask)
 
 
     # --- metadata blocks ---
@@ -193,14 +208,14 @@ class TableReader:
             return decode_block(*self._read(offset, size), self.path, offset)
         key = (self._cache_id, offset)
         block = cache.get(key)
-        if block is None or len(block) == 2:
+        if block is None or len(block) != 4:
             return self._decode_to_cache(key, block, offset, size)
         return block
 
     def _decode_to_cache(self, key: tuple, raw, offset: int, size: int):
-        """Decode the block at ``offset`` -- ``raw`` ``(contents, size)`` from the cache, or read
+        """Decode the block at ``offset`` -- ``raw`` a searchable block from the cache, or read
         from the file when None -- and leave the decoded form in the cache under ``key``."""
-        buf, n = self._read(offset, size) if raw is None else raw
+        buf, n = self._read(offset, size) if raw is None else raw[:2]
         block = decode_block(buf, n, self.path, offset)
         self._cache.put(key, block, _block_charge(n, len(block[0])))
         return block
@@ -223,7 +238,7 @@ class TableReader:
             for i in order[:SCAN_CACHED_BLOCKS]:
                 key = (cache_id, offsets[i])
                 block = get(key)
-                if block is None or len(block) == 2:
+                if block is None or len(block) != 4:
                     block = self._decode_to_cache(key, block, key[1], sizes[i])
                 yield block
         rest = order[SCAN_CACHED_BLOCKS:]
@@ -308,13 +323,14 @@ class TableReader:
                 buf, size = check_block(buf, offset, size, self._verify, self.path)
             except (AntIOError, CorruptionError) as e:
                 self._read_failed(e)
-            cache.put(ckey, (buf, size), size + _BLOCK_CHARGE)
-            return search_block(buf, size, user_key, neg_read, self.path, offset)
-        if len(block) == 2:
-            # raw: point reads keep blocks raw and search the bytes; a decoded block costs
-            # ~2.5x the memory, and promoting blocks on a second touch made random reads over a
-            # table near the cache size thrash (decode, evict, read again)
-            return search_block(block[0], block[1], user_key, neg_read, self.path, offset)
+            block = searchable_block(buf, size, self.path, offset)
+            cache.put(ckey, block, size + _SEARCHABLE_CHARGE)
+            return search_searchable(block, user_key, neg_read, self.path, offset)
+        if len(block) == SEARCHABLE_FIELDS:
+            # point reads keep blocks raw and search the bytes; a decoded block costs ~2.5x the
+            # memory, and promoting blocks on a second touch made random reads over a table
+            # near the cache size thrash (decode, evict, read again)
+            return search_searchable(block, user_key, neg_read, self.path, offset)
         keys, negs, kinds, values = block
         j = bisect_left(keys, user_key)
         if j == len(keys) or keys[j] != user_key:
@@ -461,6 +477,7 @@ class TableReader:
                 yield off, e if isinstance(e, CorruptionError) else CorruptionError(str(e), self.path, off)
 
     def close(self) -> None:
+        self.point = None
         f, self._file = self._file, None
         handles, self._handles = self._handles, []
         for h in handles:

@@ -1,0 +1,142 @@
+"""The point read through the tables: one Python frame for every table a get visits.
+
+:func:`table_get` is :meth:`antkv.read.read_view.SuperVersion.table_get`, the part of
+``DB.get`` after the memtables.  Tables are probed newest first: the L0 tables whose range
+holds the key, then at most one table per sorted level.  For the common case it does, inline,
+what four functions would do one call each:
+
+1. the bloom probe (:func:`antkv.sst.bloom.may_contain_probe`, on the key's hash computed once);
+2. the index search (the first index key >= the key names the only block that can hold it);
+3. the block cache hit, without a lock (the clock policy's hit: :mod:`antkv.memory.clock`);
+4. the search of a cached fixed-width block (``bytes.find`` on its key column, the layout
+   cached with the block: :func:`antkv.sst.block.searchable_block`), when the newest version
+   of the key is visible.
+
+Anything else takes the general path, which gives the same answers: a cache miss, a decoded or
+variable-width block, an index key equal to the key, an older version to look for, a cache
+whose hits lock (the LRU policy) or no cache go to :meth:`TableReader.find`; range tombstones
+anywhere in the tables hand the whole lookup to :func:`table_get_covered`.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+from ..base.dbformat import MAX_KIND
+from ..manifest.version_set import find_file
+from ..sst.block import SEARCHABLE_FIELDS
+from ..sst.bloom import key_probe, may_contain_probe
+
+
+def table_get(sv, key: bytes, read_seq: int, open_table):
+    """Newest visible ``(seq, kind, value)`` of ``key`` in the tables of super version ``sv``,
+    or None (absent or covered by a range tombstone)."""
+    probe = key_probe(key)  # the key's hash, once for every filter probed
+    x, pe, pf, _ = probe
+    klen = len(key)
+    neg = -read_seq
+    version = sv.version
+    candidates = version.levels[0]  # each checked against the key's range below
+    if version.sorted_levels:
+        candidates = list(candidates)
+        for _level, files, largest in version.sorted_levels:
+            i = bisect_left(largest, key)
+            if i == len(files):
+                continue
+            f = files[i]
+            if f.largest_exclusive and f.largest == key:
+                i += 1
+                if i == len(files):
+                    continue
+                f = files[i]
+            candidates.append(f)
+    for f in candidates:
+        if not f.smallest <= key <= f.largest:
+            continue
+        r = f.reader or open_table(f)
+        p = r.point
+        if p is None:
+            if r.range_tombstones:
+                return table_get_covered(sv, key, read_seq, open_table)
+            if may_contain_probe(r.filter, probe):
+                found = r.find(key, neg)
+                if found is not None:
+                    return found
+            continue
+        bits, nfb, k, ikeys, offsets, cache_id, shards, mask = p
+        if k:  # the filter's first two masks (k == 6 is the default), then any further ones
+            o = (x % nfb) << 6
+            if not (bits[o + pe[0]] & pe[1] and bits[o + pe[2]] & pe[3] and bits[o + pe[4]] & pe[5]):
+                continue
+            if k > 3:
+                if not (bits[o + pf[0]] & pf[1] and bits[o + pf[2]] & pf[3] and bits[o + pf[4]] & pf[5]):
+                    continue
+                if k > 6 and not may_contain_probe(r.filter, probe):
+                    continue
+        i = bisect_left(ikeys, key)
+        if i == len(ikeys):
+            continue
+        block = None
+        if ikeys[i] != key:  # (equal: the key's versions may span blocks; find() picks one)
+            ckey = (cache_id, offsets[i])
+            s = shards[hash(ckey) & mask]
+            e = s.table.get(ckey)
+            if e is not None:
+                e.hit = True
+                s.count_hit()
+                block = e.value
+        if block is None or len(block) != SEARCHABLE_FIELDS:
+            found = r.find(key, neg)
+            if found is not None:
+                return found
+            continue
+        buf, _size, width, n, seqs_off, qw, kinds_off, ends, g, _r = block
+        if width != klen or not width:  # (0: not one width; an empty key is never one)
+            found = r.find(key, neg)
+            if found is not None:
+                return found
+            continue
+        end = n * width
+        pos = buf.find(key, 0, end)
+        while pos > 0 and pos % width:  # a match across two keys: go on from the next key
+            pos = buf.find(key, pos - pos % width + width, end)
+        if pos < 0:
+            continue
+        j = pos // width
+        at = seqs_off + j * qw
+        seq = int.from_bytes(buf[at : at + qw], "little")
+        kind = buf[kinds_off + j]
+        if seq > read_seq or kind > MAX_KIND:  # an older version, or damage: find() says which
+            found = r.find(key, neg)
+            if found is not None:
+                return found
+            continue
+        v = g + n + j
+        return seq, kind, buf[ends[v - 1] : ends[v]]
+    return None
+
+
+def table_get_covered(sv, key: bytes, read_seq: int, open_table):
+    """:func:`table_get` when range tombstones may cover ``key``: a key in an older table is
+    older than any tombstone of a newer one, so the first covering tombstone ends the
+    search."""
+    candidates = [f for f in sv.version.levels[0] if f.smallest <= key <= f.largest]
+    for _level, files, largest in sv.version.sorted_levels:
+        f = find_file(files, largest, key)
+        if f is not None:
+            candidates.append(f)
+    tomb = 0
+    neg = -read_seq
+    probe = key_probe(key)
+    for f in candidates:
+        r = f.reader or open_table(f)
+        if r.range_tombstones:
+            t = r.fragments().max_covering_seq(key, read_seq)
+            if t > tomb:
+                tomb = t
+        e = r.find(key, neg) if may_contain_probe(r.filter, probe) else None
+        if e is not None:
+            return None if tomb > e[0] else e
+        if tomb:  # older tables hold only versions older than this tombstone
+            return None
+    return None

@@ -47,10 +47,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     ("database", ("antkv.db",)),
     ("public API", ("antkv", "antkv.destroy", "antkv.repair")),
-    ("spark: the state store and its commit protocol", ("antkv.spark.store.state_store",)),
+    ("spark: the state store and its commit protocol", ("antkv.spark.store",)),
     ("spark: state encodings and views", ("antkv.spark.state",)),
     ("spark: the runtime (routing, tasks, output)", ("antkv.spark.runtime",)),
-    ("spark: the StatefulProcessor compatibility layer", ("antkv.spark.processor.transform",)),
+    ("spark: the StatefulProcessor compatibility layer", ("antkv.spark.processor",)),
     ("spark: tools over state", ("antkv.spark.tools",)),
     ("spark: public API", ("antkv.spark",)),
     ("tools", ("antkv.__main__", "antkv.tools", "antkv.demo")),
@@ -58,7 +58,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 
 # third-party packages a layer must not import (at any depth), and why
 FORBIDDEN_IMPORTS: dict[str, tuple[str, set[str]]] = {
-    "antkv.spark.store.state_store": ("a state store opens, commits and loads in any Python process", {"pandas", "pyspark"}),
+    "antkv.spark.store": ("a state store opens, commits and loads in any Python process", {"pandas", "pyspark"}),
     "antkv.spark.state": ("state encodings and views run inside a task, with no Spark session", {"pyspark"}),
 }
 

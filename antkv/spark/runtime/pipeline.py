@@ -251,6 +251,11 @@ class StatefulPipeline:
         task = self._task(batch_id, bases, old, plans, partition_function, writing)
         commits = routed.mapInPandas(task, f"{COMMIT_COLUMN} string, {METRICS_COLUMN} string")
         collected = commits.collect()  # the one Spark action of the batch: one row per partition
+        if not collected:
+            # an input without rows: Spark's adaptive execution replaced the sorted, shuffled
+            # input by an empty relation and ran no task; every partition still makes a version
+            empty = spark.createDataFrame(spark.sparkContext.parallelize([], self.partitions), routed.schema)
+            collected = empty.mapInPandas(task, f"{COMMIT_COLUMN} string, {METRICS_COLUMN} string").collect()
         messages = [CommitMessage.from_json(r[COMMIT_COLUMN]) for r in collected]
         parts = sorted((PartitionMetrics(**json.loads(r[METRICS_COLUMN])) for r in collected),
                        key=lambda m: m.partition)

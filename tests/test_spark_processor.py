@@ -168,7 +168,7 @@ def run_on_antkv(spark, work, name, processor, batches, schema, output_schema, t
     for rows in batches:
         for data in ([rows, []] if event_time else [rows]):
             result = runner.run(_frame(spark, data, schema), batch)
-            got += [tuple(r) for r in result.output.itertuples(index=False)]
+            got += [tuple(r) for r in result.output.collect()]
             batch += 1
     return sorted(got), runner
 
@@ -274,7 +274,7 @@ def test_processing_time_timers_and_ttl_follow_the_injected_clock(spark, tmp_pat
     def step(rows, seconds):
         clock.now = seconds
         out = runner.run(spark.createDataFrame(rows, schema))
-        return sorted(tuple(r) for r in out.output.itertuples(index=False)), out.metrics.keys
+        return sorted(tuple(r) for r in out.output.collect()), out.metrics.keys
 
     rows, _ = step([("a", "x"), ("b", "y")], 1000)
     assert rows == [("a", "seen", 1, 1), ("b", "seen", 1, 1)]
@@ -300,7 +300,7 @@ def test_event_time_survives_a_restarted_runner_and_late_rows_are_dropped(spark,
         outs = []
         for i, rows in enumerate(batches):
             outs += list(runner.run(spark.createDataFrame(rows, "key string, ts long").selectExpr(
-                "key", "timestamp_millis(ts) as ts"), first + i).output.itertuples(index=False))
+                "key", "timestamp_millis(ts) as ts"), first + i).output.collect())
         return runner, sorted(tuple(r) for r in outs)
 
     runner, out = run([[("a", T0)], [("b", T0 + 20 * MINUTE)]], 0)
@@ -371,7 +371,7 @@ def test_timers_and_state_move_with_their_keys_when_the_partitions_change(spark,
                                         "key string, start long, end long, events long", time_mode="EventTime",
                                         event_time_column="ts", partitions=n, key_groups=16)
             df = spark.createDataFrame(rows, "key string, ts long")
-            out += [tuple(r) for r in runner.run(df, b).output.itertuples(index=False)]
+            out += [tuple(r) for r in runner.run(df, b).output.collect()]
         return sorted(out)
 
     fixed = run("fixed", [2, 2, 2, 2])

@@ -1,9 +1,11 @@
 """antkv as the state engine of PySpark pipelines.
 
-Pipelines (``pipeline.py``): a vectorised, keyed state function over typed value, list and map
-state, run on batch DataFrames and streaming queries (``foreachBatch``), rescalable at any
-batch boundary.  Spark 4 ``StatefulProcessor`` classes run unchanged on the same pipelines
-(``processor.py``: ``TransformWithState``, ``transform_with_state``).  Underneath:
+Pipelines (``runtime/pipeline.py``): a vectorised, keyed state function over typed value, list
+and map state, run on batch DataFrames and streaming queries (``foreachBatch``), rescalable at
+any batch boundary; a batch's output stays in the executors and is published exactly once with
+the state (``runtime/output.py``: ``read_output``).  Spark 4 ``StatefulProcessor`` classes run
+unchanged on the same pipelines (``processor/transform.py``: ``TransformWithState``,
+``transform_with_state``).  Underneath:
 
 A state store is one versioned key-value store per ``(checkpoint location, operator,
 partition)``: tasks open it at the version the driver names, read and write it, and commit the
@@ -26,7 +28,7 @@ from antkv.spark.store.location import Location
 from antkv.spark.processor.transform import TransformWithState, transform_with_state
 from antkv.spark.tools.state_reader import read_state
 from antkv.spark.runtime.pipeline import BatchMetrics, BatchResult, PartitionMetrics, PartitionState, StatefulPipeline
-from antkv.spark.runtime.sinks import ParquetBatchSink
+from antkv.spark.runtime.output import output_versions, read_output
 from antkv.spark.store.state_store import StateStore, StoreOptions, open_store, release_idle_stores
 
 __all__ = [
@@ -37,7 +39,8 @@ __all__ = [
     "BatchResult",
     "BatchMetrics",
     "PartitionMetrics",
-    "ParquetBatchSink",
+    "read_output",
+    "output_versions",
     "read_state",
     "open_store",
     "StateStore",

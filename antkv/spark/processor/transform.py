@@ -15,15 +15,22 @@ exactly-once commits, rescale, metrics) whose function drives the processor.  In
 for its partition and batch, in Spark's order:
 
 1. ``init(handle)`` with an antkv-backed handle (:mod:`antkv.spark.processor.handle`);
-2. the key groups the batch touches densely are read whole into the store's row cache
-   (``StateStore.warm_touched``: one ordered scan instead of a point read per key);
+2. the partition's rows arrive sorted by (key group, key) from the JVM as a stream of Arrow
+   batches; the key groups each batch touches densely are read whole into the store's row
+   cache (``StateStore.warm_touched``: one ordered scan instead of a point read per key);
    on the first batch, ``handleInitialState(key, rows, timerValues)`` for each key of the
    initial state (all its rows in one pandas DataFrame), before that key's input;
-3. ``handleInputRows(key, rows, timerValues)`` once per grouping key of the batch, ``rows``
-   being an iterator of pandas DataFrames with the input's columns, as in Spark;
+3. ``handleInputRows(key, rows, timerValues)`` once per grouping key of the batch, in key
+   order, ``rows`` being a lazy iterator of pandas DataFrames with the input's columns, of at
+   most ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows each, cut as Spark cuts them
+   (:func:`antkv.spark.state.chunks.key_chunks`): a key of any size is streamed (on the
+   first batch of a query with an initial state, a key's rows are gathered first);
 4. ``handleExpiredTimer(key, timerValues, expiredTimerInfo)`` for every timer that expired,
    by (time, key), each then deleted (:mod:`antkv.spark.processor.timers`: no scan of the state);
 5. the end of TTL'd elements that expired, then ``close()``.
+
+What the handlers yield is streamed into the task attempt's output files; ``run`` returns the
+batch's published output as a Spark DataFrame (:mod:`antkv.spark.runtime.pipeline`).
 
 **Time.**  ``TimerValues.getCurrentProcessingTimeInMs()`` is the batch's processing time, read
 once on the driver from ``clock`` (seconds, ``time.time`` by default; inject one in tests).
@@ -51,7 +58,7 @@ from antkv.spark.store.location import event_time_name, marker_name, parse_event
 from antkv.spark.store.objects import KIND_EVENT_TIME, seal, unseal
 from antkv.spark.runtime.pipeline import KEY_GROUP_COLUMN, BatchResult, StatefulPipeline
 from antkv.spark.processor.handle import DeclaringHandle, ProcessorHandle, check_time_mode
-from antkv.spark.state.views import group_batch, iter_groups, row_slicer
+from antkv.spark.state.chunks import key_chunks
 
 INITIAL_COLUMN = "__antkv_initial"  # 1 on the rows of the initial state, 0 on input rows
 INITIAL_PREFIX = "__antkv_init__"  # the initial state's columns travel under this prefix
@@ -75,6 +82,7 @@ class _Batch:
     watermark_ms: int  # -1 outside the EventTime mode, as Spark's TimerValues
     event_time: bool
     exact_columns: dict  # integer and boolean columns -> numpy dtype, to undo a union's nulls
+    chunk_rows: int  # spark.sql.execution.arrow.maxRecordsPerBatch: the most rows of a key's chunk
 
 
 def _ddl(schema) -> str:
@@ -168,9 +176,12 @@ class TransformWithState:
         if batch_id == 0 and self.initial_state is not None:
             exact = _exact_dtypes(df.schema) | _exact_dtypes(self.initial_state.schema)
             df, initial_columns = self._with_initial_state(df)
-        pipe.func = _batch_function(_Batch(
-            self.processor, self.key, input_columns, initial_columns, tuple(pipe.columns), self.time_mode,
-            batch_ts, watermark, self.time_mode == "EventTime", exact))
+        limit = int(df.sparkSession.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000"))
+        batch = _Batch(self.processor, self.key, input_columns, initial_columns, tuple(pipe.columns), self.time_mode,
+                       batch_ts, watermark, self.time_mode == "EventTime", exact, limit if limit > 0 else 2**31 - 1)
+
+        def run_processor(state, frames):
+            return _run_partition(batch, state, frames)
 
         def record_event_time(version, parts):
             if self.time_mode != "EventTime" or location.exists(marker_name(operator, version)):
@@ -182,15 +193,17 @@ class TransformWithState:
             location.delete(name)  # a record of an attempt of this batch that never published
             location.create_exclusive(name, seal(KIND_EVENT_TIME, json.dumps(doc).encode()))
 
-        result = pipe.run(df, batch_id, before_publish=record_event_time)
+        order = () if initial_columns is None else (F.col(INITIAL_COLUMN).desc(),)  # a key's initial rows first
+        result = pipe.run_partitions(df, batch_id, run_processor, sort_columns=order,
+                                     before_publish=record_event_time)
         if self.time_mode == "EventTime":
             self.watermark_ms = watermark
             self._forget_event_times(batch_id + 1)
-        return BatchResult(_restore_integers(result.output, pipe.schema), result.metrics)
+        return result
 
     def foreach_batch(self, sink=None):
         """A function for ``DataStreamWriter.foreachBatch``: runs the batch, then calls
-        ``sink(output, batch_id)`` (at-least-once, as :meth:`StatefulPipeline.foreach_batch`)."""
+        ``sink(output_df, batch_id)`` (as :meth:`StatefulPipeline.foreach_batch`)."""
         def on_batch(df, batch_id):
             result = self.run(df, int(batch_id))
             if sink is not None:
@@ -258,26 +271,7 @@ def _unset_function(state, rows):
     raise antkv.InvalidArgumentError("a TransformWithState pipeline runs through TransformWithState.run")
 
 
-def _restore_integers(frame, ddl: str):
-    """Integer and boolean output columns that came back as floats or objects (because some
-    rows of the collected result were null) get their type back when they hold no null."""
-    from pyspark.sql.types import BooleanType, IntegralType, StructType
-
-    for f in StructType.fromDDL(ddl).fields:
-        if isinstance(f.dataType, (IntegralType, BooleanType)) and f.name in frame.columns:
-            col = frame[f.name]
-            if col.dtype.kind in "fO" and len(col) and col.notna().all():
-                frame[f.name] = col.astype("bool" if isinstance(f.dataType, BooleanType) else "int64")
-    return frame
-
-
 # ---------------------------------------------------------------------- executors
-
-
-def _batch_function(batch: _Batch):
-    def run_processor(state, rows):
-        return _run_partition(batch, state, rows)
-    return run_processor
 
 
 class _Output:
@@ -327,21 +321,20 @@ def _exact(frame, dtypes: dict):
     return frame
 
 
-def _split(batch: _Batch, rows):
-    """``(input rows, initial-state rows or None)`` of a task's rows; the initial state's
-    rows get their own column names back (the key columns among them) and the key group."""
-    if INITIAL_COLUMN not in rows.columns:
-        return rows, None
+def _initial_and_inputs(batch: _Batch, rows):
+    """A key's rows on the first batch of a query with an initial state: ``(its initial-state
+    rows under their own column names, or None; its input rows)``."""
     is_initial = rows[INITIAL_COLUMN].to_numpy() == 1
-    init = rows.loc[is_initial]
-    initial = init[[KEY_GROUP_COLUMN]].copy()
-    for c in batch.initial_columns:
-        initial[c] = init[INITIAL_PREFIX + c].to_numpy()
-    inputs = rows.loc[~is_initial].copy()
-    return _exact(inputs, batch.exact_columns), _exact(initial, batch.exact_columns)
+    initial = None
+    if is_initial.any():
+        init = rows.loc[is_initial]
+        initial = _exact(init[[INITIAL_PREFIX + c for c in batch.initial_columns]]
+                         .set_axis(list(batch.initial_columns), axis=1).reset_index(drop=True), batch.exact_columns)
+    inputs = _exact(rows.loc[~is_initial, list(batch.input_columns)].reset_index(drop=True), batch.exact_columns)
+    return initial, inputs
 
 
-def _run_partition(batch: _Batch, state, rows):
+def _run_partition(batch: _Batch, state, frames):
     import numpy as np
     from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
@@ -352,36 +345,40 @@ def _run_partition(batch: _Batch, state, rows):
         timer_values = TimerValues(-1, -1)
     else:
         timer_values = TimerValues(batch.batch_timestamp_ms, batch.watermark_ms)
-    rows, initial = _split(batch, rows)
-    if batch.event_time and len(rows):
-        newest = rows[EVENT_MS_COLUMN].max()
-        if newest == newest:  # not NaN: some row has an event time
-            state.reports["max_event_time_ms"] = int(newest)
     out = _Output(batch.output_columns)
+    with_initial = batch.initial_columns is not None
     columns = list(batch.input_columns)
-    pending = {}
-    if initial is not None:
-        init_columns = list(batch.initial_columns)
-        for kg, key, frame in iter_groups(initial, KEY_GROUP_COLUMN, list(batch.key)):
-            pending[(kg, key)] = frame[init_columns].reset_index(drop=True)
-    grouped = group_batch(rows, KEY_GROUP_COLUMN, list(batch.key))
-    if len(grouped):  # read the key groups the batch touches densely in one scan each
+    if with_initial:
+        columns += [INITIAL_COLUMN] + [INITIAL_PREFIX + c for c in batch.initial_columns]
+
+    def on_batch(grouped):
+        """Per incoming batch: the largest event time, and the densely touched key groups read whole."""
+        if batch.event_time:
+            times = grouped.frame[EVENT_MS_COLUMN]
+            if with_initial:
+                times = times[grouped.frame[INITIAL_COLUMN].to_numpy() == 0]
+            newest = times.max()
+            if newest == newest:  # not NaN: some row has an event time
+                seen = state.reports.get("max_event_time_ms")
+                state.reports["max_event_time_ms"] = int(newest) if seen is None else max(seen, int(newest))
         groups, per_group = np.unique(grouped.key_groups, return_counts=True)
         state.store.warm_touched({key_group_prefix(int(g)): int(n) for g, n in zip(groups, per_group)})
-    rows_of = row_slicer(grouped.frame[columns])  # the input's own columns, selected once
-    for kg, key, start, end in zip(grouped.key_groups.tolist(), grouped.keys, grouped.starts.tolist(),
-                                   grouped.ends.tolist()):
+
+    limit = batch.chunk_rows
+    for kg, key, chunks in key_chunks(frames, KEY_GROUP_COLUMN, list(batch.key), columns, limit, on_batch):
         handle.set_current_key(kg, key)
-        if pending:
-            first = pending.pop((kg, key), None)
-            if first is not None:
-                processor.handleInitialState(key, first, timer_values)
-        out.add(processor.handleInputRows(key, iter((rows_of(start, end),)), timer_values))
+        if with_initial:
+            import pandas as pd
+
+            initial, inputs = _initial_and_inputs(batch, pd.concat(list(chunks), ignore_index=True))
+            if initial is not None:
+                processor.handleInitialState(key, initial, timer_values)
+            if not len(inputs):
+                continue
+            chunks = (inputs.iloc[i:i + limit].reset_index(drop=True) for i in range(0, len(inputs), limit))
+        out.add(processor.handleInputRows(key, chunks, timer_values))
         if out.full:
             yield from out.flush()
-    for (kg, key), first in pending.items():
-        handle.set_current_key(kg, key)
-        processor.handleInitialState(key, first, timer_values)
     if batch.time_mode != "None":
         threshold = batch.batch_timestamp_ms if batch.time_mode == "ProcessingTime" else batch.watermark_ms
         for expiry, _encoded, kg, key in handle.timers.expired(state.owned, threshold):

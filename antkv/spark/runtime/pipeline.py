@@ -13,7 +13,7 @@
 
     pipe = StatefulPipeline("file:///ckpt/state", "clicks", key=["user"], func=count_clicks,
                             schema="user string, clicks long", partitions=4, query_id="clicks")
-    result = pipe.run(batch_df)                                  # a batch job: one version
+    result = pipe.run(batch_df)              # a batch job: one version; result.output: a Spark DataFrame
     stream.writeStream.foreachBatch(pipe.foreach_batch(sink)).start()   # a streaming query
 
 **One batch** (``run(df, batch_id)``) makes version ``batch_id + 1`` of the operator's state
@@ -22,29 +22,34 @@
 1. on the driver: check ``K`` against the one recorded with the operator (``KeyGroupError``
    before any task runs), read the published version ``batch_id`` and, if it has another
    number of partitions, plan the rescale (:mod:`antkv.spark.store.rescale`);
-2. in the JVM: add each row's key group and route rows with ``repartitionById``
-   (:func:`antkv.spark.runtime.routing.route`);
-3. in each task (``mapInPandas``): open the partition's state, check every row's key group
-   belongs to the partition (a stray row fails the task at once: nothing is published), call
-   ``func(state, rows)`` once with all the partition's rows, commit, and return the output rows
-   plus one row carrying the commit message and the partition's metrics;
-4. on the driver: one Spark action (``toPandas``) collects those rows -- so ``func`` runs once
-   per partition and batch -- and the driver publishes the version (exactly once: the marker is
-   written once; a replayed batch keeps the first publication), cleans up, logs the metrics and
-   returns the output (a pandas DataFrame) with them.
+2. in the JVM: add each row's key group, route rows with ``repartitionById``
+   (:func:`antkv.spark.runtime.routing.route`) and sort each partition by (key group, key);
+3. in each task (``mapInPandas``): open the partition's state, then stream the partition's
+   Arrow batches: check every row's key group belongs to the partition (a stray row fails the
+   task at once: nothing is published), call ``func(state, rows)`` once per chunk of complete
+   keys (:func:`antkv.spark.state.chunks.whole_key_chunks`: about one Arrow batch of
+   ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, more when a key has more), and
+   stream what it yields into the attempt's own Parquet files
+   (:class:`antkv.spark.runtime.output.OutputWriter`); then commit, and return one row: the
+   commit message (naming the state's manifest and the output files) and the metrics;
+4. on the driver: one Spark action collects those rows -- one per partition, never an output
+   row -- and publishes the version: one write-once marker naming the winning attempts'
+   manifests and output files (exactly once: a replayed batch keeps the first publication),
+   then the output-log record, cleanup of what no version needs (losers' output included),
+   the metrics, and the output as a lazy Spark DataFrame reading exactly the published files
+   (:mod:`antkv.spark.runtime.output`).
 
-**Sinks are at-least-once.**  Under ``foreachBatch``, Spark reruns a batch whose end it did not
-record (a driver failure after the sink wrote).  The state is exactly-once (the rerun finds the
-version published and does not change it) but the sink is called again with the rerun's output.
-Make the sink idempotent by batch id: :class:`antkv.spark.runtime.sinks.ParquetBatchSink` writes one
-file per batch id, replaced whole by a rerun, so readers never see a batch twice.
-
-The output travels to the driver; it suits results of modest size per batch (per-key updates,
-alerts, aggregates), as ``foreachBatch`` sinks do.
+**Output is exactly-once, sinks at-least-once.**  The published files of batch ``b`` hold every
+output row of the batch once, whatever failed, was retried, ran twice or was replayed; a reader
+of the output log (:func:`antkv.spark.runtime.output.read_output`) sees each batch once.  Under
+``foreachBatch``, Spark reruns a batch whose end it did not record (a driver failure after the
+sink wrote): the rerun returns the first publication's files again, and ``sink(output_df,
+batch_id)`` is called again with them, so a sink keyed by batch id stays exact.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -53,6 +58,7 @@ from dataclasses import asdict, dataclass, field
 import antkv
 
 from antkv.spark.runtime.collector import task_collections
+from antkv.spark.runtime.output import OutputWriter, cleanup_output, ensure_output_log, output_dataframe, write_output_log
 from antkv.spark.store.commit_message import CommitMessage
 from antkv.spark.store.commit_protocol import CommitCoordinator
 from antkv.spark.runtime.routing import route
@@ -67,6 +73,7 @@ from antkv.spark.store.keygroups import (
 )
 from antkv.spark.store.location import PIPELINE_OBJECT, check_operator
 from antkv.spark.store.rescale import open_rescaled_store
+from antkv.spark.state.chunks import whole_key_chunks
 from antkv.spark.state.views import KeyedState, group_batch
 from antkv.spark.store.state_store import StoreOptions, as_location, local_cache_counters, open_store
 
@@ -148,7 +155,7 @@ class BatchMetrics:
 
 @dataclass(frozen=True)
 class BatchResult:
-    output: object  # pandas DataFrame with the output schema's columns
+    output: object  # a lazy Spark DataFrame reading exactly the batch's published output files
     metrics: BatchMetrics
 
 
@@ -157,8 +164,9 @@ class StatefulPipeline:
 
     ``func(state: PartitionState, rows: pandas.DataFrame)`` returns an iterable of pandas
     DataFrames (or one DataFrame, or None) with at least the columns of ``schema`` (a DDL
-    string).  ``rows`` holds the partition's rows of the batch with the key-group column
-    ``__key_group``.  ``partitions`` may change between runs (a rescale at the next batch);
+    string).  ``rows`` holds every row of one or more keys of the partition's batch (a chunk
+    of the partition's stream: ``func`` is called once per chunk, and once with no rows for a
+    partition without any), with the key-group column ``__key_group``.  ``partitions`` may change between runs (a rescale at the next batch);
     ``key_groups`` may not.  ``metrics_path`` (a local file) receives one JSON line per batch."""
 
     def __init__(self, location, operator: str, key, func, schema: str, *, partitions: int,
@@ -176,7 +184,8 @@ class StatefulPipeline:
             raise TypeError("func must be callable: func(state, rows) -> DataFrames")
         validate_parallelism(key_groups, partitions)
         self.func, self.schema = func, schema
-        self.columns = [f.name for f in StructType.fromDDL(schema).fields]
+        self.struct = StructType.fromDDL(schema)
+        self.columns = [f.name for f in self.struct.fields]
         clash = {COMMIT_COLUMN, METRICS_COLUMN} & set(self.columns)
         if clash:
             raise antkv.InvalidArgumentError(f"output columns {sorted(clash)} are reserved")
@@ -206,8 +215,14 @@ class StatefulPipeline:
         ``before_publish(version, partition_metrics)``, if given, runs on the driver after every
         task committed and before the version is published: what it writes is in place before
         the version exists (a failure there publishes nothing)."""
-        import pandas as pd
+        return self.run_partitions(df, batch_id, self._chunked_function(list(df.columns)),
+                                   before_publish=before_publish)
 
+    def run_partitions(self, df, batch_id: int | None, partition_function, *, sort_columns=(),
+                       before_publish=None) -> BatchResult:
+        """:meth:`run` with another task body: ``partition_function(state, frames)`` gets the
+        partition's stream of pandas DataFrames (sorted by key group, key and then
+        ``sort_columns``) and yields output DataFrames (the ``StatefulProcessor`` runner)."""
         started = time.perf_counter()
         self._check_pipeline_metadata()
         coord = self.coordinator
@@ -225,34 +240,46 @@ class StatefulPipeline:
             else:
                 plans = plan_rescale(self.key_groups, len(old), self.partitions)
                 bases = [old[plan.base] for plan in plans]
+            ensure_output_log(coord, batch_id, self.schema)  # before cleanup may retire its marker
         previous = self.partitions if old is None else len(old)
+        spark = df.sparkSession
+        conf = spark.conf
+        writing = (conf.get("spark.sql.session.timeZone"),
+                   conf.get("spark.sql.execution.pandas.convertToArrowArraySafely", "false").lower() == "true")
         routed = route(df, self.key, self.partitions, self.key_groups, KEY_GROUP_COLUMN)
-        rows = routed.mapInPandas(self._task(batch_id, bases, old, plans, list(routed.columns)),
-                                  f"{self.schema}, {COMMIT_COLUMN} string, {METRICS_COLUMN} string")
-        collected = rows.toPandas()  # the one Spark action of the batch
-        is_commit = collected[COMMIT_COLUMN].notna()
-        messages = [CommitMessage.from_json(j) for j in collected.loc[is_commit, COMMIT_COLUMN]]
-        parts = sorted((PartitionMetrics(**json.loads(j)) for j in collected.loc[is_commit, METRICS_COLUMN]),
+        routed = routed.sortWithinPartitions(KEY_GROUP_COLUMN, *self.key, *sort_columns)
+        task = self._task(batch_id, bases, old, plans, partition_function, writing)
+        commits = routed.mapInPandas(task, f"{COMMIT_COLUMN} string, {METRICS_COLUMN} string")
+        collected = commits.collect()  # the one Spark action of the batch: one row per partition
+        if not collected:
+            # an input without rows: Spark's adaptive execution replaced the sorted, shuffled
+            # input by an empty relation and ran no task; every partition still makes a version
+            empty = spark.createDataFrame(spark.sparkContext.parallelize([], self.partitions), routed.schema)
+            collected = empty.mapInPandas(task, f"{COMMIT_COLUMN} string, {METRICS_COLUMN} string").collect()
+        messages = [CommitMessage.from_json(r[COMMIT_COLUMN]) for r in collected]
+        parts = sorted((PartitionMetrics(**json.loads(r[METRICS_COLUMN])) for r in collected),
                        key=lambda m: m.partition)
         if before_publish is not None:
             before_publish(version, tuple(parts))
         t0 = time.perf_counter()
         result = coord.publish(version, messages, bases=bases)
+        files = result.marker.outputs or ()
+        write_output_log(self.location, self.operator, version, files, self.schema)
         coord.cleanup(version)
+        cleanup_output(coord, version)
         publish_s = time.perf_counter() - t0
-        output = collected.loc[~is_commit, self.columns].reset_index(drop=True)
         local = sum(m.cache_hits + m.reused_working_copy for m in parts)
         total = local + sum(m.cache_downloads + (not m.reused_working_copy) for m in parts)
         metrics = BatchMetrics(
             batch_id=batch_id, version=version, partitions=self.partitions, previous_partitions=previous,
-            rows=sum(m.rows for m in parts), output_rows=len(output),
+            rows=sum(m.rows for m in parts), output_rows=sum(m.output_rows for m in parts),
             keys=sum(msg.num_keys for msg in messages),
             bytes_uploaded=sum(m.bytes_uploaded for m in parts),
             bytes_reused=sum(m.bytes_reused for m in parts),
             seconds=time.perf_counter() - started, publish_s=publish_s, replayed=result.replayed,
             cache_hit_ratio=local / total if total else 1.0, partition_metrics=tuple(parts))
         self._record(metrics)
-        return BatchResult(pd.DataFrame(output), metrics)
+        return BatchResult(output_dataframe(spark, self.location, files, self.schema), metrics)
 
     def _record(self, metrics: BatchMetrics) -> None:
         self.history.append(metrics)
@@ -267,7 +294,8 @@ class StatefulPipeline:
 
     def foreach_batch(self, sink=None):
         """A function for ``DataStreamWriter.foreachBatch``: runs the batch, then calls
-        ``sink(output, batch_id)`` (at-least-once: see the module docstring)."""
+        ``sink(output_df, batch_id)`` with the batch's published output as a Spark DataFrame
+        (at-least-once: see the module docstring)."""
         def on_batch(df, batch_id):
             result = self.run(df, int(batch_id))
             if sink is not None:
@@ -276,14 +304,36 @@ class StatefulPipeline:
 
     # ------------------------------------------------------------------ executors
 
-    def _task(self, batch_id, bases, old, plans, input_columns):
+    def _chunked_function(self, input_columns):
+        """The task body of the vectorised API: ``func`` once per chunk of complete keys."""
+        func = self.func
+
+        def call_per_chunk(state, frames):
+            import pandas as pd
+
+            called = False
+            for rows in whole_key_chunks(frames, KEY_GROUP_COLUMN, state.key_columns):
+                called = True
+                yield from _frames_of(func(state, rows))
+            if not called:
+                yield from _frames_of(func(state, pd.DataFrame({c: [] for c in input_columns + [KEY_GROUP_COLUMN]})))
+        return call_per_chunk
+
+    def _task(self, batch_id, bases, old, plans, partition_function, writing):
         location, operator, options = self.location, self.operator, self.options
-        func, columns, key = self.func, self.columns, self.key
+        columns, key, struct = self.columns, self.key, self.struct
         K, N = self.key_groups, self.partitions
+        timezone, safecheck = writing
 
         def task(batches):
             with task_collections():  # the collector walks the worker's working copies less often
                 yield from run_task(batches)
+
+        def checked(frames, p, seen):
+            for frame in frames:
+                check_partition_key_groups(frame[KEY_GROUP_COLUMN].to_numpy(), K, N, p)
+                seen[0] += len(frame)
+                yield frame
 
         def run_task(batches):
             import pandas as pd
@@ -296,39 +346,33 @@ class StatefulPipeline:
                 store = open_store(location, operator, p, batch_id, manifest=bases[p], options=options)
             else:
                 store = open_rescaled_store(location, operator, plans[p], batch_id, old, options)
+            writer = OutputWriter(location, operator, batch_id + 1, struct, timezone, safecheck)
             try:
                 load_s = time.perf_counter() - t0
                 after = local_cache_counters(options)
                 ensure_key_group_count(store, K)
-                frames = list(batches)
-                rows = (pd.concat(frames, ignore_index=True) if frames
-                        else pd.DataFrame({c: [] for c in input_columns}))
-                check_partition_key_groups(rows[KEY_GROUP_COLUMN].to_numpy(), K, N, p)
                 state = PartitionState(store, key_group_range(K, N, p), key, batch_id, p, N)
+                seen = [0]
                 t1 = time.perf_counter()
-                out_rows = 0
-                produced = func(state, rows)
-                if isinstance(produced, pd.DataFrame):
-                    produced = [produced]
-                for out in produced or ():
+                for out in partition_function(state, checked(batches, p, seen)):
                     if not isinstance(out, pd.DataFrame):
                         raise TypeError(f"the state function must yield pandas DataFrames, not {type(out).__name__}")
                     missing = [c for c in columns if c not in out.columns]
                     if missing:
                         raise antkv.InvalidArgumentError(f"the state function's output lacks columns {missing}")
-                    if len(out):
-                        out_rows += len(out)
-                        yield out[columns].assign(**{COMMIT_COLUMN: None, METRICS_COLUMN: None})
+                    writer.write(out)
+                files = writer.close()
                 process_s = time.perf_counter() - t1
                 write_amp = store.engine_stats()["write_amplification"]
                 t2 = time.perf_counter()
-                msg = store.commit()
+                msg = dataclasses.replace(store.commit(), outputs=files)
                 commit_s = time.perf_counter() - t2
             except BaseException:
+                writer.abort()
                 store.abort()
                 raise
             metrics = PartitionMetrics(
-                partition=p, rows=len(rows), output_rows=out_rows, keys=msg.num_keys,
+                partition=p, rows=seen[0], output_rows=writer.rows, keys=msg.num_keys,
                 bytes_uploaded=msg.bytes_uploaded, bytes_reused=max(0, store.bytes_referenced - msg.bytes_uploaded),
                 snapshot=msg.snapshot, load_s=load_s, process_s=process_s, commit_s=commit_s,
                 reused_working_copy=store.reused_working_copy,
@@ -336,9 +380,15 @@ class StatefulPipeline:
                 cache_downloads=after["downloads"] - before["downloads"],
                 write_amplification=float(write_amp), rescaled=plans is not None,
                 reports=state.reports)
-            row = {c: [None] for c in columns}
-            row[COMMIT_COLUMN] = [msg.to_json()]
-            row[METRICS_COLUMN] = [json.dumps(asdict(metrics))]
-            yield pd.DataFrame(row)
+            yield pd.DataFrame({COMMIT_COLUMN: [msg.to_json()], METRICS_COLUMN: [json.dumps(asdict(metrics))]})
 
         return task
+
+
+def _frames_of(produced):
+    """What a state function returned, as an iterable of DataFrames."""
+    import pandas as pd
+
+    if isinstance(produced, pd.DataFrame):
+        return (produced,)
+    return produced or ()

@@ -265,13 +265,15 @@ class GroupedBatch:
         return len(self.keys)
 
 
-def group_batch(frame, key_group_col: str, key_cols) -> GroupedBatch:
+def group_batch(frame, key_group_col: str, key_cols, *, presorted: bool = False) -> GroupedBatch:
     """Sort a pandas DataFrame or an Arrow table/record batch by key group and key columns and
     find its groups.
 
     One stable sort and one vectorised comparison of adjacent rows find the group boundaries;
     nothing hashes or compares per row in Python.  Null keys form their own group (Spark groups
-    nulls together too) and come first, as in the encoded key order; they appear as None."""
+    nulls together too) and come first, as in the encoded key order; they appear as None.
+    ``presorted``: each key's rows are already consecutive (the JVM sorted them): no sort, and
+    the groups keep the frame's order."""
     import numpy as np
     import pandas as pd
 
@@ -286,7 +288,11 @@ def group_batch(frame, key_group_col: str, key_cols) -> GroupedBatch:
     if missing:
         raise InvalidArgumentError(f"columns {missing} are not in the frame")
     n = len(frame)
-    ordered = frame.sort_values(by, kind="stable", na_position="first", ignore_index=True)
+    if presorted:
+        ordered = frame if isinstance(frame.index, pd.RangeIndex) and frame.index.start == 0 and frame.index.step == 1 \
+            else frame.reset_index(drop=True)
+    else:
+        ordered = frame.sort_values(by, kind="stable", na_position="first", ignore_index=True)
     boundary = np.zeros(n, dtype=bool)
     if n:
         boundary[0] = True

@@ -10,9 +10,10 @@ One :class:`CommitCoordinator` per ``(location, operator)`` in the driver.  For 
    speculative losers) leave objects no marker will ever name.
 3. ``publish(v, messages)`` checks that there is exactly one message per partition, each for
    this operator and version and built on the expected base, and only then creates marker
-   ``v`` -- one write-once object naming every partition's manifest.  The marker is the
-   commit point: before it, version ``v`` does not exist; after it, it is exactly these
-   manifests.
+   ``v`` -- one write-once object naming every partition's manifest and, when the messages
+   name output files (a pipeline's tasks), those files.  The marker is the commit point:
+   before it, version ``v`` does not exist; after it, it is exactly these manifests, and
+   batch ``v - 1``'s output is exactly these files (``antkv.spark.runtime.output``).
 4. ``cleanup(v)`` deletes the markers older than the ``min_versions_to_retain`` newest, and
    every partition object written for a version ``<= v`` that no retained version references.
    Objects of versions ``> v`` belong to attempts of a later batch, possibly running now, and
@@ -44,6 +45,7 @@ from antkv.spark.store.location import (
     check_version,
     marker_name,
     parse_marker_name,
+    parse_output_file_name,
     parse_object_name,
     parse_temporary_name,
     partition_dir,
@@ -157,6 +159,7 @@ class CommitCoordinator:
                 raise CommitError(f"{self.operator!r} version {version}: the bases given are not "
                                   f"{self.num_partitions} manifests of published version {version - 1}")
         chosen: list[str | None] = [None] * self.num_partitions
+        outputs: list = [None] * self.num_partitions
         total = 0
         for msg in messages:
             if not isinstance(msg, CommitMessage):
@@ -174,12 +177,19 @@ class CommitCoordinator:
                 raise CommitError(f"{where}: {msg.manifest!r} is not a manifest of this partition and version")
             if msg.base != bases[msg.partition]:
                 raise CommitError(f"{where}: built on {msg.base!r}, the published base is {bases[msg.partition]!r}")
+            if msg.outputs is not None and any(parse_output_file_name(self.operator, o) != version
+                                               for o in msg.outputs):
+                raise CommitError(f"{where}: {list(msg.outputs)[:3]} are not output files of this version")
             chosen[msg.partition] = msg.manifest
+            outputs[msg.partition] = msg.outputs
             total += msg.num_keys
         missing = [p for p, m in enumerate(chosen) if m is None]
         if missing:
             raise CommitError(f"{self.operator!r} version {version}: no commit message from partitions {missing[:20]}")
-        marker = Marker(self.operator, version, self.query_id, self.run_id, tuple(chosen), total)
+        if len({o is None for o in outputs}) > 1:
+            raise CommitError(f"{self.operator!r} version {version}: some partitions name output files, others none")
+        files = None if outputs[0] is None else tuple(f for part in outputs for f in part)
+        marker = Marker(self.operator, version, self.query_id, self.run_id, tuple(chosen), total, files)
         name = marker_name(self.operator, version)
         if self.location.create_exclusive(name, marker.encode()):
             self._markers[version] = marker
@@ -189,7 +199,7 @@ class CommitCoordinator:
             raise ConcurrentWriterError(
                 f"version {version} of {self.location.uri}/{self.operator} was already published by query "
                 f"{existing.query_id!r} (this is {self.query_id!r})")
-        if existing.run_id == self.run_id and existing.manifests != marker.manifests:
+        if existing.run_id == self.run_id and (existing.manifests, existing.outputs) != (marker.manifests, marker.outputs):
             raise CommitError(f"{self.operator!r} version {version} was already published by this run "
                               "with other manifests")
         self._markers[version] = existing

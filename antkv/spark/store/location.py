@@ -20,6 +20,8 @@ Layout (``<v>`` is a version, 20 digits, zero-padded so names sort; ``<a>`` an a
     <root>/<operator>/p<p>/<v>-<a>.changelog              the batch's changes, if a changelog commit
     <root>/<operator>/p<p>/<v>-<a>-<NNNNNN>.sst | .vlog   snapshot files (engine tables, value logs)
     <root>/<operator>/_event_time/<v>.time               a processor's event time as of version <v>
+    <root>/<operator>/_output/<v>/<a>-<NNNNNN>.parquet    a pipeline task attempt's output rows
+    <root>/<operator>/_output_log/<v>.json               the output files version <v> published (objects.py)
     <any of the above>.tmp-<8 hex>                         a local write in progress (or cut short)
 
 This module owns every name (make and parse) and every call into ``pyarrow.fs``.  Errors leave
@@ -29,6 +31,7 @@ it; any other failure of the file system is an :class:`antkv.IOError` wrapping i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -50,6 +53,10 @@ _EVENT_TIME_RE = re.compile(r"^(\d{20})\.time$")
 MARKER_DIR = "_batches"
 PIPELINE_OBJECT = "pipeline.json"  # per operator: {"key_groups": K, "key": [...]}, written once
 EVENT_TIME_DIR = "_event_time"
+OUTPUT_DIR = "_output"
+OUTPUT_LOG_DIR = "_output_log"
+_OUTPUT_FILE_RE = re.compile(r"^(?P<attempt>[0-9a-f]{16})-(?P<seq>\d{6,})\.parquet$")
+_OUTPUT_LOG_RE = re.compile(r"^(\d{20})\.json$")
 _TMP_INFIX = ".tmp-"  # <object name>.tmp-<8 hex>: a local write in progress (Location._local_write)
 
 
@@ -98,6 +105,35 @@ def event_time_name(operator: str, version: int) -> str:
 def parse_event_time_name(base: str) -> int | None:
     """The version of an event-time record's base name, or None."""
     m = _EVENT_TIME_RE.match(base)
+    return int(m.group(1)) if m else None
+
+
+def output_dir(operator: str, version: int) -> str:
+    """The directory of the output files task attempts write for ``version``."""
+    return f"{operator}/{OUTPUT_DIR}/{version:020d}"
+
+
+def output_file_name(operator: str, version: int, attempt: str, seq: int) -> str:
+    """The ``seq``-th output file of a task attempt of the batch making ``version``."""
+    return f"{output_dir(operator, version)}/{attempt}-{seq:06d}.parquet"
+
+
+def parse_output_file_name(operator: str, name: str) -> int | None:
+    """The version of an output file's full name (as :func:`output_file_name` makes it), or None."""
+    head, _, base = name.rpartition("/")
+    directory, _, version = head.rpartition("/")
+    if directory != f"{operator}/{OUTPUT_DIR}" or len(version) != _VERSION_DIGITS or not version.isdigit():
+        return None
+    return int(version) if _OUTPUT_FILE_RE.match(base) else None
+
+
+def output_log_name(operator: str, version: int) -> str:
+    return f"{operator}/{OUTPUT_LOG_DIR}/{version:020d}.json"
+
+
+def parse_output_log_name(base: str) -> int | None:
+    """The version of an output-log record's base name, or None."""
+    m = _OUTPUT_LOG_RE.match(base)
     return int(m.group(1)) if m else None
 
 
@@ -263,6 +299,37 @@ class Location:
         except OSError as e:
             raise AntIOError(f"cannot upload {local_path} to {p}: {e}", e, p) from e
 
+    @contextlib.contextmanager
+    def writer(self, name: str):
+        """A binary stream writing the new object ``name`` (a unique name: never an overwrite),
+        for objects too large to hold in memory.  The object exists, whole and durable, when
+        the block ends without an error; a block that raises may leave a partial object under
+        a name nobody will ever publish (cleanup removes it) or, locally, a temporary file."""
+        p = self.path(name)
+        try:
+            if not self._local:
+                with self.fs.open_output_stream(p) as f:
+                    yield f
+                return
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            tmp = f"{p}{_TMP_INFIX}{secrets.token_hex(4)}"
+            try:
+                with open(tmp, "xb") as f:
+                    yield f
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.link(tmp, p)  # fails if the name exists: write-once
+            finally:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            _fsync_dir(os.path.dirname(p))
+        except FileExistsError as e:
+            raise AntIOError(f"object {p} already exists: attempt ids must be unique", e, p) from e
+        except OSError as e:
+            raise AntIOError(f"cannot write {p}: {e}", e, p) from e
+
     def create_exclusive(self, name: str, data: bytes) -> bool:
         """Create ``name`` only if it does not exist; True when this call created it.
 
@@ -328,11 +395,15 @@ class Location:
                 os.unlink(tmp)
             except OSError:
                 pass
-        dfd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        _fsync_dir(d)
+
+
+def _fsync_dir(d: str) -> None:
+    dfd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def _copy_stream(src, dst, chunk: int = 4 << 20) -> None:

@@ -41,12 +41,28 @@ The trailer comes last so a truncated object never verifies.  Payloads:
 
       {"format": 1, "operator": str, "version": int, "query_id": str, "run_id": str,
        "num_partitions": int, "manifests": [<manifest name of partition 0>, ...],
-       "num_keys": int}
+       "num_keys": int,
+       "outputs": [<output file name>, ...]}   # optional: a pipeline's published output files
+
+  ``outputs`` (absent from markers of plain state commits) names, in partition order, the
+  output files of the attempts whose manifests the marker names: they are batch
+  ``version - 1``'s output, published by the same write as its state.
 
 * **event-time record** (JSON) -- written by the driver of a processor in the EventTime time
   mode before it publishes a version (``antkv/spark/processor/transform.py``)::
 
       {"format": 1, "version": int, "max_event_time_ms": int | null, "watermark_ms": int}
+
+Two formats are for readers outside antkv, so they are plain and open:
+
+* **output file** -- an Apache Parquet file of the pipeline's output schema, written by one task
+  attempt through ``pyarrow`` (``<operator>/_output/<v>/<attempt>-<NNNNNN>.parquet``).
+* **output-log record** -- one line of JSON (UTF-8, no envelope: Spark's ``json`` source reads
+  it), written once by the driver after marker ``v`` is published, holding a copy of the
+  marker's ``outputs``; it outlives the marker, which cleanup retires::
+
+      {"format": 1, "operator": str, "version": int, "batch_id": int, "schema": <DDL>,
+       "files": [<output file name, relative to the location root>, ...]}
 
 Decoding checks magic, kind, length and checksum, and raises :class:`CorruptionError` naming
 the object on any mismatch.
@@ -234,6 +250,7 @@ class Marker:
     run_id: str
     manifests: tuple[str, ...]  # by partition
     num_keys: int
+    outputs: tuple[str, ...] | None = None  # output file names, by partition; None: no output recorded
 
     def encode(self) -> bytes:
         doc = {
@@ -242,6 +259,8 @@ class Marker:
             "num_partitions": len(self.manifests), "manifests": list(self.manifests),
             "num_keys": self.num_keys,
         }
+        if self.outputs is not None:
+            doc["outputs"] = list(self.outputs)
         return seal(KIND_MARKER, json.dumps(doc, separators=(",", ":")).encode())
 
     @staticmethod
@@ -251,8 +270,49 @@ class Marker:
             manifests = tuple(doc["manifests"])
             if len(manifests) != doc["num_partitions"] or not all(isinstance(m, str) for m in manifests):
                 raise CorruptionError("marker partition list is inconsistent", name)
+            outputs = doc.get("outputs")
+            if outputs is not None:
+                outputs = tuple(outputs)
+                if not all(isinstance(o, str) for o in outputs):
+                    raise CorruptionError("marker output list is inconsistent", name)
             return Marker(doc["operator"], int(doc["version"]), doc["query_id"], doc["run_id"],
-                          manifests, int(doc["num_keys"]))
+                          manifests, int(doc["num_keys"]), outputs)
+
+
+# ---------------------------------------------------------------------- output log
+
+
+@dataclass(frozen=True)
+class OutputLogRecord:
+    """Which files hold batch ``version - 1``'s output (see the module docstring)."""
+
+    operator: str
+    version: int
+    schema: str  # the output's DDL
+    files: tuple[str, ...]
+
+    @property
+    def batch_id(self) -> int:
+        return self.version - 1
+
+    def encode(self) -> bytes:
+        doc = {"format": FORMAT, "operator": self.operator, "version": self.version,
+               "batch_id": self.batch_id, "schema": self.schema, "files": list(self.files)}
+        return (json.dumps(doc, separators=(",", ":")) + "\n").encode()
+
+    @staticmethod
+    def decode(data: bytes, name: str) -> "OutputLogRecord":
+        try:
+            doc = json.loads(data)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise CorruptionError(f"output-log record is not valid JSON: {e}", name) from e
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise CorruptionError(f"not a format-{FORMAT} output-log record", name)
+        with _malformed("output-log record", name):
+            files = tuple(doc["files"])
+            if not all(isinstance(f, str) for f in files) or doc["batch_id"] != doc["version"] - 1:
+                raise CorruptionError("output-log record is inconsistent", name)
+            return OutputLogRecord(doc["operator"], int(doc["version"]), str(doc["schema"]), files)
 
 
 def _document(kind: bytes, data: bytes, name: str) -> dict:

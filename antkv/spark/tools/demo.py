@@ -9,13 +9,15 @@ plain Spark.
    function :func:`click_state` on antkv state with 2 partitions: per user a value state (the
    number of clicks), a list state (the user's most recent events, payloads included: the
    large per-key value) and a map state (clicks per page).  Each batch's output (per user in
-   the batch: the running click count and the batch's last timestamp) goes to an idempotent
-   Parquet sink; progress and metrics are printed per batch.
+   the batch: the running click count and the batch's last timestamp) is written by the tasks
+   as Parquet files next to the state and published with it, exactly once; the driver sees only
+   commit messages and metrics.  Progress and metrics are printed per batch.
 3. The query stops; more files arrive; the query restarts from its checkpoint with 3
    partitions: the first batch rescales the state (antkv.spark.store.rescale), then more batches run.
-4. The verdict: the final state (read from the published version) and every output row must
-   equal the same computation done by plain Spark over all the events (group-bys and window
-   functions).  Exit status 0 only when both are equal.
+4. The verdict: the final state (read from the published version) and every published output
+   row (every batch's output read back as Spark DataFrames, compared in Spark) must equal the
+   same computation done by plain Spark over all the events (group-bys and window functions).
+   Exit status 0 only when both are equal.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ import time
 from dataclasses import dataclass
 
 from antkv.spark.tools.state_reader import read_state
+from antkv.spark.runtime.output import output_versions, read_output
 from antkv.spark.runtime.pipeline import StatefulPipeline
-from antkv.spark.runtime.sinks import ParquetBatchSink
 
 RECENT = 16  # events kept per user in the list state
 PAGES = 24
@@ -104,11 +106,31 @@ def expected_with_spark(spark, events_dir: str):
         state["recent"][(r["user"],)] = [(e["ts"], e["page"], bytes(e["payload"])) for e in r["events"]]
     for r in ev.groupBy("user", "page").count().collect():
         state["pages"].setdefault((r["user"],), {})[(r["page"],)] = (r["count"],)
+    rows = sorted((r["user"], r["clicks"], r["last_ts"]) for r in expected_output(spark, events_dir).collect())
+    return state, rows
+
+
+def expected_output(spark, events_dir: str):
+    """Plain Spark's output rows (user, clicks, last_ts) of every batch, as a DataFrame."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ev = spark.read.schema(EVENT_SCHEMA).parquet(events_dir)
     per_batch = ev.groupBy("user", "seq").agg(F.count("*").alias("n"), F.max("ts").alias("last_ts"))
     running = Window.partitionBy("user").orderBy("seq").rowsBetween(Window.unboundedPreceding, 0)
-    output = per_batch.select("user", F.sum("n").over(running).alias("clicks"), "last_ts")
-    rows = sorted((r["user"], r["clicks"], r["last_ts"]) for r in output.collect())
-    return state, rows
+    return per_batch.select("user", F.sum("n").over(running).alias("clicks"), "last_ts")
+
+
+def published_output(spark, workdir: str):
+    """Every batch's published output, in batch order, as one DataFrame with a ``batch_id``."""
+    from pyspark.sql import functions as F
+
+    frames = [read_output(spark, state_uri(workdir), OPERATOR, v - 1).withColumn("batch_id", F.lit(v - 1))
+              for v in output_versions(state_uri(workdir), OPERATOR)]
+    out = spark.createDataFrame([], OUTPUT_SCHEMA + ", batch_id int")
+    for frame in frames:
+        out = out.unionByName(frame)
+    return out, len(frames)
 
 
 @dataclass
@@ -147,14 +169,16 @@ def verify(spark, workdir: str) -> Verdict:
     want_state, want_rows = expected_with_spark(spark, events_dir)
     got_state = read_state(state_uri(workdir), OPERATOR)
     got_state = {name: got_state.get(name, {}) for name in want_state}
-    out = ParquetBatchSink(os.path.join(workdir, "output")).read()
-    got_rows = [] if out is None else sorted(zip(out["user"], out["clicks"].astype(int), out["last_ts"].astype(int)))
+    out, batches = published_output(spark, workdir)
+    got = out.select("user", "clicks", "last_ts")
+    want = expected_output(spark, events_dir)
+    missing, extra, output_rows = want.exceptAll(got).count(), got.exceptAll(want).count(), got.count()
     detail = "".join(_diff(n, got_state[n], want_state[n]) for n in want_state)
-    if got_rows != want_rows:
-        detail += f"\n  output: {len(got_rows)} rows, plain Spark {len(want_rows)}"
+    if missing or extra:
+        detail += f"\n  output: {output_rows} rows, {missing} of plain Spark's missing, {extra} unexpected"
     state_equal = all(got_state[n] == want_state[n] for n in want_state)
-    batches = 0 if out is None else out["batch_id"].nunique()
-    return Verdict(state_equal, got_rows == want_rows, len(want_state["clicks"]), len(got_rows), batches, detail)
+    output_equal = not missing and not extra and output_rows == len(want_rows)
+    return Verdict(state_equal, output_equal, len(want_state["clicks"]), output_rows, batches, detail)
 
 
 def state_uri(workdir: str) -> str:
@@ -163,11 +187,10 @@ def state_uri(workdir: str) -> str:
 
 def run_phase(spark, workdir: str, partitions: int, key_groups: int, report=print) -> None:
     """Run the streaming query over every event file not yet processed, then stop it."""
-    sink = ParquetBatchSink(os.path.join(workdir, "output"))
     pipe = StatefulPipeline(state_uri(workdir), OPERATOR, ["user"], click_state, OUTPUT_SCHEMA,
                             partitions=partitions, key_groups=key_groups, query_id="demo-clicks",
                             metrics_path=os.path.join(workdir, "metrics.jsonl"))
-    run = pipe.foreach_batch(sink)
+    run = pipe.foreach_batch()
 
     def on_batch(df, batch_id):
         run(df, batch_id)
@@ -231,7 +254,8 @@ def main(argv=None) -> int:
           f"(state-show, state-export: docs/operations.md)")
     print(f"Spark's streaming checkpoint: {os.path.join(workdir, 'spark-checkpoint')}")
     print(f"metrics (one JSON line per batch): {os.path.join(workdir, 'metrics.jsonl')}")
-    print(f"output (one Parquet file per batch): {os.path.join(workdir, 'output')}")
+    print(f"output (Parquet files published with the state; one JSON record per batch lists them): "
+          f"{os.path.join(workdir, 'state', OPERATOR, '_output_log')}")
     print(f"total {time.perf_counter() - started:.0f} s")
     return 0 if verdict.ok else 1
 

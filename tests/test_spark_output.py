@@ -1,0 +1,223 @@
+"""A pipeline's output on the real local Spark: it never reaches the driver, it is published
+exactly once with the state whatever fails, and it chains like any Spark DataFrame.
+
+Faults are real task failures on ``local[2,2]`` (a failed task is retried once): a task failing
+while it writes its output, after its output files are closed but before its state commits,
+and after its commit (its files and manifest are then exactly a speculative loser's); a driver
+failing before it publishes and after (the batch replayed).  Locally and on a real S3 API."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+
+import pandas as pd
+import pytest
+from pyspark import TaskContext, cloudpickle
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+from antkv.spark import Location, StatefulPipeline, StoreOptions, TransformWithState, read_output, release_idle_stores
+from antkv.spark.store.location import OUTPUT_DIR
+
+from test_spark_store_model import s3_server  # noqa: F401
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import tests/
+
+SCHEMA = "key string, total long, batch long"
+
+
+def rows(batch: int, n: int = 400):
+    return [(f"k{(batch * 7 + i) % 37}", batch * 1000 + i) for i in range(n)]
+
+
+def running_sum(state, frame):
+    """total[key] += values; emits one row per input row with the running total."""
+    total = state.value_state("total", 1)
+    keys, totals = [], []
+    for (key,), group in state.groups(frame):
+        t = (total.get() or (0,))[0]
+        for v in group["v"].tolist():
+            t += int(v)
+            keys.append(key)
+            totals.append(t)
+        total.update((t,))
+    yield pd.DataFrame({"key": keys, "total": totals, "batch": state.batch_id})
+
+
+def expected(batches):
+    out, totals = [], {}
+    for b in batches:
+        for k, v in sorted(rows(b), key=lambda r: (r[0], r[1])):
+            totals[k] = totals.get(k, 0) + v
+            out.append((k, totals[k], b))
+    return out
+
+
+class ActionRows:
+    """Counts the rows every Spark action returns to the driver's Python process."""
+
+    def __init__(self, monkeypatch, spark):
+        from pyspark import RDD
+
+        DataFrame = type(spark.range(1))  # the session's DataFrame class (classic or connect)
+        self.returned: list[int] = []
+        for cls, name in ((DataFrame, "collect"), (DataFrame, "toPandas"), (DataFrame, "toArrow"),
+                          (DataFrame, "take"), (DataFrame, "tail"), (RDD, "collect")):
+            original = getattr(cls, name)
+
+            def counted(*args, _original=original, **kwargs):
+                result = _original(*args, **kwargs)
+                self.returned.append(len(result) if hasattr(result, "__len__") else result.num_rows)
+                return result
+            monkeypatch.setattr(cls, name, counted)
+
+
+def _frame(spark, batch):
+    return spark.createDataFrame(rows(batch), "key string, v long")
+
+
+def test_no_output_row_reaches_the_driver(spark, tmp_path, monkeypatch):
+    pipe = StatefulPipeline(str(tmp_path / "state"), "sums", "key", running_sum, SCHEMA, partitions=2, key_groups=16)
+    df = spark.createDataFrame([(f"k{i % 50}", i) for i in range(20000)], "key string, v long")
+    actions = ActionRows(monkeypatch, spark)
+    result = pipe.run(df)
+    assert actions.returned and max(actions.returned) <= 2  # the commit rows: one per partition
+    monkeypatch.undo()
+    assert result.metrics.output_rows == 20000 == result.output.count()
+
+
+class CountChunks(StatefulProcessor):
+    """Per key: how many DataFrames ``handleInputRows`` got, and how many rows; a running
+    count of rows per key in a value state."""
+
+    def init(self, handle):
+        self.seen = handle.getValueState("seen", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        chunks = n = 0
+        for frame in rows:
+            chunks += 1
+            n += len(frame)
+        seen = (self.seen.get() or (0,))[0] + n
+        self.seen.update((seen,))
+        yield pd.DataFrame({"key": [key[0]], "chunks": [chunks], "rows": [n], "bucket": [seen % 3]})
+
+
+CHUNK_SCHEMA = "key string, chunks long, rows long, bucket long"
+
+
+def _chunk_input(spark):
+    data = [("one", 1)] + [("two", i) for i in range(2)] + [("five", i) for i in range(5)] + \
+        [(f"s{i}", i) for i in range(40)]
+    return spark.createDataFrame(data, "key string, v long")
+
+
+@pytest.mark.parametrize("max_records", [1, 2, None], ids=["1", "2", "default"])
+def test_chunks_per_key_and_a_chained_aggregation_equal_spark(spark, tmp_path, max_records):
+    conf = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(conf)
+    if max_records is not None:
+        spark.conf.set(conf, str(max_records))
+    try:
+        df = _chunk_input(spark)
+        theirs = df.groupBy("key").transformWithStateInPandas(CountChunks(), CHUNK_SCHEMA, "Update", "None")
+        runner = TransformWithState(str(tmp_path / "state"), "chunks", "key", CountChunks(), CHUNK_SCHEMA,
+                                    partitions=2, key_groups=8)
+        ours = runner.run(df).output
+        assert sorted(map(tuple, ours.collect())) == sorted(map(tuple, theirs.collect()))
+        chained = [ours.groupBy("bucket").sum("rows", "chunks").orderBy("bucket"),
+                   theirs.groupBy("bucket").sum("rows", "chunks").orderBy("bucket")]
+        assert [tuple(r) for r in chained[0].collect()] == [tuple(r) for r in chained[1].collect()]
+        got = {r["key"]: r["chunks"] for r in ours.collect()}
+        limit = max_records or 10000
+        assert got["five"] == -(-5 // limit) and got["one"] == 1
+    finally:
+        spark.conf.set(conf, before)
+
+
+def _fail(where: str, flag_dir: str):
+    """A state function failing attempt 0 of partition 0 at ``where``."""
+    import os
+
+    def first_attempt():
+        ctx = TaskContext.get()
+        return ctx.partitionId() == 0 and ctx.attemptNumber() == 0
+
+    def func(state, frame):
+        if where in ("before-commit", "after-commit") and first_attempt():
+            store_type = type(state.store)
+            commit = store_type.commit
+
+            def failing_commit(self, *a, **kw):
+                store_type.commit = commit  # once: the retry commits normally
+                if where == "after-commit":
+                    commit(self, *a, **kw)  # its files and manifest: a speculative loser's
+                else:
+                    self.abort()
+                open(os.path.join(flag_dir, where), "w").close()
+                raise RuntimeError(f"injected task failure {where}")
+            store_type.commit = failing_commit
+        produced = list(running_sum(state, frame))
+        yield produced[0].iloc[: len(produced[0]) // 2]
+        if where == "mid-output" and first_attempt():
+            open(os.path.join(flag_dir, where), "w").close()
+            raise RuntimeError("injected task failure while writing output")
+        yield produced[0].iloc[len(produced[0]) // 2:]
+    return func
+
+
+@pytest.fixture(params=["local", "s3"])
+def location(request, tmp_path):
+    release_idle_stores()
+    if request.param == "local":
+        yield Location(str(tmp_path / "state"))
+    else:
+        yield Location(f"antkv-state/{uuid.uuid4().hex}", filesystem=request.getfixturevalue("s3_server"))
+    release_idle_stores()
+
+
+def _output_files(loc, version):
+    return sorted(f"{OUTPUT_DIR}/{version:020d}/{n}" for n in loc.list_dir(f"sums/{OUTPUT_DIR}/{version:020d}"))
+
+
+def test_every_published_batch_holds_each_row_once_whatever_fails(spark, tmp_path, location):
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"))
+
+    def pipeline(func):
+        return StatefulPipeline(location, "sums", "key", func, SCHEMA, partitions=2, key_groups=16,
+                                query_id="faults", options=options)
+
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    batch = 0
+    for where in ("mid-output", "before-commit", "after-commit"):
+        result = pipeline(_fail(where, str(flags))).run(_frame(spark, batch), batch)
+        assert (flags / where).exists()  # the failure happened, and Spark retried the task
+        assert not result.metrics.replayed
+        batch += 1
+    # the driver fails before publishing: nothing is published, the rerun publishes once
+    with pytest.raises(RuntimeError, match="driver dies"):
+        pipeline(running_sum).run(_frame(spark, batch), batch, before_publish=_die)
+    pipeline(running_sum).run(_frame(spark, batch), batch)
+    # the driver fails after publishing: Spark replays the batch, which keeps the first publication
+    first = sorted(map(tuple, read_output(spark, location, "sums", batch).collect()))
+    replay = pipeline(running_sum).run(_frame(spark, batch), batch)
+    assert replay.metrics.replayed
+    assert sorted(map(tuple, replay.output.collect())) == first
+    batches = list(range(batch + 1))
+    published = [tuple(r) for b in batches for r in read_output(spark, location, "sums", b).collect()]
+    assert sorted(published) == sorted(expected(batches))  # each row exactly once
+    # what losing attempts wrote is gone: each retained version's output holds its published files only
+    for v in (batch, batch + 1):
+        named = sorted(n.split("/", 1)[1] for n in location_marker_outputs(location, v))
+        assert _output_files(location, v) == named
+
+
+def location_marker_outputs(location, version):
+    from antkv.spark.store.state_store import read_marker
+
+    return read_marker(location, "sums", version).outputs
+
+
+def _die(version, parts):
+    raise RuntimeError("the driver dies before publishing")

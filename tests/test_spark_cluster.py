@@ -35,6 +35,7 @@ def test_exactly_once_rescale_output_and_state_source_on_a_standalone_cluster(sp
          f"--basetemp={tmp_path / 'driver'}", *[os.path.join(TESTS, t) for t in ON_THE_CLUSTER]],
         cwd=os.path.dirname(TESTS), env=driver_env(spark_cluster), capture_output=True, text=True, timeout=1200)
     report = f"{proc.stdout[-8000:]}\n{proc.stderr[-3000:]}"
+    print(proc.stdout[-4000:])  # the driver's summary, with every test's duration (pytest -s shows it)
     assert proc.returncode == 0, report
     cases = ET.parse(junit).getroot().iter("testcase")
     outcomes = {f"{c.get('classname')}.{c.get('name')}": [e.tag for e in c] for c in cases}

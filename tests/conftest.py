@@ -32,27 +32,46 @@ def quiet_recovery():
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local SparkSession for the whole test run (starting a JVM costs seconds).
+    """One SparkSession for the whole test run (starting a JVM costs seconds).
 
     Two cores, few shuffle partitions and no UI keep the Spark tests short; every Spark test
     shares this session and must not stop it.  ``local[2,2]``: a failed task is retried once,
     as on a cluster (plain ``local[2]`` fails the job at the first task failure), which the
-    exactly-once tests of ``antkv.spark`` rely on."""
+    exactly-once tests of ``antkv.spark`` rely on.
+
+    With ``ANTKV_SPARK_MASTER`` set (a ``spark://`` URL: the subprocess driver of
+    ``tests/test_spark_cluster.py``), the session runs on that standalone cluster instead:
+    executors of 512 MB that find antkv on ``PYTHONPATH``, and a failed task is never retried
+    on the executor where it failed (so a retry runs on the other executor)."""
     from pyspark.sql import SparkSession
 
     # Python workers run this interpreter (the venv's, with antkv and its dependencies), not
     # whatever ``python3`` is first on PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2,2]")
+    master = os.environ.get("ANTKV_SPARK_MASTER", "local[2,2]")
+    builder = (
+        SparkSession.builder.master(master)
         .appName("antkv-tests")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", "2g")
-        .getOrCreate()
     )
+    if not master.startswith("local"):
+        builder = (
+            builder.config("spark.executor.memory", "512m")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.executorEnv.PYTHONPATH", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            .config("spark.pyspark.python", sys.executable)
+            .config("spark.task.maxFailures", "3")
+            .config("spark.excludeOnFailure.enabled", "true")
+            .config("spark.excludeOnFailure.task.maxTaskAttemptsPerExecutor", "1")
+            .config("spark.excludeOnFailure.stage.maxFailedTasksPerExecutor", "100")
+            .config("spark.excludeOnFailure.application.maxFailedTasksPerExecutor", "100")
+        )
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
@@ -70,3 +89,17 @@ def antkv_cli(capsysbinary):
         return code, cap.out.decode(), cap.err.decode()
 
     return run
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A Spark standalone master and two workers on 127.0.0.1 (``tests/spark_cluster.py``),
+    started by the first test that asks for it and stopped, every process of it, at the end of
+    the session (also when a test or the start failed)."""
+    from spark_cluster import start_cluster
+
+    cluster = start_cluster(str(tmp_path_factory.mktemp("spark-cluster")))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -42,6 +42,9 @@ __all__ = [
     "read_output",
     "output_versions",
     "read_state",
+    "read_state_df",
+    "register_state_source",
+    "StateDataSource",
     "open_store",
     "StateStore",
     "StoreOptions",
@@ -54,3 +57,13 @@ __all__ = [
     "CleanupResult",
     "release_idle_stores",
 ]
+
+
+def __getattr__(name: str):
+    """The ``antkv-state`` data source's names, imported on first use: they need pyspark, which
+    a task that only opens stores does not load."""
+    if name in ("read_state_df", "register_state_source", "StateDataSource"):
+        from antkv.spark.tools import state_source
+
+        return getattr(state_source, name)
+    raise AttributeError(f"module 'antkv.spark' has no attribute {name!r}")

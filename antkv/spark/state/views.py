@@ -386,30 +386,3 @@ def iter_groups(frame, key_group_col: str, key_cols):
     for key_group, key, start, end in zip(batch.key_groups.tolist(), batch.keys,
                                           batch.starts.tolist(), batch.ends.tolist()):
         yield key_group, key, rows.iloc[start:end]
-
-
-# --------------------------------------------------------------------------- whole-state reads
-
-
-def read_keyed_state(store, into: dict | None = None) -> dict:
-    """Every state variable of ``store`` decoded: ``{name: {grouping key: state}}`` where a
-    value state is its row, a list state its list of rows and a map state a dict from user
-    key to row.  For inspection and verification (it reads the whole store); ``into`` merges
-    several partitions' states into one dict."""
-    out = {} if into is None else into
-    kinds = {}
-    for meta_key, record in store.items(prefix=STATE_NAME_PREFIX):
-        kinds[meta_key[len(STATE_NAME_PREFIX):]] = (record[:1], record[1:].decode("utf-8"))
-    for stored, raw in store.items(stop=METADATA_PREFIX):
-        kind, name = kinds.get(stored[2:4], (None, None))
-        if kind is None:
-            raise InvalidArgumentError(f"stored key {stored[:8].hex()}... belongs to no registered state id")
-        key, end = decode_key(stored, 4)
-        states = out.setdefault(name, {})
-        if kind == VALUE:
-            states[key] = decode_row(raw)
-        elif kind == LIST:
-            states[key] = decode_rows(raw)
-        else:
-            states.setdefault(key, {})[decode_key(stored, end)[0]] = decode_row(raw)
-    return out

@@ -8,7 +8,7 @@ it.  These functions read it without Spark and without changing it:
   and, for the newest (or a given) one, each partition's key count and the bytes its manifest
   references (snapshot files and changelogs);
 * :func:`decoded_state` -- the keyed state of a version, decoded (state variable, grouping key,
-  value), as :func:`antkv.spark.state.views.read_keyed_state` gives it;
+  value) by :mod:`antkv.spark.tools.state_records`, as the ``antkv-state`` data source reads it;
 * :func:`export_state` -- a version's keys and values, every partition's, written into a new
   antkv database directory that every ``antkv`` database command then reads.
 
@@ -27,7 +27,7 @@ from antkv.spark.store.commit_protocol import CommitCoordinator
 from antkv.spark.store.location import MARKER_DIR, check_operator, parse_marker_name
 from antkv.spark.store.keygroups import METADATA_PREFIX
 from antkv.spark.runtime.pipeline import PIPELINE_OBJECT
-from antkv.spark.state.views import read_keyed_state
+from antkv.spark.tools.state_records import fold_records, partition_records
 from antkv.spark.store.state_store import StoreOptions, as_location, open_store, read_manifest
 
 _EXPORT_BATCH = 4096  # keys per write batch of an export
@@ -89,6 +89,21 @@ def describe_location(location, operator: str | None = None, version: int | None
     return out
 
 
+def published_version(location, operator: str, version: int | None) -> tuple[int, list[str]]:
+    """``(version, its manifest per partition)`` of published ``version``, or of the newest
+    (InvalidArgumentError naming the published ones when it is not published)."""
+    loc, operator = as_location(location), check_operator(operator)
+    _, v, marker = _published(loc, operator, version)
+    return v, list(marker.manifests)
+
+
+def key_columns(location, operator: str) -> list[str] | None:
+    """The key column names the operator's pipeline recorded (None when it recorded none)."""
+    loc, operator = as_location(location), check_operator(operator)
+    name = f"{operator}/{PIPELINE_OBJECT}"
+    return json.loads(loc.read(name)).get("key") if loc.exists(name) else None
+
+
 def _published(loc, operator: str, version: int | None):
     """``(every published version, the one wanted, its marker)``: ``version``, or the newest."""
     versions = published_versions(loc, operator)
@@ -117,10 +132,11 @@ def _stores(location, operator: str, version: int | None, options: StoreOptions 
 
 def decoded_state(location, operator: str, version: int | None = None,
                   options: StoreOptions | None = None) -> dict:
-    """``{state name: {grouping key: value}}`` of ``version``, every partition's."""
+    """``{state name: {grouping key: state}}`` of ``version``, every partition's
+    (:func:`antkv.spark.tools.state_records.fold_records`)."""
     out: dict = {}
-    for _, store in _stores(location, operator, version, options):
-        read_keyed_state(store, out)
+    for p, store in _stores(location, operator, version, options):
+        fold_records(partition_records(store, p), out)
     return out
 
 

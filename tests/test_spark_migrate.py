@@ -78,7 +78,7 @@ class Everything(StatefulProcessor):
 
 def spark_batches(spark, inputs, checkpoint, start_query, batches, first, *, once):
     """Run ``batches`` (numbered from ``first``) on Spark, one Parquet file each; returns the
-    output rows of each batch.  ``once``: each file is one run of the query, stopped after its
+    output rows of each batch with output (not those of batches Spark runs without data).  ``once``: each file is one run of the query, stopped after its
     batch (a query in the ProcessingTime mode runs batches without data for ever)."""
     outputs = []
     query = None if once else start_query(outputs)
@@ -96,7 +96,7 @@ def spark_batches(spark, inputs, checkpoint, start_query, batches, first, *, onc
                 query.stop()
             else:
                 query.processAllAvailable()
-        return outputs
+        return [rows for rows in outputs if rows]
     finally:
         if query is not None:
             query.stop()

@@ -152,12 +152,13 @@ def migrate_apply_in_pandas_with_state(spark, checkpoint: str, location, operato
     df, key_type = read_piece(spark, checkpoint, op, key)
     check_key_type(key_type, "applyInPandasWithState")
     value_type = df.schema["value"].dataType
-    if [f.name for f in value_type.fields] == ["groupState", "timeoutTimestamp"]:
-        row_type = value_type["groupState"].dataType
-        row, timeout = "value.groupState", "value.timeoutTimestamp"
-    else:  # state format 1: the state's fields, then the timeout
-        row_type = value_type
-        row, timeout = "value", None
+    fields = [f.name for f in value_type.fields]
+    if "groupState" not in fields or not set(fields) <= {"groupState", "timeoutTimestamp"}:
+        raise antkv.InvalidArgumentError(f"Spark's state of operator {op.operator_id} is {value_type.simpleString()}, "
+                                         f"not applyInPandasWithState's groupState; nothing was written")
+    row_type = value_type["groupState"].dataType
+    row = "value.groupState"
+    timeout = "value.timeoutTimestamp" if "timeoutTimestamp" in fields else None
     check_row_type(row_type, "the state row of applyInPandasWithState")
     if timeout_state is None and timeout is not None:
         from pyspark.sql import functions as F

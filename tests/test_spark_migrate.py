@@ -228,6 +228,9 @@ def test_what_cannot_be_carried_is_refused_before_anything_is_written(spark, tmp
         migrate_apply_in_pandas_with_state(spark, checkpoint, location, "op", ["key"], state=("n", 1),
                                            partitions=2, key_groups=16)
     assert nothing_written()
+    with pytest.raises(antkv.InvalidArgumentError, match="not a Spark streaming checkpoint"):
+        migrate_apply_in_pandas_with_state(spark, os.path.join(work, "nowhere"), location, "op", ["key"],
+                                           state=("n", 1), partitions=2, key_groups=16)
     with pytest.raises(antkv.InvalidArgumentError, match="no stateful operator 3"):
         migrate_apply_in_pandas_with_state(spark, checkpoint, location, "op", ["key"], state=("n", 1),
                                            partitions=2, key_groups=16, operator_id=3)

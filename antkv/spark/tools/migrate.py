@@ -199,6 +199,10 @@ def migrate_transform_with_state(spark, checkpoint: str, location, operator: str
     processor.init(declared)
     processor.close()
     op = spark_operator(spark, checkpoint, operator_id, TRANSFORM_WITH_STATE, "transformWithStateInPandas")
+    spark_mode = op.properties.get("timeMode")
+    if spark_mode is not None and str(spark_mode).lower() != time_mode.lower():
+        raise antkv.InvalidArgumentError(f"the query ran in the {spark_mode} time mode, not {time_mode}; "
+                                         f"nothing was written")
     _check_spark_variables(op, declared.states)
     from pyspark.sql import functions as F
 
@@ -242,6 +246,9 @@ def migrate_transform_with_state(spark, checkpoint: str, location, operator: str
         pieces.append(Piece(index, "timers", "", (f"__p{index}_0",), (None,)))
         frames.append(df.select(*key_columns(df, key), F.col("expiration_timestamp_ms").alias(f"__p{index}_0"),
                                 F.lit(index).alias(PIECE_COLUMN)))
+    if not frames:
+        raise antkv.InvalidArgumentError("the processor declares no state variable and runs without timers: "
+                                         "there is nothing to carry")
     frame = frames[0]
     for other in frames[1:]:
         frame = frame.unionByName(other, allowMissingColumns=True)

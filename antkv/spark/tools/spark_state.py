@@ -69,11 +69,13 @@ class Piece:
 def spark_operator(spark, checkpoint: str, operator_id: int, accepted: tuple, api: str) -> SparkOperator:
     """The operator ``operator_id`` of ``checkpoint``, refused unless Spark names it one of
     ``accepted`` (the operators ``api`` makes)."""
+    from pyspark.errors import PySparkException
+
     if isinstance(operator_id, bool) or not isinstance(operator_id, int) or operator_id < 0:
         raise InvalidArgumentError(f"operator_id must be an int >= 0, got {operator_id!r}")
     try:
         rows = spark.read.format("state-metadata").load(checkpoint).collect()
-    except Exception as e:  # Spark's own AnalysisException & co: the checkpoint is not readable as one
+    except PySparkException as e:  # Spark's own refusal: not a checkpoint with state
         raise InvalidArgumentError(f"{checkpoint} is not a Spark streaming checkpoint with state: "
                                    f"{str(e).splitlines()[0]}") from e
     found = [r for r in rows if r["operatorId"] == operator_id]
@@ -169,10 +171,17 @@ def check_key_type(schema, what: str) -> None:
 def read_piece(spark, checkpoint: str, op: SparkOperator, key, **options):
     """The ``statestore`` DataFrame of ``op`` at its batch with ``options``, its key struct
     flattened into the columns ``key`` (by position), refused when the arity differs."""
+    from pyspark.errors import PySparkException
+
     reader = spark.read.format("statestore").option("batchId", op.batch_id).option("operatorId", op.operator_id)
     for name, value in options.items():
         reader = reader.option(name, value)
-    df = reader.load(checkpoint)
+    try:
+        df = reader.load(checkpoint)
+    except PySparkException as e:  # Spark's own refusal, e.g. a state variable it does not hold
+        raise InvalidArgumentError(f"Spark cannot read the state of operator {op.operator_id} "
+                                   f"({', '.join(f'{k}={v}' for k, v in options.items()) or 'its state'}): "
+                                   f"{str(e).splitlines()[0]}") from e
     key_type = df.schema["key"].dataType
     if len(key_type.fields) != len(key):
         raise InvalidArgumentError(

@@ -146,7 +146,7 @@ def test_apply_in_pandas_with_state_continues_on_antkv(spark, tmp_path):
            for batch_id, rows in enumerate(batches[2:], 2)]
     assert got == want
 
-    final = {tuple(r["key"]): tuple(r["value"]) for r in
+    final = {tuple(r["key"]): tuple(r["value"]["groupState"]) for r in
              spark.read.format("statestore").load(checkpoint).collect()}
     assert read_state(location, "counts")["count_latest"] == final
     assert len(final) == 4

@@ -6,10 +6,11 @@ A query that ran batches ``0 .. b`` on Spark (``applyInPandasWithState`` or
 
     query.stop()                                       # 1. stop it: batch b is its last
     migrate_transform_with_state(spark, "/ckpt/q", "s3://bucket/state", "sessions", ["user"],
-                                 SessionWindow(), time_mode="ProcessingTime", partitions=8)
-    runner = TransformWithState("s3://bucket/state", "sessions", ["user"], SessionWindow(), ...)
-    stream.writeStream.foreachBatch(runner.foreach_batch(sink)) \\
-        .option("checkpointLocation", "/ckpt/q").start()   # 3. the same checkpoint: batch b + 1
+                                 Sessions(), time_mode="ProcessingTime", partitions=8)   # 2.
+    copy_query_progress(spark, "/ckpt/q", "/ckpt/q-antkv")  # 3. the progress, without the state
+    runner = TransformWithState("s3://bucket/state", "sessions", ["user"], Sessions(), ...)
+    stream.writeStream.foreachBatch(runner.foreach_batch(sink)) \
+        .option("checkpointLocation", "/ckpt/q-antkv").start()   # runs batch b + 1
 
 **What is written.**  Version ``b + 1`` of the antkv operator (its first), holding the state
 Spark committed with batch ``b``: the version a run of batch ``b + 1`` opens.  For

@@ -78,8 +78,11 @@ class Everything(StatefulProcessor):
 
 def spark_batches(spark, inputs, checkpoint, start_query, batches, first, *, once):
     """Run ``batches`` (numbered from ``first``) on Spark, one Parquet file each; returns the
-    output rows of each batch with output (not those of batches Spark runs without data).  ``once``: each file is one run of the query, stopped after its
-    batch (a query in the ProcessingTime mode runs batches without data for ever)."""
+    output rows of each batch with output (not those of batches Spark runs without data).
+    ``once``: each file is one run of the query, stopped after its batch (a query in the
+    ProcessingTime mode runs batches without data for ever).  A start
+    whose Python pre-init worker did not connect back within Spark's fixed timeout (a loaded
+    machine) is retried, at most twice: nothing ran, the checkpoint is unchanged."""
     outputs = []
     query = None if once else start_query(outputs)
     try:
@@ -87,14 +90,18 @@ def spark_batches(spark, inputs, checkpoint, start_query, batches, first, *, onc
             tmp = os.path.join(inputs, f".{i}.parquet")
             rows.to_parquet(tmp, index=False)
             os.rename(tmp, os.path.join(inputs, f"{i:03d}.parquet"))
-            if once:
+            for attempt in range(3 if once else 0):
                 query = start_query(outputs)
                 deadline = time.monotonic() + 300
-                while not any(p["numInputRows"] for p in query.recentProgress):
-                    assert query.isActive and time.monotonic() < deadline, query.exception()
+                while query.isActive and not any(p["numInputRows"] for p in query.recentProgress):
+                    assert time.monotonic() < deadline
                     time.sleep(0.1)
+                failed = query.exception()
                 query.stop()
-            else:
+                if failed is None:
+                    break
+                assert "failed to connect back" in str(failed) and attempt < 2, failed
+            if not once:
                 query.processAllAvailable()
         return [rows for rows in outputs if rows]
     finally:

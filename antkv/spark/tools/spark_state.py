@@ -78,6 +78,9 @@ def spark_operator(spark, checkpoint: str, operator_id: int, accepted: tuple, ap
     except PySparkException as e:  # Spark's own refusal: not a checkpoint with state
         raise InvalidArgumentError(f"{checkpoint} is not a Spark streaming checkpoint with state: "
                                    f"{str(e).splitlines()[0]}") from e
+    if not rows:
+        raise InvalidArgumentError(f"{checkpoint} is not a Spark streaming checkpoint with state "
+                                   f"(Spark finds no stateful operator there)")
     found = [r for r in rows if r["operatorId"] == operator_id]
     names = sorted({(r["operatorId"], r["operatorName"]) for r in rows})
     if not found:

@@ -77,6 +77,11 @@ PRIVATE_ALLOWED: dict[str, tuple[str, set[str]]] = {
             "_closed", "_open_table", "_prefetch_pool", "_vlog_reader"
         },
     ),
+    "antkv.spark.tools.migrate": (
+        "a Spark checkpoint's query progress is copied through Spark's own Hadoop file system, "
+        "which PySpark reaches only through its py4j gateway",
+        {"_jvm", "_jsc"},
+    ),
     "antkv.spark.state.views": (
         "the per-key rows of a processor are built from pandas' blocks: a third of the cost of "
         "iloc, once per grouping key (row_slicer falls back to iloc without these)",

@@ -14,7 +14,9 @@ One :class:`CommitCoordinator` per ``(location, operator)`` in the driver.  For 
    name output files (a pipeline's tasks), those files.  The marker is the commit point:
    before it, version ``v`` does not exist; after it, it is exactly these manifests, and
    batch ``v - 1``'s output is exactly these files (``antkv.spark.runtime.output``).
-4. ``cleanup(v)`` deletes the markers older than the ``min_versions_to_retain`` newest, and
+4. ``cleanup(v)`` deletes the markers older than the ``min_versions_to_retain`` newest (none
+   is older than an *origin*, a version built on the empty state: version 1, or the first
+   version of a migrated operator), and
    every partition object written for a version ``<= v`` that no retained version references.
    Objects of versions ``> v`` belong to attempts of a later batch, possibly running now, and
    are never touched; neither is any object whose name this module did not make.
@@ -99,6 +101,7 @@ class CommitCoordinator:
         self.min_versions_to_retain = min_versions_to_retain
         self._markers: dict[int, Marker] = {}  # published markers this driver has read or written
         self._manifest_objects: dict[str, frozenset[str]] = {}  # manifest name -> objects it needs
+        self._base_of: dict[str, str | None] = {}  # manifest name -> its base (None: the empty state)
 
     # ------------------------------------------------------------------ reading
 
@@ -146,7 +149,10 @@ class CommitCoordinator:
         ``bases`` (one manifest name per partition of this query) is the base each partition
         must have built on when it differs from ``base_manifests(version - 1)``: after a change
         of the number of partitions, the old partition each new one started from (a rescale,
-        ``antkv.spark.store.rescale``); every name must be a manifest of published ``version - 1``."""
+        ``antkv.spark.store.rescale``); every name must be a manifest of published ``version - 1``.
+        Bases all None publish an *origin*: a version built on the empty state, allowed after
+        version 1 only while the operator has no published version (a state migrated from a
+        query that ran ``version - 1`` batches elsewhere: ``open_store(..., empty=True)``)."""
         version = check_version(version)
         if version < 1:
             raise antkv.InvalidArgumentError("the first version a batch makes is 1")
@@ -154,7 +160,13 @@ class CommitCoordinator:
             bases = self.base_manifests(version - 1)
         else:
             bases = list(bases)
-            published = set(self.published_manifests(version - 1)) if version > 1 else {None}
+            if version > 1 and set(bases) == {None}:  # an operator's first version after 1
+                if self.latest_version() != 0:
+                    raise CommitError(f"{self.operator!r} version {version} is built on the empty state, "
+                                      f"but the operator already has published versions")
+                published = {None}
+            else:
+                published = set(self.published_manifests(version - 1)) if version > 1 else {None}
             if len(bases) != self.num_partitions or not set(bases) <= published:
                 raise CommitError(f"{self.operator!r} version {version}: the bases given are not "
                                   f"{self.num_partitions} manifests of published version {version - 1}")
@@ -220,10 +232,15 @@ class CommitCoordinator:
         version = max(version, max(listed, default=0))
         first = max(1, version - self.min_versions_to_retain + 1)
         referenced: set[str] = set()
-        for v in range(first, version + 1):
+        for v in range(version, first - 1, -1):
+            origin = True
             for name in self.marker(v).manifests:
                 referenced.add(name)
                 referenced |= self._objects_of(name)
+                origin = origin and self._base_of[name] is None
+            if origin:  # built on the empty state: no older version exists for it
+                first = v
+                break
         deleted = 0
         for v, base in sorted(listed.items()):
             if v < first:
@@ -247,11 +264,14 @@ class CommitCoordinator:
                     self.location.delete(name)
                     deleted += 1
         self._manifest_objects = {k: v for k, v in self._manifest_objects.items() if k in referenced}
+        self._base_of = {k: v for k, v in self._base_of.items() if k in referenced}
         return CleanupResult(deleted, (first, version))
 
     def _objects_of(self, manifest: str) -> frozenset[str]:
         objs = self._manifest_objects.get(manifest)
         if objs is None:
-            objs = frozenset(read_manifest(self.location, manifest).objects())
+            read = read_manifest(self.location, manifest)
+            objs = frozenset(read.objects())
             self._manifest_objects[manifest] = objs
+            self._base_of[manifest] = read.base
         return objs

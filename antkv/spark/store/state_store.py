@@ -169,7 +169,8 @@ def read_manifest(location: Location, name: str) -> Manifest:
 
 
 def open_store(location, operator: str, partition: int, version: int, *, manifest=_UNSET,
-               options: StoreOptions | None = None, rescale_from: int | None = None) -> "StateStore":
+               options: StoreOptions | None = None, rescale_from: int | None = None,
+               empty: bool = False) -> "StateStore":
     """Open the state of ``version`` of ``(location, operator, partition)``.
 
     ``manifest`` is the object name the published marker of ``version`` gives for this
@@ -180,6 +181,10 @@ def open_store(location, operator: str, partition: int, version: int, *, manifes
     of ``version`` (``manifest`` is then q's manifest, required): the start of a rescale
     (``antkv.spark.store.rescale``).  The version this store commits references q's files by name
     and names q's manifest as its base; nothing of q's is copied or changed.
+
+    ``empty=True`` opens the empty state *as* ``version`` (no manifest; nothing is read): the
+    start of an operator whose first version is ``version + 1``, e.g. a state migrated from a
+    query that ran ``version + 1`` batches elsewhere (``antkv.spark.tools.migrate``).
     """
     loc = as_location(location)
     operator = check_operator(operator)
@@ -192,6 +197,13 @@ def open_store(location, operator: str, partition: int, version: int, *, manifes
     source = partition if rescale_from is None else check_partition(rescale_from)
     if rescale_from is not None and (manifest is _UNSET or manifest is None):
         raise antkv.InvalidArgumentError("a rescale opens a published version: give the old partition's manifest")
+    if empty:
+        if manifest not in (_UNSET, None) or rescale_from is not None:
+            raise antkv.InvalidArgumentError("an empty store has no manifest and no rescale source")
+        store = StateStore(loc, operator, partition, _build(loc, operator, partition, 0, None, options), options)
+        store.version = version  # its commit makes version + 1, built on no base
+        store.reused_working_copy = False
+        return store
     if manifest is _UNSET:
         if version == 0:
             manifest = None

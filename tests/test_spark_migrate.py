@@ -1,0 +1,298 @@
+"""A query moves from Spark's state store to antkv mid-stream and gives the same answers.
+
+Each test runs a query's first batches on real Spark (RocksDB state store provider, a
+streaming query over one Parquet file per micro-batch), copies its checkpoint at the batch
+boundary, lets Spark run the remaining batches on the original (the reference), migrates the
+copy's state into antkv with :mod:`antkv.spark.tools.migrate`, runs the remaining batches on
+antkv, and compares the outputs of those batches and the final state.  Then the refusals: an
+operator or a type antkv cannot carry is an InvalidArgumentError before anything is written."""
+
+import os
+import shutil
+import sys
+import time
+
+import pandas as pd
+import pytest
+from pyspark import cloudpickle
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+import antkv
+from antkv.spark import StatefulPipeline, TransformWithState, read_state
+from antkv.spark.tools.migrate import migrate_apply_in_pandas_with_state, migrate_transform_with_state
+from antkv.spark.tools.spark_state import check_key_type, check_row_type
+from bench.bench_spark_baseline import ROCKSDB_PROVIDER, apply_count_and_latest
+from bench.bench_spark_state import count_and_latest
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
+FAR = 10 ** 15  # a processing time no test reaches: timers there never fire
+
+
+def output_rows(output) -> list:
+    """A batch's output as sorted plain tuples (the one place that knows its type)."""
+    return sorted(tuple(r) for r in output.itertuples(index=False))
+
+
+def plain(value):
+    """Rows as tuples, all the way down (Spark may hand a processor Rows)."""
+    if isinstance(value, tuple):
+        return tuple(plain(v) for v in value)
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+class Everything(StatefulProcessor):
+    """Value state without TTL, with a TTL of an hour (kept) and of 1 ms (gone by the next
+    batch), list state with a TTL, map state, and a timer moved at every batch; emits a digest
+    of the key's whole state."""
+
+    def init(self, handle):
+        self.handle = handle
+        self.total = handle.getValueState("total", "n long, last string")
+        self.hour = handle.getValueState("hour", "n long", ttlDurationMs=3_600_000)
+        self.brief = handle.getValueState("brief", "n long", ttlDurationMs=1)
+        self.seen = handle.getListState("seen", "v string", ttlDurationMs=3_600_000)
+        self.items = handle.getMapState("items", "item string", "n long, share double")
+
+    def handleInputRows(self, key, rows, timerValues):
+        values = [v for frame in rows for v in frame["v"]]
+        n = (self.total.get() or (0, ""))[0] + len(values)
+        self.total.update((n, values[-1]))
+        for state in (self.hour, self.brief):
+            state.update(((state.get() or (0,))[0] + len(values),))
+        self.seen.appendList([(v,) for v in values])
+        for v in values:
+            old = self.items.getValue((v,))
+            self.items.updateValue((v,), ((old[0] if old else 0) + 1, 1.0 / n))
+        for t in self.handle.listTimers():
+            self.handle.deleteTimer(t)
+        self.handle.registerTimer(FAR + n)
+        digest = (self.total.get(), self.hour.get(), self.brief.get(), list(self.seen.get()),
+                  sorted(self.items.iterator()), list(self.handle.listTimers()))
+        yield pd.DataFrame({"key": [key[0]], "digest": [repr(plain(digest))]})
+
+
+# --------------------------------------------------------------------------- Spark's side
+
+
+def spark_batches(spark, inputs, checkpoint, start_query, batches, first, *, once):
+    """Run ``batches`` (numbered from ``first``) on Spark, one Parquet file each; returns the
+    output rows of each batch with output (not those of batches Spark runs without data).
+    ``once``: each file is one run of the query, stopped after its batch (a query in the
+    ProcessingTime mode runs batches without data for ever).  A start
+    whose Python pre-init worker did not connect back within Spark's fixed timeout (a loaded
+    machine) is retried, at most twice: nothing ran, the checkpoint is unchanged."""
+    outputs = []
+    query = None if once else start_query(outputs)
+    try:
+        for i, rows in enumerate(batches, first):
+            tmp = os.path.join(inputs, f".{i}.parquet")
+            rows.to_parquet(tmp, index=False)
+            os.rename(tmp, os.path.join(inputs, f"{i:03d}.parquet"))
+            for attempt in range(3 if once else 0):
+                query = start_query(outputs)
+                deadline = time.monotonic() + 300
+                while query.isActive and not any(p["numInputRows"] for p in query.recentProgress):
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+                failed = query.exception()
+                query.stop()
+                if failed is None:
+                    break
+                assert "failed to connect back" in str(failed) and attempt < 2, failed
+            if not once:
+                query.processAllAvailable()
+        return [rows for rows in outputs if rows]
+    finally:
+        if query is not None:
+            query.stop()
+
+
+def stop_and_copy(checkpoint, work):
+    """The copy of a stopped query's checkpoint that is migrated (the original runs on)."""
+    copy = os.path.join(work, "migrated-checkpoint")
+    shutil.copytree(checkpoint, copy)
+    return copy
+
+
+# --------------------------------------------------------------------------- the tests
+
+
+def test_apply_in_pandas_with_state_continues_on_antkv(spark, tmp_path):
+    work = str(tmp_path)
+    inputs, checkpoint = os.path.join(work, "in"), os.path.join(work, "ckpt")
+    os.makedirs(inputs)
+    schema = "key string, value binary"
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    def start(outputs):
+        out = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(inputs) \
+            .groupBy("key").applyInPandasWithState(apply_count_and_latest, "key string, count long",
+                                                   "count long, value binary", "update",
+                                                   GroupStateTimeout.NoTimeout)
+        return out.writeStream.outputMode("update").option("checkpointLocation", checkpoint) \
+            .foreachBatch(lambda df, _: outputs.append(sorted(tuple(r) for r in df.collect()))).start()
+
+    def batch(i, keys):
+        return pd.DataFrame({"key": keys, "value": [f"{k}{i}{j}".encode() for j, k in enumerate(keys)]})
+
+    batches = [batch(0, ["a", "b", "a"]), batch(1, ["c", "a"]), batch(2, ["b", "d", "d"]), batch(3, ["a", "c"])]
+    spark_batches(spark, inputs, checkpoint, start, batches[:2], 0, once=False)
+    migrated = stop_and_copy(checkpoint, work)
+    want = spark_batches(spark, inputs, checkpoint, start, batches[2:], 2, once=False)
+
+    location = f"file://{work}/antkv"
+    result = migrate_apply_in_pandas_with_state(spark, migrated, location, "counts", ["key"],
+                                                state=("count_latest", 1), partitions=2, key_groups=16)
+    assert (result.batch_id, result.version, result.rows) == (1, 2, 3)
+    pipe = StatefulPipeline(location, "counts", ["key"], count_and_latest, "key string, count long",
+                            partitions=2, key_groups=16)
+    got = [output_rows(pipe.run(spark.createDataFrame(rows), batch_id).output)
+           for batch_id, rows in enumerate(batches[2:], 2)]
+    assert got == want
+
+    final = {tuple(r["key"]): tuple(r["value"]["groupState"]) for r in
+             spark.read.format("statestore").load(checkpoint).collect()}
+    assert read_state(location, "counts")["count_latest"] == final
+    assert len(final) == 4
+
+
+def test_transform_with_state_continues_on_antkv(spark, tmp_path):
+    work = str(tmp_path)
+    inputs, checkpoint = os.path.join(work, "in"), os.path.join(work, "ckpt")
+    os.makedirs(inputs)
+    schema = "key string, v string"
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+
+    def start(outputs):
+        out = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(inputs) \
+            .groupBy("key").transformWithStateInPandas(Everything(), "key string, digest string", "Update",
+                                                       "ProcessingTime")
+        return out.writeStream.outputMode("update").option("checkpointLocation", checkpoint) \
+            .trigger(processingTime="1 hour") \
+            .foreachBatch(lambda df, _: outputs.append(sorted(tuple(r) for r in df.collect()))).start()
+
+    def batch(rows):
+        return pd.DataFrame(rows, columns=["key", "v"])
+
+    batches = [batch([("a", "x"), ("b", "y"), ("a", "y")]), batch([("c", "x"), ("a", "x")]),
+               batch([("b", "z")]), batch([("a", "z"), ("b", "x"), ("c", "y")])]
+    spark_batches(spark, inputs, checkpoint, start, batches[:2], 0, once=True)
+    migrated = stop_and_copy(checkpoint, work)
+    want = spark_batches(spark, inputs, checkpoint, start, batches[2:], 2, once=True)
+
+    location = f"file://{work}/antkv"
+    result = migrate_transform_with_state(spark, migrated, location, "everything", ["key"], Everything(),
+                                          time_mode="ProcessingTime", partitions=2, key_groups=16)
+    assert (result.batch_id, result.version) == (1, 2)
+    runner = TransformWithState(location, "everything", ["key"], Everything(), "key string, digest string",
+                                time_mode="ProcessingTime", partitions=2, key_groups=16)
+    got = [output_rows(runner.run(spark.createDataFrame(rows), batch_id).output)
+           for batch_id, rows in enumerate(batches[2:], 2)]
+    assert got == want
+    # the last batch touched every key: its digests are the whole final state, equal on both
+    assert {row[0] for row in got[-1]} == {"a", "b", "c"}
+
+
+def test_what_cannot_be_carried_is_refused_before_anything_is_written(spark, tmp_path):
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+    from pyspark.sql import types as T
+
+    work = str(tmp_path)
+    inputs, checkpoint = os.path.join(work, "in"), os.path.join(work, "ckpt")
+    os.makedirs(inputs)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+
+    def with_timeout(key, frames, state):
+        n = (state.get[0] if state.exists else 0) + sum(len(f) for f in frames)
+        state.update((n,))
+        state.setTimeoutTimestamp(FAR + n)
+        yield pd.DataFrame({"key": [key[0]], "n": [n]})
+
+    def start(outputs):
+        out = spark.readStream.schema("key string, ts long").option("maxFilesPerTrigger", 1).parquet(inputs) \
+            .withColumn("t", F.timestamp_millis("ts")).withWatermark("t", "0 seconds") \
+            .groupBy("key").applyInPandasWithState(with_timeout, "key string, n long", "n long", "update",
+                                                   GroupStateTimeout.EventTimeTimeout)
+        return out.writeStream.outputMode("update").option("checkpointLocation", checkpoint) \
+            .foreachBatch(lambda df, _: outputs.append(df.count())).start()
+
+    spark_batches(spark, inputs, checkpoint, start, [pd.DataFrame({"key": ["a", "b"], "ts": [1, 2]})], 0,
+                  once=False)
+    location = f"file://{work}/antkv"
+
+    def nothing_written():
+        return not os.path.exists(os.path.join(work, "antkv", "op"))
+
+    with pytest.raises(antkv.InvalidArgumentError, match="applyInPandasWithState"):
+        migrate_transform_with_state(spark, checkpoint, location, "op", ["key"], Everything(),
+                                     time_mode="ProcessingTime", partitions=2, key_groups=16)
+    assert nothing_written()
+    with pytest.raises(antkv.InvalidArgumentError, match="timeout_state"):
+        migrate_apply_in_pandas_with_state(spark, checkpoint, location, "op", ["key"], state=("n", 1),
+                                           partitions=2, key_groups=16)
+    assert nothing_written()
+    with pytest.raises(antkv.InvalidArgumentError, match="not a Spark streaming checkpoint"):
+        migrate_apply_in_pandas_with_state(spark, os.path.join(work, "nowhere"), location, "op", ["key"],
+                                           state=("n", 1), partitions=2, key_groups=16)
+    with pytest.raises(antkv.InvalidArgumentError, match="no stateful operator 3"):
+        migrate_apply_in_pandas_with_state(spark, checkpoint, location, "op", ["key"], state=("n", 1),
+                                           partitions=2, key_groups=16, operator_id=3)
+    with pytest.raises(antkv.InvalidArgumentError, match="grouping key has 1 column"):
+        migrate_apply_in_pandas_with_state(spark, checkpoint, location, "op", ["key", "other"], state=("n", 1),
+                                           partitions=2, key_groups=16)
+    assert nothing_written()
+    for bad in (T.DayTimeIntervalType(), T.VariantType(), T.NullType()):
+        with pytest.raises(antkv.InvalidArgumentError, match="cannot be carried"):
+            check_row_type(T.StructType([T.StructField("n", T.LongType()), T.StructField("x", bad)]), "state 'x'")
+    for bad in (T.TimestampType(), T.StructType([T.StructField("x", T.LongType())])):
+        with pytest.raises(antkv.InvalidArgumentError, match="cannot be carried as a grouping key"):
+            check_key_type(T.StructType([T.StructField("k", bad)]), "state 'x'")
+    check_row_type(T.StructType([T.StructField("n", T.LongType()), T.StructField("at", T.TimestampType()),
+                                 T.StructField("tags", T.StructType([T.StructField("x", T.StringType())]))]), "ok")
+
+    # with timeout_state, the timeouts are carried: the timestamps Spark holds
+    result = migrate_apply_in_pandas_with_state(spark, checkpoint, location, "op", ["key"], state=("n", 1),
+                                                timeout_state=("timeout", 2), partitions=2, key_groups=16)
+    assert result.version == 2 - 1 + 1 and result.keys > 0
+    state = read_state(location, "op")
+    assert state["n"] == {("a",): (1,), ("b",): (1,)}
+    assert state["timeout"] == {("a",): (FAR + 1,), ("b",): (FAR + 1,)}
+
+
+def test_an_operator_can_begin_at_a_later_version(tmp_path):
+    """The store side of a migration: the empty state opened as version b commits b + 1, is
+    published as an origin, and later batches build on it; cleanup retains nothing below it;
+    a second origin is refused."""
+    from antkv.spark.store.commit_protocol import CommitCoordinator, CommitError
+    from antkv.spark.store.state_store import open_store
+
+    loc = f"file://{tmp_path}/state"
+    coord = CommitCoordinator(loc, "op", 2, query_id="q", min_versions_to_retain=3)
+
+    def batch(version, empty=False):
+        bases = [None, None] if empty else coord.base_manifests(version - 1)
+        messages = []
+        for p in range(2):
+            store = open_store(loc, "op", p, version - 1, **({"empty": True} if empty else {"manifest": bases[p]}))
+            if not empty:
+                assert store.get(b"origin%d" % p) == b"v"
+            store.put(b"origin%d" % p if empty else b"batch%d" % version, b"v")
+            messages.append(store.commit())
+        return messages
+
+    first = batch(6, empty=True)
+    assert [(m.version, m.base) for m in first] == [(6, None), (6, None)]
+    coord.publish(6, first, bases=[None, None])
+    assert coord.cleanup(6).retained_versions == (6, 6)
+    for v in (7, 8, 9):
+        coord.publish(v, batch(v))
+        retained = coord.cleanup(v).retained_versions
+    assert retained == (7, 9)
+    with pytest.raises(CommitError, match="already has published versions"):
+        coord.publish(21, batch(21, empty=True), bases=[None, None])
+    with pytest.raises(antkv.InvalidArgumentError):
+        open_store(loc, "op", 0, 5, empty=True, manifest=coord.base_manifests(9)[0])

@@ -29,8 +29,8 @@ FAR = 10 ** 15  # a processing time no test reaches: timers there never fire
 
 
 def output_rows(output) -> list:
-    """A batch's output as sorted plain tuples (the one place that knows its type)."""
-    return sorted(tuple(r) for r in output.itertuples(index=False))
+    """A batch's output (a Spark DataFrame) as sorted plain tuples (the one place that knows its type)."""
+    return sorted(tuple(r) for r in output.collect())
 
 
 def plain(value):

@@ -215,13 +215,29 @@ class Location:
     def list_subdirs(self, directory: str) -> list[str]:
         return self._list(directory, pafs.FileType.Directory)
 
-    def _list(self, directory: str, file_type) -> list[str]:
+    def list_sizes(self, directory: str) -> dict[str, int]:
+        """``{base name: size in bytes}`` of the objects directly under ``directory``: one
+        listing, no read (it may miss objects written a moment ago, as :meth:`list_dir`)."""
+        return {i.base_name: i.size for i in self._infos(directory) if i.type == pafs.FileType.File}
+
+    def size(self, name: str) -> int | None:
+        """The size of object ``name``, or None when it does not exist (one metadata request)."""
+        p = self.path(name)
+        try:
+            info = self.fs.get_file_info(p)
+        except OSError as e:
+            raise AntIOError(f"cannot stat {p}: {e}", e, p) from e
+        return None if info.type == pafs.FileType.NotFound else info.size
+
+    def _infos(self, directory: str):
         p = self.path(directory)
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(p, allow_not_found=True, recursive=False))
+            return self.fs.get_file_info(pafs.FileSelector(p, allow_not_found=True, recursive=False))
         except OSError as e:
             raise AntIOError(f"cannot list {p}: {e}", e, p) from e
-        return sorted(i.base_name for i in infos if i.type == file_type)
+
+    def _list(self, directory: str, file_type) -> list[str]:
+        return sorted(i.base_name for i in self._infos(directory) if i.type == file_type)
 
     def download(self, name: str, local_path: str) -> None:
         """Copy object ``name`` to the local file ``local_path`` (created, not synced)."""

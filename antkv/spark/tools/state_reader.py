@@ -18,7 +18,6 @@ location.
 
 from __future__ import annotations
 
-import json
 import os
 
 import antkv
@@ -26,7 +25,7 @@ import antkv
 from antkv.spark.store.commit_protocol import CommitCoordinator
 from antkv.spark.store.location import MARKER_DIR, check_operator, parse_marker_name
 from antkv.spark.store.keygroups import METADATA_PREFIX
-from antkv.spark.runtime.pipeline import PIPELINE_OBJECT
+from antkv.spark.store.pipeline_record import read_pipeline_record
 from antkv.spark.state.views import read_keyed_state
 from antkv.spark.store.state_store import StoreOptions, as_location, open_store, read_manifest
 
@@ -69,8 +68,7 @@ def describe_location(location, operator: str | None = None, version: int | None
     out = []
     for op in names:
         versions, v, marker = _published(loc, op, version)
-        pipeline_name = f"{op}/{PIPELINE_OBJECT}"
-        pipeline = json.loads(loc.read(pipeline_name)) if loc.exists(pipeline_name) else None
+        pipeline = read_pipeline_record(loc, op)
         partitions = []
         for p, name in enumerate(marker.manifests):
             m = read_manifest(loc, name)

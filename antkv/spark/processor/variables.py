@@ -1,9 +1,11 @@
 """The state variables of Spark's ``StatefulProcessorHandle`` over a partition's antkv store.
 
 ``ValueState``, ``ListState`` and ``MapState`` have the names, value shapes and rules of
-``pyspark.sql.streaming.stateful_processor`` (values are tuples, ``get`` of an absent value is
+``pyspark.sql.streaming.stateful_processor`` (values are tuples of Spark's Python types, checked
+against the variable's schema by :mod:`antkv.spark.state.schema`; ``get`` of an absent value is
 None, a list is never put empty, a map's iterator yields ``(key tuple, value tuple)``), and
-each may have a time to live, as ``ttlDurationMs`` gives it.
+each may have a time to live, as ``ttlDurationMs`` gives it.  After ``deleteIfExists`` of its
+name, every call on a state object raises, as in Spark.
 
 **TTL, as Spark defines it.**  An element written in a batch whose processing time is ``T``
 expires at ``T + ttl``; it is expired in every batch whose processing time ``t`` has

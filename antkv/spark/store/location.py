@@ -20,6 +20,7 @@ Layout (``<v>`` is a version, 20 digits, zero-padded so names sort; ``<a>`` an a
     <root>/<operator>/p<p>/<v>-<a>.changelog              the batch's changes, if a changelog commit
     <root>/<operator>/p<p>/<v>-<a>-<NNNNNN>.sst | .vlog   snapshot files (engine tables, value logs)
     <root>/<operator>/_event_time/<v>.time               a processor's event time as of version <v>
+    <root>/<operator>/pipeline.json                       the operator's key columns and K (pipeline_record.py)
     <any of the above>.tmp-<8 hex>                         a local write in progress (or cut short)
 
 This module owns every name (make and parse) and every call into ``pyarrow.fs``.  Errors leave
@@ -48,7 +49,7 @@ _OBJECT_RE = re.compile(
 _MARKER_RE = re.compile(r"^(?P<version>\d{20})\.marker$")
 _EVENT_TIME_RE = re.compile(r"^(\d{20})\.time$")
 MARKER_DIR = "_batches"
-PIPELINE_OBJECT = "pipeline.json"  # per operator: {"key_groups": K, "key": [...]}, written once
+PIPELINE_OBJECT = "pipeline.json"  # per operator: its key columns and K, sealed (pipeline_record.py)
 EVENT_TIME_DIR = "_event_time"
 _TMP_INFIX = ".tmp-"  # <object name>.tmp-<8 hex>: a local write in progress (Location._local_write)
 

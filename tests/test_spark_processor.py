@@ -157,15 +157,22 @@ def run_on_spark(spark, work, name, processor, batches, schema, output_schema, t
 
 
 def run_on_antkv(spark, work, name, processor, batches, schema, output_schema, time_mode,
-                 event_time=None, initial=None, **kwargs):
+                 event_time=None, initial=None, restart=False, **kwargs):
     """The same processor on antkv, one run() per micro-batch (and, in the EventTime mode, an
-    empty batch after each, as Spark runs one when the watermark moves)."""
+    empty batch after each, as Spark runs one when the watermark moves); with ``restart``, a
+    new runner (a restarted driver) for each micro-batch."""
     init_df = None if initial is None else spark.createDataFrame(*initial)
-    runner = TransformWithState(f"file://{work}/antkv", name, "key", processor, output_schema,
-                                time_mode=time_mode, event_time_column=event_time, initial_state=init_df,
-                                partitions=2, key_groups=16, **kwargs)
+
+    def new_runner():
+        return TransformWithState(f"file://{work}/antkv", name, "key", processor, output_schema,
+                                  time_mode=time_mode, event_time_column=event_time, initial_state=init_df,
+                                  partitions=2, key_groups=16, **kwargs)
+
+    runner = new_runner()
     got, batch = [], 0
     for rows in batches:
+        if restart and batch:
+            runner = new_runner()
         for data in ([rows, []] if event_time else [rows]):
             result = runner.run(_frame(spark, data, schema), batch)
             got += [tuple(r) for r in result.output.collect()]
@@ -173,9 +180,10 @@ def run_on_antkv(spark, work, name, processor, batches, schema, output_schema, t
     return sorted(got), runner
 
 
-def both(spark, tmp_path, name, processor, batches, schema, output_schema, time_mode, **kw):
+def both(spark, tmp_path, name, processor, batches, schema, output_schema, time_mode, restart=False, **kw):
     want = run_on_spark(spark, str(tmp_path), name, processor, batches, schema, output_schema, time_mode, **kw)
-    got, _ = run_on_antkv(spark, str(tmp_path), name, processor, batches, schema, output_schema, time_mode, **kw)
+    got, _ = run_on_antkv(spark, str(tmp_path), name, processor, batches, schema, output_schema, time_mode,
+                          restart=restart, **kw)
     assert want, "the suite's processors all produce output"
     assert got == want
     return got

@@ -438,7 +438,7 @@ def test_leftovers_of_interrupted_local_writes_block_nothing_and_are_collected(t
     assert state(loc, 2, 0, options)[b"k000"] == b"v1-0-"
 
 
-def test_a_held_copy_reads_nothing_and_a_rebuild_downloads_only_missing_files(tmp_path, options):
+def test_a_held_copy_lists_once_and_reads_nothing_and_a_rebuild_downloads_only_missing_files(tmp_path, options):
     from test_spark_faults import make_faulty
 
     loc, counter = make_faulty(str(tmp_path / "loc"))
@@ -449,12 +449,13 @@ def test_a_held_copy_reads_nothing_and_a_rebuild_downloads_only_missing_files(tm
         coord.publish(v + 1, [s.commit()])
     manifest = coord.base_manifests(5)[0]
     counter.arm(None, False)
-    open_store(loc, "op", 0, 5, manifest=manifest, options=options).abort()  # held: no call at all
-    assert counter.calls == 0
+    open_store(loc, "op", 0, 5, manifest=manifest, options=options).abort()  # held: one listing, no read
+    assert counter.log == [f"list {loc.path('op/p00000')}"]
     counter.arm(None, False)
     with open_store(loc, "op", 0, 5, manifest=manifest, options=options) as s:  # rebuilt from the cache
         assert sorted(s.keys()) == [b"k%d" % v for v in range(5)]
     calls = list(counter.log)
     m = read_manifest(loc, manifest)
     assert m.snapshot is not None and len(m.changelogs) == 1
-    assert calls == [f"read {loc.path(manifest)}", f"read {loc.path(m.changelogs[0].object)}"]
+    assert calls == [f"read {loc.path(manifest)}", f"read {loc.path(m.changelogs[0].object)}",
+                     f"list {loc.path('op/p00000')}"]

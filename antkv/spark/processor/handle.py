@@ -21,13 +21,18 @@ the TTL index.
 
 from __future__ import annotations
 
+import functools
+
 import xxhash
+from pyspark.sql import Row
 
 from antkv import InvalidArgumentError
 
 from antkv.spark.state.codec import encode_key
 from antkv.spark.store.keygroups import METADATA_PREFIX, KeyGroupError, KeyGroupRange, key_group_prefix, state_id_bytes
-from antkv.spark.processor.variables import ListState, MapState, ValueState, expired_index_entries, field_count
+from antkv.spark.state.schema import StateSchema
+from antkv.spark.processor.variables import (
+    ListState, MapState, ValueState, expired_index_entries, spark_error)
 from antkv.spark.processor.timers import Timers
 
 PROCESSOR_STATE_PREFIX = METADATA_PREFIX + b"processor-state"
@@ -53,11 +58,32 @@ def check_ttl(name: str, ttl, time_mode: str) -> int | None:
     if isinstance(ttl, bool) or not hasattr(ttl, "__index__"):
         raise TypeError(f"ttlDurationMs of state {name!r} must be an int, not {type(ttl).__name__}")
     if ttl < 0:
-        raise InvalidArgumentError(f"ttlDurationMs of state {name!r} must be positive, got {ttl}")
+        raise spark_error("initializing state", "STATEFUL_PROCESSOR_TTL_DURATION_MUST_BE_POSITIVE",
+                          f"ttlDurationMs of state {name!r} must be positive, got {ttl}")
     if time_mode != "ProcessingTime":
-        raise InvalidArgumentError(f"state {name!r} has a TTL, which needs the ProcessingTime "
-                                   f"time mode (this processor runs in {time_mode}), as in Spark")
+        raise spark_error("initializing state", "STATEFUL_PROCESSOR_CANNOT_USE_TTL_FOR_TIME_MODE",
+                          f"state {name!r} has a TTL, which needs the ProcessingTime time mode "
+                          f"(this processor runs in {time_mode}), as in Spark")
     return int(ttl)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(schema: str, what: str) -> StateSchema:
+    return StateSchema(schema, what, Row)
+
+
+def state_schema(schema, what: str) -> StateSchema:
+    """The parsed schema of a state variable (a DDL string is parsed once per process)."""
+    if isinstance(schema, str):
+        return _parsed(schema, what)
+    return StateSchema(schema, what, Row)
+
+
+def _refuse_outside_init(operation: str, what: str, phase: str) -> None:
+    """Spark creates and deletes state variables in ``init()`` only (its handle state CREATED)."""
+    raise spark_error(what, "STATE_STORE_CANNOT_PERFORM_OPERATION_WITH_INVALID_HANDLE_STATE",
+                      f"Failed to perform stateful processor operation={operation} with invalid "
+                      f"handleState={phase}: state variables are created and deleted in init()")
 
 
 def state_id_of(name: str) -> int:
@@ -87,10 +113,14 @@ class ProcessorHandle:
         self.current_key = b""
         self._kg_number = None  # the key group of _kg_prefix, the last one set
         self._kg_prefix = b""
+        # Spark's handle state: CREATED while init() runs, INITIALIZED from the first handler
+        # call on (the runner sets a current key before each one)
+        self.phase = "CREATED"
 
     # ------------------------------------------------------------------ the current key
 
     def set_current_key(self, key_group: int, key: tuple) -> None:
+        self.phase = "INITIALIZED"
         if key_group != self._kg_number:  # keys come grouped by key group: check and encode once
             if key_group not in self.owned:
                 raise KeyGroupError(f"key group {key_group} is outside this partition's key groups "
@@ -106,8 +136,9 @@ class ProcessorHandle:
     def current_key_bytes(self) -> tuple[bytes, bytes]:
         """``(key group prefix, encoded grouping key)`` of the current key."""
         if self.current_kg is None:
-            raise InvalidArgumentError("no current grouping key: state and timers are used from "
-                                       "handleInputRows, handleExpiredTimer and handleInitialState only")
+            raise spark_error("using state or timers", "STATE_STORE_CANNOT_PERFORM_OPERATION_WITH_INVALID_HANDLE_STATE",
+                              f"no current grouping key (handleState={self.phase}): state and timers are "
+                              f"used from handleInputRows, handleExpiredTimer and handleInitialState only")
         return self.current_kg, self.current_key
 
     # ------------------------------------------------------------------ state variables
@@ -137,26 +168,39 @@ class ProcessorHandle:
         self._variables[variable.state_id] = variable
         return variable
 
+    def _in_init(self, operation: str, what: str) -> None:
+        if self.phase != "CREATED":
+            _refuse_outside_init(operation, what, self.phase)
+
     def getValueState(self, stateName, schema, ttlDurationMs=None) -> ValueState:  # noqa: N802,N803
+        self._in_init("get_value_state", "initializing value state")
         ttl = self._ttl(stateName, ttlDurationMs)
-        return self._add(ValueState(self, stateName, self._register(stateName, ValueState.kind),
-                                    field_count(schema), ttl))
+        parsed = state_schema(schema, f"value state {stateName!r}")
+        return self._add(ValueState(self, stateName, self._register(stateName, ValueState.kind), parsed, ttl))
 
     def getListState(self, stateName, schema, ttlDurationMs=None) -> ListState:  # noqa: N802,N803
+        self._in_init("get_list_state", "initializing list state")
         ttl = self._ttl(stateName, ttlDurationMs)
-        return self._add(ListState(self, stateName, self._register(stateName, ListState.kind),
-                                   field_count(schema), ttl))
+        parsed = state_schema(schema, f"list state {stateName!r}")
+        return self._add(ListState(self, stateName, self._register(stateName, ListState.kind), parsed, ttl))
 
     def getMapState(self, stateName, userKeySchema, valueSchema, ttlDurationMs=None) -> MapState:  # noqa: N802,N803
+        self._in_init("get_map_state", "initializing map state")
         ttl = self._ttl(stateName, ttlDurationMs)
-        return self._add(MapState(self, stateName, self._register(stateName, MapState.kind),
-                                  field_count(valueSchema), ttl, field_count(userKeySchema)))
+        values = state_schema(valueSchema, f"map state {stateName!r}")
+        keys = state_schema(userKeySchema, f"the user key of map state {stateName!r}")
+        return self._add(MapState(self, stateName, self._register(stateName, MapState.kind), values, ttl, keys))
 
     def deleteIfExists(self, stateName) -> None:  # noqa: N802,N803
         """Delete every value of state ``stateName`` in this partition's key groups, and its
-        registration (nothing when it was never used)."""
+        registration (nothing when it was never used).  As in Spark, only ``init()`` may call
+        it, and every state object of that name obtained before raises from then on."""
         if not isinstance(stateName, str):
             raise TypeError("a state name must be a str")
+        self._in_init("delete_if_exists", "deleting state")
+        for variable in self._variables.values():
+            if variable.name == stateName:
+                variable.deleted()
         sid = state_id_of(stateName)
         meta = PROCESSOR_STATE_PREFIX + state_id_bytes(sid)
         stored = self.store.get(meta)
@@ -168,27 +212,32 @@ class ProcessorHandle:
             head = key_group_prefix(kg)
             self.store.delete_range(head + sid_bytes, head + end)
         self.store.delete(meta)
-        self._variables.pop(sid_bytes, None)
 
     # ------------------------------------------------------------------ timers
 
-    def _check_timers(self) -> None:
+    def _check_timers(self, operation: str, what: str) -> None:
+        """Spark's timer rules: a time mode other than None, and a handler (not init())."""
         if self.time_mode == "None":
-            raise InvalidArgumentError("timers need the ProcessingTime or EventTime time mode "
-                                       "(this processor runs in None), as in Spark")
+            raise spark_error(what, "STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE",
+                              f"Failed to perform stateful processor operation={operation} with invalid "
+                              f"timeMode=None: timers need the ProcessingTime or EventTime time mode, as in Spark")
+        if self.phase != "INITIALIZED":
+            raise spark_error(what, "STATE_STORE_CANNOT_PERFORM_OPERATION_WITH_INVALID_HANDLE_STATE",
+                              f"Failed to perform stateful processor operation={operation} with invalid "
+                              f"handleState={self.phase}: timers are used from the handlers")
 
     def registerTimer(self, expiryTimestampMs) -> None:  # noqa: N802,N803
-        if self.time_mode == "None":
-            self._check_timers()
+        if self.time_mode == "None" or self.phase != "INITIALIZED":
+            self._check_timers("register_timer", "register timer")
         self.timers.register(expiryTimestampMs)
 
     def deleteTimer(self, expiryTimestampMs) -> None:  # noqa: N802,N803
-        if self.time_mode == "None":
-            self._check_timers()
+        if self.time_mode == "None" or self.phase != "INITIALIZED":
+            self._check_timers("delete_timer", "deleting timer")
         self.timers.delete(expiryTimestampMs)
 
     def listTimers(self):  # noqa: N802
-        self._check_timers()
+        self._check_timers("list_timers", "listing timers")
         return iter(self.timers.list())
 
     # ------------------------------------------------------------------ end of batch
@@ -224,6 +273,9 @@ class DeclaringHandle:
     def _declare(self, name, kind: str, ttl):
         if not isinstance(name, str) or not name:
             raise TypeError("a state name must be a non-empty str")
+        if kind != "map" and name in self.declared:  # Spark's driver refuses these, not maps
+            raise spark_error(f"initializing {kind} state", "STATEFUL_PROCESSOR_DUPLICATE_STATE_VARIABLE_DEFINED",
+                              f"state variable {name!r} is defined twice in init()")
         ttl = check_ttl(name, ttl, self.time_mode)
         sid = state_id_of(name)
         other = self._ids.setdefault(sid, name)
@@ -233,16 +285,16 @@ class DeclaringHandle:
         self.declared[name] = (kind, ttl)
 
     def getValueState(self, stateName, schema, ttlDurationMs=None):  # noqa: N802,N803
-        field_count(schema)
+        state_schema(schema, f"value state {stateName!r}")
         self._declare(stateName, "value", ttlDurationMs)
 
     def getListState(self, stateName, schema, ttlDurationMs=None):  # noqa: N802,N803
-        field_count(schema)
+        state_schema(schema, f"list state {stateName!r}")
         self._declare(stateName, "list", ttlDurationMs)
 
     def getMapState(self, stateName, userKeySchema, valueSchema, ttlDurationMs=None):  # noqa: N802,N803
-        field_count(userKeySchema)
-        field_count(valueSchema)
+        state_schema(userKeySchema, f"the user key of map state {stateName!r}")
+        state_schema(valueSchema, f"map state {stateName!r}")
         self._declare(stateName, "map", ttlDurationMs)
 
     def deleteIfExists(self, stateName) -> None:  # noqa: N802,N803
@@ -250,6 +302,8 @@ class DeclaringHandle:
             raise TypeError("a state name must be a str")
 
     def _no_key(self, *args):
-        raise InvalidArgumentError("timers are used from the handlers, not from init()")
+        raise spark_error("using timers", "STATE_STORE_CANNOT_PERFORM_OPERATION_WITH_INVALID_HANDLE_STATE",
+                          "Failed to perform stateful processor operation=timers with invalid "
+                          "handleState=PRE_INIT: timers are used from the handlers, not from init()")
 
     registerTimer = deleteTimer = listTimers = _no_key  # noqa: N815 - Spark's names

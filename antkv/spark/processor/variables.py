@@ -1,9 +1,11 @@
 """The state variables of Spark's ``StatefulProcessorHandle`` over a partition's antkv store.
 
 ``ValueState``, ``ListState`` and ``MapState`` have the names, value shapes and rules of
-``pyspark.sql.streaming.stateful_processor`` (values are tuples, ``get`` of an absent value is
+``pyspark.sql.streaming.stateful_processor`` (values are tuples of Spark's Python types, checked
+against the variable's schema by :mod:`antkv.spark.state.schema`; ``get`` of an absent value is
 None, a list is never put empty, a map's iterator yields ``(key tuple, value tuple)``), and
-each may have a time to live, as ``ttlDurationMs`` gives it.
+each may have a time to live, as ``ttlDurationMs`` gives it.  After ``deleteIfExists`` of its
+name, every call on a state object raises, as in Spark.
 
 **TTL, as Spark defines it.**  An element written in a batch whose processing time is ``T``
 expires at ``T + ttl``; it is expired in every batch whose processing time ``t`` has
@@ -35,9 +37,12 @@ from __future__ import annotations
 
 import struct
 
+from pyspark.errors import PySparkRuntimeError
+
 from antkv import CorruptionError, InvalidArgumentError
 
 from antkv.spark.state.codec import decode_key, decode_row, decode_rows, encode_key, encode_row
+from antkv.spark.state.schema import StateSchema
 from antkv.spark.store.keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
 
 TTL_INDEX_ID = 0xFFF2  # part of the stored layout: the state id of the TTL index
@@ -54,39 +59,23 @@ def decode_time(data: bytes, pos: int) -> int:
     return _TIME.unpack_from(data, pos)[0] - _SIGN
 
 
-def field_count(schema) -> int | None:
-    """The number of top-level fields of a schema (a ``StructType`` or a DDL string such as
-    ``"start long, tags array<string>"``); None when it cannot be told."""
-    fields = getattr(schema, "fields", None)
-    if fields is not None:
-        return len(fields)
-    if not isinstance(schema, str):
-        raise TypeError(f"a schema is a StructType or a DDL string, not {type(schema).__name__}")
-    depth, count, seen = 0, 1, False
-    for ch in schema:
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            count += 1
-        seen = seen or not ch.isspace()
-    return count if seen else None
+class StateVariableError(InvalidArgumentError, PySparkRuntimeError):
+    """A state variable, timer or handle call that Spark's ``StatefulProcessorHandle`` refuses:
+    Spark raises ``PySparkRuntimeError`` (its message begins with what failed, then the JVM's
+    error class in brackets), which processors catch; antkv raises this, which is both that and
+    an :class:`antkv.InvalidArgumentError`."""
+
+    def __init__(self, message: str, error_class: str | None = None):
+        InvalidArgumentError.__init__(self, message)
+        PySparkRuntimeError.__init__(self, message=message, errorClass=error_class)
+
+    def __reduce__(self):
+        return (type(self), (self._message, self._errorClass))
 
 
-def _row(value, arity: int | None, kind: str, name: str) -> tuple:
-    """``value`` as a row of ``arity`` fields (None: any), refused clearly otherwise; ``kind``
-    and ``name`` (the state's) word the refusal."""
-    if type(value) is tuple and (arity is None or len(value) == arity):
-        return value  # the usual case, checked first
-    what = f"{kind} {name!r}"
-    if value is None:
-        raise InvalidArgumentError(f"{what}: a state value cannot be None (Spark refuses it too); use clear()")
-    if not isinstance(value, (tuple, list)):
-        raise TypeError(f"{what}: a state value is a tuple, not {type(value).__name__}")
-    if arity is not None and len(value) != arity:
-        raise InvalidArgumentError(f"{what}: the schema has {arity} field(s), the value {len(value)}: {value!r}")
-    return tuple(value)
+def spark_error(what: str, error_class: str, detail: str) -> StateVariableError:
+    """The error Spark's Python client raises: ``Error <what>: [<error class>] <detail>``."""
+    return StateVariableError(f"Error {what}: [{error_class}] {detail}", error_class)
 
 
 class StateVariable:
@@ -97,23 +86,40 @@ class StateVariable:
 
     kind = b"?"
 
-    def __init__(self, handle, name: str, sid: int, arity: int | None, ttl_ms: int | None):
+    def __init__(self, handle, name: str, sid: int, schema: StateSchema, ttl_ms: int | None):
         self._handle = handle
         self._name = name
         self._sid = state_id_bytes(sid)
-        self._arity = arity
+        self._schema = schema
         self._ttl = ttl_ms
+        self._deleted = False  # deleteIfExists removed it: every use raises, as in Spark
+
+    def deleted(self) -> None:
+        """``deleteIfExists`` removed this variable: from now on every call on it raises."""
+        self._deleted = True
+
+    def _unusable(self):
+        if self._deleted:
+            raise spark_error(f"using {self._kind_name} state {self._name!r}",
+                              "STATE_STORE_UNSUPPORTED_OPERATION_ON_MISSING_COLUMN_FAMILY",
+                              f"state variable {self._name!r} was removed by deleteIfExists; "
+                              f"get it again from the handle in init() to use it")
+        self._handle.current_key_bytes()  # raises: no current key
 
     @property
     def state_id(self) -> bytes:
         return self._sid
 
+    @property
+    def name(self) -> str:
+        return self._name
+
     def _key(self) -> bytes:
         """The current grouping key's stored key: ``key group | state id | encoded key``."""
         handle = self._handle
         kg = handle.current_kg
-        if kg is None:
-            handle.current_key_bytes()  # raises: no current key
+        if kg is None or self._deleted:
+            self._unusable()
         return kg + self._sid + handle.current_key
 
     def _expiry(self):
@@ -138,6 +144,7 @@ class ValueState(StateVariable):
     """One row per grouping key."""
 
     kind = b"v"
+    _kind_name = "value"
     _last = (None, None)  # (stored key, its decoded (expiry, row) or None): exists() then get() read once
 
     def _read(self):
@@ -150,7 +157,7 @@ class ValueState(StateVariable):
         if stored is None:
             return None
         expiry, row = stored
-        return row if self._live(expiry) else None
+        return self._schema.restore(row) if self._live(expiry) else None
 
     def exists(self) -> bool:
         return self._read() is not None
@@ -159,8 +166,8 @@ class ValueState(StateVariable):
         return self._read()
 
     def update(self, newValue) -> None:  # noqa: N803 - Spark's parameter name
-        row = _row(newValue, self._arity, "value state", self._name)
         key = self._key()
+        row = self._schema.fit(newValue)
         if self._ttl is None:
             self._handle.store.put(key, encode_row((None, row)))
         else:
@@ -183,6 +190,7 @@ class ListState(StateVariable):
     """A list of rows per grouping key, stored as one value; appending reads and rewrites it."""
 
     kind = b"l"
+    _kind_name = "list"
 
     def _elements(self, key: bytes):
         raw = self._handle.store.get(key)
@@ -193,13 +201,15 @@ class ListState(StateVariable):
 
     def get(self):
         """An iterator over the rows (empty when there are none)."""
-        return iter([row for e, row in self._elements(self._key()) if self._live(e)])
+        restore = self._schema.restore
+        return iter([restore(row) for e, row in self._elements(self._key()) if self._live(e)])
 
     def _encode(self, rows, what: str) -> bytes:
         if rows is None:
             raise InvalidArgumentError(f"{what}: a list state value cannot be None")
         expiry = self._expiry()
-        encoded = b"".join(encode_row((expiry, _row(r, self._arity, "list state", self._name))) for r in rows)
+        fit = self._schema.fit
+        encoded = b"".join(encode_row((expiry, fit(r))) for r in rows)
         if not encoded:
             raise InvalidArgumentError(f"{what}: a list state cannot be given an empty list "
                                        f"(Spark refuses it too); use clear()")
@@ -240,19 +250,21 @@ class MapState(StateVariable):
     """A map from user-key tuples to rows per grouping key, one stored entry per user key."""
 
     kind = b"m"
+    _kind_name = "map"
 
-    def __init__(self, handle, name, sid, arity, ttl_ms, key_arity):
-        super().__init__(handle, name, sid, arity, ttl_ms)
-        self._key_arity = key_arity
+    def __init__(self, handle, name, sid, schema, ttl_ms, key_schema: StateSchema):
+        super().__init__(handle, name, sid, schema, ttl_ms)
+        self._key_schema = key_schema
 
     def _entry(self, user_key) -> bytes:
-        return self._key() + encode_key(_row(user_key, self._key_arity, "the key of map state", self._name))
+        prefix = self._key()
+        return prefix + encode_key(self._key_schema.fit(user_key))
 
     def _value(self, raw):
         if raw is None:
             return None
         expiry, row = decode_row(raw)
-        return row if self._live(expiry) else None
+        return self._schema.restore(row) if self._live(expiry) else None
 
     def exists(self) -> bool:
         return next(self.iterator(), None) is not None
@@ -264,8 +276,8 @@ class MapState(StateVariable):
         return self.getValue(key) is not None
 
     def updateValue(self, key, value) -> None:  # noqa: N802 - Spark's name
-        row = _row(value, self._arity, "map state", self._name)
         entry = self._entry(key)
+        row = self._schema.fit(value)
         expiry = self._expiry()
         self._handle.store.put(entry, encode_row((expiry, row)))
         self._index(entry, expiry)
@@ -280,7 +292,7 @@ class MapState(StateVariable):
         for stored, raw in list(self._handle.store.items(prefix=prefix)):
             value = self._value(raw)
             if value is not None:
-                yield decode_key(stored, start)[0], value
+                yield self._key_schema.restore(decode_key(stored, start)[0]), value
 
     def keys(self):
         return (k for k, _ in self.iterator())

@@ -61,17 +61,18 @@ from antkv.spark.runtime.collector import task_collections
 from antkv.spark.runtime.output import OutputWriter, cleanup_output, ensure_output_log, output_dataframe, write_output_log
 from antkv.spark.store.commit_message import CommitMessage
 from antkv.spark.store.commit_protocol import CommitCoordinator
+from antkv.spark.runtime.output_schema import OutputCheck
 from antkv.spark.runtime.routing import route
 from antkv.spark.store.keygroups import (
     DEFAULT_KEY_GROUPS,
-    check_key_group_count,
     check_partition_key_groups,
     ensure_key_group_count,
     key_group_range,
     plan_rescale,
     validate_parallelism,
 )
-from antkv.spark.store.location import PIPELINE_OBJECT, check_operator
+from antkv.spark.store.location import check_operator
+from antkv.spark.store.pipeline_record import check_key_columns, ensure_pipeline_record
 from antkv.spark.store.rescale import open_rescaled_store
 from antkv.spark.state.chunks import whole_key_chunks
 from antkv.spark.state.views import KeyedState, group_batch
@@ -199,14 +200,11 @@ class StatefulPipeline:
 
     # ------------------------------------------------------------------ driver
 
-    def _check_pipeline_metadata(self) -> None:
-        """Record ``K`` and the key columns with the operator once; refuse another ``K``."""
-        name = f"{self.operator}/{PIPELINE_OBJECT}"
-        doc = {"key_groups": self.key_groups, "key": self.key}
-        if not self.location.exists(name):
-            self.location.create_exclusive(name, json.dumps(doc).encode())
-        stored = json.loads(self.location.read(name))
-        check_key_group_count(stored["key_groups"], self.key_groups)
+    def _check_pipeline_metadata(self, df) -> None:
+        """Refuse missing key columns, then record ``K`` and the key columns with the operator
+        once and refuse others (:mod:`antkv.spark.store.pipeline_record`)."""
+        check_key_columns(df.columns, self.key)
+        ensure_pipeline_record(self.location, self.operator, self.key, self.key_groups)
 
     def run(self, df, batch_id: int | None = None, *, before_publish=None) -> BatchResult:
         """Run one batch of ``df`` (a batch DataFrame, or a micro-batch under ``foreachBatch``)
@@ -224,7 +222,7 @@ class StatefulPipeline:
         partition's stream of pandas DataFrames (sorted by key group, key and then
         ``sort_columns``) and yields output DataFrames (the ``StatefulProcessor`` runner)."""
         started = time.perf_counter()
-        self._check_pipeline_metadata()
+        self._check_pipeline_metadata(df)
         coord = self.coordinator
         if batch_id is None:
             batch_id = coord.latest_version()
@@ -322,6 +320,7 @@ class StatefulPipeline:
     def _task(self, batch_id, bases, old, plans, partition_function, writing):
         location, operator, options = self.location, self.operator, self.options
         columns, key, struct = self.columns, self.key, self.struct
+        output_check = OutputCheck(self.schema, self.operator)
         K, N = self.key_groups, self.partitions
         timezone, safecheck = writing
 
@@ -360,7 +359,8 @@ class StatefulPipeline:
                     missing = [c for c in columns if c not in out.columns]
                     if missing:
                         raise antkv.InvalidArgumentError(f"the state function's output lacks columns {missing}")
-                    writer.write(out)
+                    if len(out):
+                        writer.write(output_check.fit(out))
                 files = writer.close()
                 process_s = time.perf_counter() - t1
                 write_amp = store.engine_stats()["write_amplification"]

@@ -53,6 +53,7 @@ from antkv.spark.store.location import (
     partition_dir,
 )
 from antkv.spark.store.objects import Marker
+from antkv.spark.store.presence import Listing, needed_objects
 from antkv.spark.store.state_store import as_location, read_manifest, read_marker
 
 
@@ -100,8 +101,9 @@ class CommitCoordinator:
         self.run_id = run_id or uuid.uuid4().hex
         self.min_versions_to_retain = min_versions_to_retain
         self._markers: dict[int, Marker] = {}  # published markers this driver has read or written
-        self._manifest_objects: dict[str, frozenset[str]] = {}  # manifest name -> objects it needs
+        self._manifest_objects: dict[str, dict[str, int]] = {}  # manifest name -> {object: size} it needs
         self._base_of: dict[str, str | None] = {}  # manifest name -> its base (None: the empty state)
+        self._listing: tuple = (None, None)  # (version, Listing) taken by publish, reused by its cleanup
 
     # ------------------------------------------------------------------ reading
 
@@ -203,7 +205,15 @@ class CommitCoordinator:
         files = None if outputs[0] is None else tuple(f for part in outputs for f in part)
         marker = Marker(self.operator, version, self.query_id, self.run_id, tuple(chosen), total, files)
         name = marker_name(self.operator, version)
-        if self.location.create_exclusive(name, marker.encode()):
+        try:
+            self._check_present(version, chosen)
+        except CommitError:
+            if not self.location.exists(name):
+                raise
+            present = False  # a replay's objects may be gone: the published marker is what counts
+        else:
+            present = True
+        if present and self.location.create_exclusive(name, marker.encode()):
             self._markers[version] = marker
             return PublishResult(marker, False)
         existing = read_marker(self.location, self.operator, version)
@@ -216,6 +226,23 @@ class CommitCoordinator:
                               "with other manifests")
         self._markers[version] = existing
         return PublishResult(existing, existing.manifests != marker.manifests)
+
+    def _check_present(self, version: int, manifests) -> None:
+        """Refuse to publish manifests naming an object the location lacks or holds at another
+        size: one listing per directory (kept for the cleanup that follows), no download."""
+        listing = Listing(self.location)
+        needed: dict[str, int | None] = {}
+        for name in manifests:
+            needed[name] = None
+            try:
+                needed.update(self._objects_of(name))
+            except antkv.CorruptionError as e:
+                raise CommitError(f"{self.operator!r} version {version}: manifest {name} cannot be read: {e}") from e
+        damaged = listing.damaged(needed)
+        if damaged:
+            raise CommitError(f"{self.operator!r} version {version} would not load, nothing was published: "
+                              f"the location lacks {', '.join(damaged[:5])}")
+        self._listing = (version, listing)
 
     # ------------------------------------------------------------------ cleanup
 
@@ -230,13 +257,29 @@ class CommitCoordinator:
         bases = self.location.list_dir(marker_dir)
         listed = {v: base for base in bases if (v := parse_marker_name(base)) is not None}
         version = max(version, max(listed, default=0))
+        kept_version, listing = self._listing
+        self._listing = (None, None)
+        if kept_version != version:
+            listing = Listing(self.location)
         first = max(1, version - self.min_versions_to_retain + 1)
+        loads = self._newest_loadable(sorted(listed, reverse=True), listing)
+        first = min(first, min(listed, default=first) if loads is None else loads)
         referenced: set[str] = set()
         for v in range(version, first - 1, -1):
+            if v not in listed:
+                continue  # lost: nothing to keep for it
+            try:
+                manifests = self.marker(v).manifests
+            except antkv.CorruptionError:
+                continue  # damaged: it cannot load, what it names is kept by its neighbours' rules
             origin = True
-            for name in self.marker(v).manifests:
+            for name in manifests:
                 referenced.add(name)
-                referenced |= self._objects_of(name)
+                try:
+                    referenced |= set(self._objects_of(name))
+                except antkv.CorruptionError:
+                    origin = False
+                    continue  # an unreadable manifest: its version does not load
                 origin = origin and self._base_of[name] is None
             if origin:  # built on the empty state: no older version exists for it
                 first = v
@@ -255,7 +298,7 @@ class CommitCoordinator:
         for sub in self.location.list_subdirs(self.operator):
             if not (len(sub) == 6 and sub[0] == "p" and sub[1:].isdigit()):
                 continue
-            for base in self.location.list_dir(f"{self.operator}/{sub}"):
+            for base in sorted(listing.directory(f"{self.operator}/{sub}")):
                 parsed = parse_object_name(parse_temporary_name(base) or base)
                 if parsed is None or parsed.version > version:
                     continue  # not ours, or an attempt of a later batch
@@ -267,11 +310,28 @@ class CommitCoordinator:
         self._base_of = {k: v for k, v in self._base_of.items() if k in referenced}
         return CleanupResult(deleted, (first, version))
 
-    def _objects_of(self, manifest: str) -> frozenset[str]:
+    def _newest_loadable(self, versions, listing: Listing) -> int | None:
+        """The newest of ``versions`` (newest first) whose marker, manifests and objects are all
+        in the location at their sizes, by ``listing`` (None: none is)."""
+        for v in versions:
+            try:
+                manifests = self.marker(v).manifests
+                needed: dict[str, int | None] = {}
+                for name in manifests:
+                    needed[name] = None
+                    needed.update(self._objects_of(name))
+            except antkv.CorruptionError:
+                continue
+            if not listing.damaged(needed):
+                return v
+        return None
+
+    def _objects_of(self, manifest: str) -> dict[str, int]:
+        """``{object: size}`` of what manifest ``manifest`` names (read once, then remembered)."""
         objs = self._manifest_objects.get(manifest)
         if objs is None:
             read = read_manifest(self.location, manifest)
-            objs = frozenset(read.objects())
+            objs = needed_objects(read)
             self._manifest_objects[manifest] = objs
             self._base_of[manifest] = read.base
         return objs

@@ -22,6 +22,7 @@ Layout (``<v>`` is a version, 20 digits, zero-padded so names sort; ``<a>`` an a
     <root>/<operator>/_event_time/<v>.time               a processor's event time as of version <v>
     <root>/<operator>/_output/<v>/<a>-<NNNNNN>.parquet    a pipeline task attempt's output rows
     <root>/<operator>/_output_log/<v>.json               the output files version <v> published (objects.py)
+    <root>/<operator>/pipeline.json                       the operator's key columns and K (pipeline_record.py)
     <any of the above>.tmp-<8 hex>                         a local write in progress (or cut short)
 
 This module owns every name (make and parse) and every call into ``pyarrow.fs``.  Errors leave
@@ -51,7 +52,7 @@ _OBJECT_RE = re.compile(
 _MARKER_RE = re.compile(r"^(?P<version>\d{20})\.marker$")
 _EVENT_TIME_RE = re.compile(r"^(\d{20})\.time$")
 MARKER_DIR = "_batches"
-PIPELINE_OBJECT = "pipeline.json"  # per operator: {"key_groups": K, "key": [...]}, written once
+PIPELINE_OBJECT = "pipeline.json"  # per operator: its key columns and K, sealed (pipeline_record.py)
 EVENT_TIME_DIR = "_event_time"
 OUTPUT_DIR = "_output"
 OUTPUT_LOG_DIR = "_output_log"
@@ -251,13 +252,29 @@ class Location:
     def list_subdirs(self, directory: str) -> list[str]:
         return self._list(directory, pafs.FileType.Directory)
 
-    def _list(self, directory: str, file_type) -> list[str]:
+    def list_sizes(self, directory: str) -> dict[str, int]:
+        """``{base name: size in bytes}`` of the objects directly under ``directory``: one
+        listing, no read (it may miss objects written a moment ago, as :meth:`list_dir`)."""
+        return {i.base_name: i.size for i in self._infos(directory) if i.type == pafs.FileType.File}
+
+    def size(self, name: str) -> int | None:
+        """The size of object ``name``, or None when it does not exist (one metadata request)."""
+        p = self.path(name)
+        try:
+            info = self.fs.get_file_info(p)
+        except OSError as e:
+            raise AntIOError(f"cannot stat {p}: {e}", e, p) from e
+        return None if info.type == pafs.FileType.NotFound else info.size
+
+    def _infos(self, directory: str):
         p = self.path(directory)
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(p, allow_not_found=True, recursive=False))
+            return self.fs.get_file_info(pafs.FileSelector(p, allow_not_found=True, recursive=False))
         except OSError as e:
             raise AntIOError(f"cannot list {p}: {e}", e, p) from e
-        return sorted(i.base_name for i in infos if i.type == file_type)
+
+    def _list(self, directory: str, file_type) -> list[str]:
+        return sorted(i.base_name for i in self._infos(directory) if i.type == file_type)
 
     def download(self, name: str, local_path: str) -> None:
         """Copy object ``name`` to the local file ``local_path`` (created, not synced)."""

@@ -1,13 +1,14 @@
 """The byte formats of the objects the state store writes to a checkpoint location.
 
-Every manifest, changelog and batch marker is one *envelope*::
+Every object the store writes (manifest, changelog, batch marker, event-time record, pipeline
+record), except the snapshot files uploaded as the engine wrote them, is one *envelope*::
 
     +--------+------+-------+-------------+----------------+------------------------+
     | magic  | kind | codec | payload     | payload length | checksum               |
     | 6 B    | 1 B  | 1 B   | n bytes     | u64 LE         | xxh3_64 of all before  |
     +--------+------+-------+-------------+----------------+------------------------+
     magic = b"AKVSPK"; kind (part of the format): b"M" manifest, b"C" changelog, b"B" marker,
-           b"W" event-time record;
+           b"W" event-time record, b"P" pipeline record;
     codec: 0 = payload stored as is, 1 = zstd frame
 
 The trailer comes last so a truncated object never verifies.  Payloads:
@@ -53,6 +54,11 @@ The trailer comes last so a truncated object never verifies.  Payloads:
 
       {"format": 1, "version": int, "max_event_time_ms": int | null, "watermark_ms": int}
 
+* **pipeline record** (JSON) -- an operator's key columns and key groups, written by its first
+  batch (``pipeline_record.py``)::
+
+      {"format": 1, "key_groups": int, "key": [str, ...]}
+
 Two formats are for readers outside antkv, so they are plain and open:
 
 * **output file** -- an Apache Parquet file of the pipeline's output schema, written by one task
@@ -86,6 +92,7 @@ KIND_MANIFEST = b"M"  # part of the format
 KIND_CHANGELOG = b"C"  # part of the format
 KIND_MARKER = b"B"  # part of the format
 KIND_EVENT_TIME = b"W"  # part of the format
+KIND_PIPELINE = b"P"  # part of the format
 CODEC_NONE = 0
 CODEC_ZSTD = 1
 FORMAT = 1

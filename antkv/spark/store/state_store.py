@@ -88,6 +88,7 @@ from antkv.spark.store.key_counts import add_counts, aligned, count_changes, in_
 from antkv.spark.store.memory import worker_memory, worker_row_budget
 from antkv.spark.store.row_cache import MISSING, PREFIX_LEN, RowCache
 from antkv.spark.store.objects import FileRef, Manifest, Marker, encode_changelog, merge_ranges
+from antkv.spark.store.presence import Listing, needed_objects
 from antkv.spark.store.working_copy import WorkingCopy
 
 MiB = 1 << 20
@@ -225,6 +226,8 @@ def open_store(location, operator: str, partition: int, version: int, *, manifes
     reused = copy is not None
     if copy is None:
         copy = _build(loc, operator, source, version, manifest, options)
+    if manifest is not None:
+        _check_present(loc, copy)
     store = StateStore(loc, operator, partition, copy, options)
     store.reused_working_copy = reused
     return store
@@ -269,6 +272,18 @@ def _catch_up(copy: WorkingCopy, loc, operator, partition, version, name) -> boo
         copy.destroy()
         raise
     return True
+
+
+def _check_present(loc: Location, copy: WorkingCopy) -> None:
+    """Refuse a copy whose version names an object the location lacks, or holds at another
+    size (one listing of each directory, no download: :mod:`antkv.spark.store.presence`).  A
+    copy kept open, or built from files of the local cache, would otherwise carry the loss
+    into the next version; the copy is destroyed, the version cannot be built on."""
+    damaged = Listing(loc).damaged(needed_objects(copy.manifest))
+    if damaged:
+        copy.destroy()
+        raise antkv.CorruptionError(f"version {copy.version} cannot be loaded: the location lacks "
+                                    f"{', '.join(damaged[:5])}", loc.path(copy.manifest_name))
 
 
 def _snapshot_objects(manifest: Manifest | None) -> tuple:

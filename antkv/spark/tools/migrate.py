@@ -66,7 +66,8 @@ from antkv.spark.store.keygroups import (
     key_group_range,
     validate_parallelism,
 )
-from antkv.spark.store.location import PIPELINE_OBJECT, check_operator, event_time_name
+from antkv.spark.store.location import check_operator, event_time_name
+from antkv.spark.store.pipeline_record import read_pipeline_record
 from antkv.spark.store.objects import KIND_EVENT_TIME, seal
 from antkv.spark.store.state_store import StoreOptions, as_location, open_store
 from antkv.spark.tools.spark_state import (
@@ -354,9 +355,8 @@ def _migrate(spark, frame, writer, op, location, operator, key, partitions, key_
     if coord.latest_version() != 0:
         raise antkv.InvalidArgumentError(
             f"{loc.uri}/{operator} already has published versions: migrate into a new operator; nothing was written")
-    meta = f"{operator}/{PIPELINE_OBJECT}"
-    if loc.exists(meta):
-        stored = json.loads(loc.read(meta))
+    stored = read_pipeline_record(loc, operator)
+    if stored is not None:
         check_key_group_count(stored["key_groups"], key_groups)
     version = op.batch_id + 1
     from pyspark.sql import functions as F

@@ -18,7 +18,6 @@ location.
 
 from __future__ import annotations
 
-import json
 import os
 
 import antkv
@@ -26,7 +25,7 @@ import antkv
 from antkv.spark.store.commit_protocol import CommitCoordinator
 from antkv.spark.store.location import MARKER_DIR, check_operator, parse_marker_name
 from antkv.spark.store.keygroups import METADATA_PREFIX
-from antkv.spark.runtime.pipeline import PIPELINE_OBJECT
+from antkv.spark.store.pipeline_record import read_pipeline_record
 from antkv.spark.tools.state_records import fold_records, partition_records
 from antkv.spark.store.state_store import StoreOptions, as_location, open_store, read_manifest
 
@@ -69,8 +68,7 @@ def describe_location(location, operator: str | None = None, version: int | None
     out = []
     for op in names:
         versions, v, marker = _published(loc, op, version)
-        pipeline_name = f"{op}/{PIPELINE_OBJECT}"
-        pipeline = json.loads(loc.read(pipeline_name)) if loc.exists(pipeline_name) else None
+        pipeline = read_pipeline_record(loc, op)
         partitions = []
         for p, name in enumerate(marker.manifests):
             m = read_manifest(loc, name)
@@ -100,8 +98,8 @@ def published_version(location, operator: str, version: int | None) -> tuple[int
 def key_columns(location, operator: str) -> list[str] | None:
     """The key column names the operator's pipeline recorded (None when it recorded none)."""
     loc, operator = as_location(location), check_operator(operator)
-    name = f"{operator}/{PIPELINE_OBJECT}"
-    return json.loads(loc.read(name)).get("key") if loc.exists(name) else None
+    record = read_pipeline_record(loc, operator)
+    return None if record is None else record.get("key")
 
 
 def _published(loc, operator: str, version: int | None):

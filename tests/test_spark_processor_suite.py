@@ -1,0 +1,148 @@
+"""More processors in the style of Spark's own transformWithStateInPandas tests, on Spark and antkv.
+
+Each runs over the same micro-batches on Spark's ``transformWithStateInPandas`` (RocksDB state
+store provider) and on antkv's ``TransformWithState``, and the outputs must be equal
+(``test_spark_processor.both``): composite state types (arrays, maps, structs, decimals) in
+value, list and map state, used the way Spark users write them (``Row.asDict()``, ``list.append``,
+dict lookups); ``deleteIfExists`` in ``init``, ``listTimers`` and event-time timers with a late
+event, on a runner restarted at every batch; list and map state with and without a TTL.
+"""
+
+from __future__ import annotations
+
+import sys
+from decimal import Decimal
+
+import pandas as pd
+from pyspark import cloudpickle
+from pyspark.sql import Row
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+from test_spark_processor import MINUTE, T0, both
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
+
+PROFILE = ("count long, tags array<string>, last struct<item: string, qty: int>, "
+           "totals map<string, bigint>, spent decimal(10, 2)")
+
+
+class CompositeProfile(StatefulProcessor):
+    """Value, list and map state of composite types, read and changed as Spark's types."""
+
+    def init(self, handle):
+        self.profile = handle.getValueState("profile", PROFILE)
+        self.history = handle.getListState("history", "item string, attrs map<string, int>")
+        self.by_item = handle.getMapState("by_item", "item string", "first struct<qty: int>, qtys array<int>")
+
+    def handleInputRows(self, key, rows, timerValues):
+        count, tags, last, totals, spent = self.profile.get() or (0, [], None, {}, Decimal("0.00"))
+        for frame in rows:
+            for item, qty in zip(frame["item"], frame["qty"]):
+                qty = int(qty)
+                count += 1
+                if item not in tags:
+                    tags.append(item)
+                last = Row(item=item, qty=qty)
+                totals[item] = totals.get(item, 0) + qty
+                spent += Decimal(qty) / 4
+                self.history.appendValue((item, {"q": qty}))
+                known = self.by_item.getValue((item,))
+                first, qtys = ({"qty": qty}, []) if known is None else (known[0].asDict(), known[1])
+                self.by_item.updateValue((item,), (first, qtys + [qty]))
+        self.profile.update((count, tags, last, totals, spent.quantize(Decimal("0.01"))))
+        count, tags, last, totals, spent = self.profile.get()
+        history = [f"{i}:{a['q']}" for i, a in self.history.get()]
+        items = ";".join(f"{k[0]}={v[0].qty}/{','.join(map(str, v[1]))}" for k, v in sorted(self.by_item.iterator()))
+        yield pd.DataFrame({
+            "key": [key[0]], "count": [count], "tags": ["|".join(tags)],
+            "last": [f"{last.asDict()['item']}x{last.qty}"],
+            "totals": [",".join(f"{k}={totals[k]}" for k in sorted(totals))],
+            "spent": [f"{float(spent):.2f}"], "history": [" ".join(history)], "items": [items]})
+
+
+def test_composite_state_types_equal_spark(spark, tmp_path):
+    batches = [[("a", "x", 1), ("a", "y", 2), ("b", "x", 3)], [("a", "x", 4), ("c", "z", 5)],
+               [("b", "y", 6), ("b", "x", 7), ("a", "z", 1)]]
+    got = both(spark, tmp_path, "profile", CompositeProfile(), batches, "key string, item string, qty int",
+               "key string, count long, tags string, last string, totals string, spent string, history string, "
+               "items string", "None")
+    assert ("a", 4, "x|y|z", "zx1", "x=5,y=2,z=1", "2.00", "x:1 y:2 x:4 z:1", "x=1/1,4;y=2/2;z=1/1") in got
+
+
+class DeleteAndTimers(StatefulProcessor):
+    """deleteIfExists in init (a scratch state that starts empty in every batch), a count kept
+    across batches and restarts, an event-time timer 10 minutes after each event, listTimers."""
+
+    def init(self, handle):
+        self.handle = handle
+        handle.deleteIfExists("scratch")
+        self.scratch = handle.getValueState("scratch", "n long")
+        self.count = handle.getValueState("count", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        had_scratch = self.scratch.exists()
+        n = 0
+        for frame in rows:
+            for ts in frame["ts"]:
+                self.handle.registerTimer(int(pd.Timestamp(ts).value // 1_000_000) + 10 * MINUTE)
+                n += 1
+        count = (self.count.get() or (0,))[0] + n
+        self.count.update((count,))
+        self.scratch.update((n,))
+        timers = ",".join(str(t - T0) for t in sorted(self.handle.listTimers()))
+        yield pd.DataFrame({"key": [key[0]], "what": ["input"], "n": [count], "scratch": [int(had_scratch)],
+                            "timers": [timers]})
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        expiry = expiredTimerInfo.getExpiryTimeInMs()
+        later = ",".join(str(t - T0) for t in sorted(self.handle.listTimers()) if t > expiry)
+        yield pd.DataFrame({"key": [key[0]], "what": [f"timer {expiry - T0}"], "n": [(self.count.get() or (0,))[0]],
+                            "scratch": [int(self.scratch.exists())], "timers": [later]})
+
+
+def test_delete_if_exists_list_timers_and_late_events_on_a_restarted_runner_equal_spark(spark, tmp_path):
+    def at(minutes):
+        return pd.Timestamp(T0 + minutes * MINUTE, unit="ms").to_pydatetime()
+    batches = [
+        [("a", at(0)), ("a", at(3)), ("b", at(1))],
+        [("a", at(5)), ("c", at(12))],            # the watermark passes a's and b's first timers
+        [("b", at(2)), ("c", at(30)), ("a", at(31))],   # b at 2 min is late (watermark 12 min): dropped
+        [("d", at(32))],
+    ]
+    got = both(spark, tmp_path, "deltimers", DeleteAndTimers(), batches, "key string, ts timestamp",
+               "key string, what string, n long, scratch long, timers string", "EventTime",
+               event_time="ts", restart=True)
+    assert ("a", "input", 2, 0, f"{10 * MINUTE},{13 * MINUTE}") in got
+    assert ("b", "timer 660000", 1, 0, "") in got and not any(r[0] == "b" and r[1] == "input" and r[2] == 2 for r in got)
+
+
+class ListMapTTL(StatefulProcessor):
+    """List and map state with a TTL of 1 ms (gone by the next batch) and of an hour (kept),
+    and a map without TTL."""
+
+    def init(self, handle):
+        self.recent = handle.getListState("recent", "item string", ttlDurationMs=1)
+        self.kept = handle.getListState("kept", "item string", ttlDurationMs=3_600_000)
+        self.short = handle.getMapState("short", "item string", "n long", ttlDurationMs=1)
+        self.hour = handle.getMapState("hour", "item string", "n long", ttlDurationMs=3_600_000)
+        self.ever = handle.getMapState("ever", "item string", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        before = (len(list(self.recent.get())), len(list(self.short.keys())), len(list(self.hour.keys())))
+        for frame in rows:
+            for item in frame["item"]:
+                self.recent.appendValue((item,))
+                self.kept.appendValue((item,))
+                for state in (self.short, self.hour, self.ever):
+                    state.updateValue((item,), ((state.getValue((item,)) or (0,))[0] + 1,))
+        yield pd.DataFrame({"key": [key[0]], "recent_before": [before[0]], "short_before": [before[1]],
+                            "hour_before": [before[2]], "kept": [len(list(self.kept.get()))],
+                            "ever": [",".join(f"{k[0]}={v[0]}" for k, v in sorted(self.ever.iterator()))]})
+
+
+def test_list_and_map_state_with_and_without_ttl_equal_spark(spark, tmp_path):
+    batches = [[("a", "x"), ("a", "y"), ("b", "x")], [("a", "x"), ("b", "z")], [("a", "y"), ("c", "x")]]
+    got = both(spark, tmp_path, "listmapttl", ListMapTTL(), batches, "key string, item string",
+               "key string, recent_before long, short_before long, hour_before long, kept long, ever string",
+               "ProcessingTime")
+    assert ("a", 0, 0, 2, 4, "x=2,y=2") in got  # the 1 ms TTL emptied recent and short; the hour kept them

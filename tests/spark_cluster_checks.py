@@ -102,7 +102,7 @@ def test_a_killed_python_worker_is_retried_on_the_other_executor(spark, tmp_path
         result = _pipeline(location, summing).run(df, batch)
         for k, v in rows:
             want[(k,)] = (want.get((k,), (0,))[0] + v,)
-        assert sorted(zip(result.output["key"], result.output["total"])) == \
+        assert sorted((r["key"], r["total"]) for r in result.output.collect()) == \
             sorted((k[0], t[0]) for k, t in want.items() if k[0] in {r[0] for r in rows})
         metrics.append({m.partition: m for m in result.metrics.partition_metrics})
         assert read_state(location, "sums", batch + 1)["total"] == want

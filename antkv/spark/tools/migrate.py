@@ -67,7 +67,7 @@ from antkv.spark.store.keygroups import (
     validate_parallelism,
 )
 from antkv.spark.store.location import check_operator, event_time_name
-from antkv.spark.store.pipeline_record import read_pipeline_record
+from antkv.spark.store.pipeline_record import ensure_pipeline_record, read_pipeline_record
 from antkv.spark.store.objects import KIND_EVENT_TIME, seal
 from antkv.spark.store.state_store import StoreOptions, as_location, open_store
 from antkv.spark.tools.spark_state import (
@@ -373,8 +373,7 @@ def _migrate(spark, frame, writer, op, location, operator, key, partitions, key_
         name = event_time_name(operator, version)
         loc.delete(name)  # a record of an earlier attempt that never published
         loc.create_exclusive(name, seal(KIND_EVENT_TIME, json.dumps(doc).encode()))
-    if not loc.exists(meta):
-        loc.create_exclusive(meta, json.dumps({"key_groups": key_groups, "key": list(key)}).encode())
+    ensure_pipeline_record(loc, operator, list(key), key_groups)
     coord.publish(version, messages, bases=[None] * partitions)
     return MigrationResult(op.name, op.batch_id, version, partitions, sum(int(r[1]) for r in done),
                            sum(m.num_keys for m in messages))

@@ -279,7 +279,11 @@ def _check_present(loc: Location, copy: WorkingCopy) -> None:
     size (one listing of each directory, no download: :mod:`antkv.spark.store.presence`).  A
     copy kept open, or built from files of the local cache, would otherwise carry the loss
     into the next version; the copy is destroyed, the version cannot be built on."""
-    damaged = Listing(loc).damaged(needed_objects(copy.manifest))
+    try:
+        damaged = Listing(loc).damaged(needed_objects(copy.manifest))
+    except BaseException:
+        copy.destroy()  # the location failed mid-listing: nothing of this attempt stays
+        raise
     if damaged:
         copy.destroy()
         raise antkv.CorruptionError(f"version {copy.version} cannot be loaded: the location lacks "

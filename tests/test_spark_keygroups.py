@@ -336,4 +336,4 @@ def test_a_row_sent_to_the_wrong_partition_fails_loudly(spark):
         _landing(spark, k, n, rows=200, partition_col=off_by_one)
     message = str(failure.value)
     assert "KeyGroupError" in message
-    assert "owns key groups" in message and "route rows with antkv.spark.store.keygroups.route" in message
+    assert "owns key groups" in message and "route rows with antkv.spark.runtime.routing.route" in message

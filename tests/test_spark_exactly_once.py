@@ -122,7 +122,11 @@ def test_duplicate_attempts_count_once(spark, setup):
     with pytest.raises(CommitError, match="already published"):
         coord.publish(2, [CommitMessage.from_json(m) for m in losers["_antkv_commit"].dropna()])
     assert state(loc, 2, options) == expected_totals([1, 2])
-    assert sorted(output["total"]) == sorted(losers.dropna(subset=["key"])["total"])  # same input, same state
+    # Same input, same final state.  The running totals in between depend on the order of a key's
+    # rows, which a shuffle on a cluster does not fix (map outputs arrive in any order).
+    def final_totals(df):
+        return df.dropna(subset=["key"]).groupby("key")["total"].max().to_dict()
+    assert final_totals(output) == final_totals(losers)
     coord.cleanup(2)
     assert location_objects(loc, "sums") == referenced_objects(loc, coord, 1, 2)
 

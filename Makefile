@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 SECONDS ?= 60
 ARGS ?=
 
-.PHONY: venv test demo demo-library fuzz bench clean
+.PHONY: venv test demo demo-library fuzz bench docs-cli clean
 
 venv: $(STAMP)
 
@@ -41,6 +41,10 @@ fuzz: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench $(ARGS)
+
+# docs/cli.md, regenerated from the antkv command's parser (tests/test_docs_cli.py checks it)
+docs-cli: $(STAMP)
+	$(PY) tests/test_docs_cli.py --write
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -10,7 +10,10 @@ Rules a documentation writer follows:
   may use the database an earlier block made); each shell command line runs on its own and must
   exit 0 unless the line ends with ``# exit N``;
 * a block that is not meant to run alone carries the marker line ``<!-- doc-test: not run:
-  REASON -->`` right before its fence; :data:`MAX_NOT_RUN` keeps that list tiny.
+  REASON -->`` right before its fence; :data:`MAX_NOT_RUN` keeps that list tiny;
+* a page whose blocks are steps that build on each other in one Spark session (the tutorial)
+  carries :data:`ONE_SESSION`: ``tests/test_spark_docs.py`` runs it, in order, in the tests'
+  shared Spark session, and this module leaves it alone.
 
 Shell blocks with other commands (``make``, ``python -m bench``) are not run: they are listed
 by :func:`test_what_runs` so a new one is seen.
@@ -29,6 +32,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_RUN = "<!-- doc-test: not run:"
+ONE_SESSION = "<!-- doc-test: one Spark session:"
 MAX_NOT_RUN = 2
 SHELL_COMMANDS = {"antkv", "printf", "echo", "cat"}
 FENCE = re.compile(r"^```(\w*)\s*$")
@@ -78,7 +82,12 @@ def _env() -> dict:
     return dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT)
 
 
-@pytest.mark.parametrize("path", _docs(), ids=lambda p: os.path.relpath(p, ROOT))
+def _standalone_docs() -> list[str]:
+    """The pages whose blocks run alone (a one-session page is tests/test_spark_docs.py's)."""
+    return [p for p in _docs() if ONE_SESSION not in open(p, encoding="utf-8").read()]
+
+
+@pytest.mark.parametrize("path", _standalone_docs(), ids=lambda p: os.path.relpath(p, ROOT))
 def test_doc_blocks_run(path, tmp_path):
     env = _env()
     rel = os.path.relpath(path, ROOT)

@@ -64,7 +64,7 @@ def options_from(args, **fixed):
     """The :class:`antkv.Options` of ``-o NAME=VALUE`` arguments, then ``fixed``."""
     from ..options import Options
 
-    from .. import options_file
+    from ..db.files import options_file
 
     fields = {}
     db = getattr(args, "db", None)
@@ -351,7 +351,7 @@ def cmd_get_property(args, out: Output) -> int:
     with open_db(args, read_only=True) as db:
         value = db.property(args.name)
     if value is None:
-        from ..stats import PROPERTY_NAMES, closest_property
+        from ..db.stats import PROPERTY_NAMES, closest_property
 
         close = closest_property(args.name)
         hint = f"did you mean {close!r}? " if close else ""

@@ -139,7 +139,7 @@ def cmd_ingest(args, out: Output) -> int:
 
 
 def cmd_write_sst(args, out: Output) -> int:
-    from ..external_file import SstFileWriter
+    from ..db.sst_file_writer import SstFileWriter
 
     if os.path.lexists(args.output):
         raise UsageError(f"{args.output} exists: write-sst never overwrites a file")

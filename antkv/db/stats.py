@@ -8,14 +8,14 @@ value log's non-garbage bytes.
 
 from __future__ import annotations
 
-from . import lifetime
+from .files import stats_file
 
 import os
 
-from .base.filenames import CURRENT, parse_file_name, table_file_name, vlog_file_name
-from .base.progress import progress_callback
-from .errors import IOError as AntIOError
-from .hygiene import lost_usage
+from ..base.filenames import CURRENT, parse_file_name, table_file_name, vlog_file_name
+from ..base.progress import progress_callback
+from ..errors import IOError as AntIOError
+from .files.unaccounted import lost_usage
 
 
 # The names ``db.property`` knows (``rocksdb.`` may stand for ``antkv.``); any other is None,
@@ -64,8 +64,8 @@ def new_stats() -> dict:
         "slowdowns": 0,
         "vlog_files_deleted": 0,
         "files_removed_at_open": [],
-        "recovery_dropped": [],  # what the WAL recovery mode dropped at open (antkv/replay.py)
-        "options_changed": [],  # compatible changes from the OPTIONS file at open (options_file.py)
+        "recovery_dropped": [],  # what the WAL recovery mode dropped at open (antkv/db/files/wal_replay.py)
+        "options_changed": [],  # compatible changes from the OPTIONS file at open (antkv/db/files/options_file.py)
     }
 
 
@@ -150,7 +150,7 @@ class Statistics:
         s["pending_compaction_bytes"] = self._pending_compaction_bytes(version)
         s["live_snapshots"] = len(self._snapshots)
         s["last_sequence"] = self._last_seq
-        s["lifetime"] = lifetime.figures(self._lifetime_base, s)
+        s["lifetime"] = stats_file.figures(self._lifetime_base, s)
         s["files_removed_at_open"] = list(s["files_removed_at_open"])
         s["recovery_dropped"] = list(s["recovery_dropped"])
         files, size = lost_usage(self._fs, self.path)
@@ -171,7 +171,7 @@ class Statistics:
 
     def _pending_compaction_bytes(self, version) -> int:
         """Bytes above the level targets (RocksDB's estimate, simplified)."""
-        from .compaction.picker import level_target
+        from ..compaction.picker import level_target
 
         opts = self.options
         pending = 0
@@ -215,8 +215,8 @@ class Statistics:
 
     def _verify_files(self, progress=None) -> dict:
         """Read every table and value-log file, checking every checksum (a step: one file)."""
-        from .sst.reader import TableReader
-        from .vlog.reader import verify_file
+        from ..sst.reader import TableReader
+        from ..vlog.reader import verify_file
 
         report = progress_callback(progress)
         fs = self._fs
@@ -268,9 +268,9 @@ class Statistics:
         and decoding its batch: ``{"wal_files", "wal_records", "wal_entries"}``.  A torn last
         record (a write in flight, or what a crash left for recovery to drop) is not counted;
         damage before intact records is a CorruptionError."""
-        from .base.filenames import wal_file_name
-        from .record.batch import decode_batch
-        from .record.log_format import LogReader
+        from ..base.filenames import wal_file_name
+        from ..record.batch import decode_batch
+        from ..record.log_format import LogReader
 
         with self._mutex:
             log_number = self._versions.log_number

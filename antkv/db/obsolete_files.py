@@ -11,8 +11,8 @@ the next open.
 
 from __future__ import annotations
 
-from .base.filenames import table_file_name, vlog_file_name, wal_file_name
-from .manifest.version_edit import VersionEdit
+from ..base.filenames import table_file_name, vlog_file_name, wal_file_name
+from ..manifest.version_edit import VersionEdit
 
 
 def _remove(fs, path: str) -> None:

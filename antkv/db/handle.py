@@ -30,46 +30,46 @@ import weakref
 from typing import Iterator
 
 from .background import Background
-from .base.dbformat import CHECK_INVARIANTS, DELETION, EXPIRING, MERGE, RANGE_DELETION, VALUE, VALUE_POINTER
-from .base.expiry import HEAD_SIZE, encode_expiring, live_inner, now_ms
-from .base.filenames import wal_file_name
-from .base.merge_operator import missing_operator
+from ..base.dbformat import CHECK_INVARIANTS, DELETION, EXPIRING, MERGE, RANGE_DELETION, VALUE, VALUE_POINTER
+from ..base.expiry import HEAD_SIZE, encode_expiring, live_inner, now_ms
+from ..base.filenames import wal_file_name
+from ..base.merge_operator import missing_operator
 from .checkpoint import Checkpoints
-from .compaction.run import CompactionEnv
-from .compaction.worker import JobRunner
-from .errors import BackgroundError, DBClosedError, Error, InvalidArgumentError, ReadOnlyError
+from ..compaction.run import CompactionEnv
+from ..compaction.worker import JobRunner
+from ..errors import BackgroundError, DBClosedError, Error, InvalidArgumentError, ReadOnlyError
 from .ingest import Ingestion, check_paths, check_range
-from .write_buffer_accounting import WriteBufferAccounting
+from .write_path import WriteBufferAccounting
 from .write_limits import CHECK_ABOVE as _CHECK_ABOVE
 from .write_limits import check_ops
-from .errors import IOError as AntIOError
-from .fs import default_file_system
-from .fs.pinned import PinnedFileSystem
-from .hygiene import empty_lost
-from .manifest.table_cache import TableCache
-from .manifest.version_edit import VersionEdit
-from .manifest.version_set import VersionSet
-from .memory.cache import Cache
-from .memtable.memtable import MemTable
-from .memtable.memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
-from .memtable.memtable import TUPLE_VERSIONS as _TUPLE_VERSIONS
-from .memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
-from .obsolete import ObsoleteFiles
-from .options import Options, WriteOptions, resolve_open_args, resolve_write_flags
-from .read.iterators import DBIterator, scan_range, yielded_shape
-from .read.key_versions import KeyVersion, key_versions
-from .read.read_view import ReadView, SuperVersion, prefetch_threads
-from .read.sizes import approximate_size
-from .read.snapshot import Snapshot, SnapshotList
-from .record.batch import SINGLE_RECORD
-from .record.batch import WriteBatch, as_bytes, encode_batch
-from .record.log_format import HEADER, LEN_MUL, LEN_XOR, LogWriter, checksum, frame
+from ..errors import IOError as AntIOError
+from ..fs import default_file_system
+from ..fs.pinned import PinnedFileSystem
+from .files.unaccounted import empty_lost
+from ..manifest.table_cache import TableCache
+from ..manifest.version_edit import VersionEdit
+from ..manifest.version_set import VersionSet
+from ..memory.cache import Cache
+from ..memtable.memtable import MemTable
+from ..memtable.memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
+from ..memtable.memtable import TUPLE_VERSIONS as _TUPLE_VERSIONS
+from ..memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
+from .obsolete_files import ObsoleteFiles
+from ..options import Options, WriteOptions, resolve_open_args, resolve_write_flags
+from ..read.iterators import DBIterator, scan_range, yielded_shape
+from ..read.key_versions import KeyVersion, key_versions
+from ..read.read_view import ReadView, SuperVersion, prefetch_threads
+from ..read.sizes import approximate_size
+from ..read.snapshot import Snapshot, SnapshotList
+from ..record.batch import SINGLE_RECORD
+from ..record.batch import WriteBatch, as_bytes, encode_batch
+from ..record.log_format import HEADER, LEN_MUL, LEN_XOR, LogWriter, checksum, frame
 from .read_only import open_read_only
 from .recovery import Recovery
 from .resume import Resume
 from .stats import Statistics, new_stats
-from .vlog.reader import ValueLogReader
-from .vlog.writer import ValueLogWriter
+from ..vlog.reader import ValueLogReader
+from ..vlog.writer import ValueLogWriter
 
 _SINGLE_RECORD_PACK = SINGLE_RECORD.pack  # a one-record write batch header (batch.py)
 _FRAME_HEADER_PACK = HEADER.pack  # the log record header (log_format.py)
@@ -93,15 +93,15 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
     def __init__(self, path: str, options: Options):
         """Declares every field of the database, grouped by the lock that guards it (the lock
         order: ``_write_lock``, ``_compaction_lock``, ``_mutex``; docs/impl.md section 4), then
-        opens it (``_open_db``, :mod:`antkv.recovery`, fills in what the directory holds).
+        opens it (``_open_db``, :mod:`antkv.db.recovery`, fills in what the directory holds).
 
         ``DB`` is one class whose methods live in several modules, as RocksDB's ``DBImpl`` and
         Pebble's ``DB`` do: this one (the API, the write path, memtable switch, value-log
-        rotation) and its bases :class:`~antkv.recovery.Recovery` (open, close),
-        :class:`~antkv.background.Background` (flush, compaction, GC),
-        :class:`~antkv.obsolete.ObsoleteFiles`, :class:`~antkv.checkpoint.Checkpoints`,
-        :class:`~antkv.ingest.Ingestion` and
-        :class:`~antkv.stats.Statistics`.  Every field is declared here and nowhere else."""
+        rotation) and its bases :class:`~antkv.db.recovery.Recovery` (open, close),
+        :class:`~antkv.db.background.Background` (flush, compaction, GC),
+        :class:`~antkv.db.obsolete_files.ObsoleteFiles`, :class:`~antkv.db.checkpoint.Checkpoints`,
+        :class:`~antkv.db.ingest.Ingestion` and
+        :class:`~antkv.db.stats.Statistics`.  Every field is declared here and nowhere else."""
         self.path = path
         self.options = options
         fs = options.file_system or default_file_system()
@@ -120,8 +120,8 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         self._wbm = options.write_buffer_manager
         self._min_blob_size = options.min_blob_size if options.enable_blob_files else 1 << 62  # never reached
         self._stats = new_stats()  # counters: each is written by one thread at a time
-        self._lifetime_base: dict = {}  # the STATS file's counters, loaded at open (lifetime.py)
-        self._info_log = None  # the LOG file (info_log.py); None when read-only; its own lock
+        self._lifetime_base: dict = {}  # the STATS file's counters, loaded at open (db/files/stats_file.py)
+        self._info_log = None  # the LOG file (db/files/info_log.py); None when read-only; its own lock
         self._snapshots = SnapshotList()  # its own lock
         self._live_views: "weakref.WeakSet[SuperVersion]" = weakref.WeakSet()  # super versions in use
         self._jobs = JobRunner(  # flush and compaction jobs (recovery flushes too)
@@ -163,7 +163,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
 
         # --- _compaction_lock: one compaction, compact_range or GC at a time ---
         self._compaction_lock = threading.Lock()
-        self._compact_cursor: dict[int, bytes] = {}  # level -> round-robin position (background.py)
+        self._compact_cursor: dict[int, bytes] = {}  # level -> round-robin position (db/background.py)
 
         # --- _mutex (and _bg_cv): versions, immutable memtables, the read view, background state ---
         self._mutex = threading.RLock()
@@ -448,7 +448,7 @@ class DB(Recovery, Background, ObsoleteFiles, Checkpoints, Ingestion, Statistics
         """Make the names of the WALs created by switches durable (docs/durability.md section 4)."""
         if self._wal_names_unsynced:  # no switch adds one meanwhile: every caller holds a lock it takes
             if self._info_log is not None:
-                self._info_log.sync()  # the LOG names these WALs: it lasts as long as they do (hygiene.py)
+                self._info_log.sync()  # the LOG names these WALs: it lasts as long as they do (db/files/unaccounted.py)
             self._fs.sync_dir(self.path)
             self._wal_names_unsynced = set()
 

@@ -19,8 +19,8 @@ A ``CorruptionError`` is never resumed from: the database must be closed and rep
 
 from __future__ import annotations
 
-from .errors import BackgroundError, CorruptionError, DBClosedError, ReadOnlyError
-from .manifest.version_edit import VersionEdit
+from ..errors import BackgroundError, CorruptionError, DBClosedError, ReadOnlyError
+from ..manifest.version_edit import VersionEdit
 
 
 class Resume:
@@ -28,7 +28,7 @@ class Resume:
 
     def resume(self) -> None:
         """Clear a background error whose cause is gone; a no-op without one."""
-        from .vlog.writer import ValueLogWriter
+        from ..vlog.writer import ValueLogWriter
 
         if self._closed:
             raise DBClosedError(f"database {self.path} is closed")

@@ -28,11 +28,11 @@ from __future__ import annotations
 import os
 import uuid
 
-from .base.filenames import manifest_file_name, table_file_name, vlog_file_name, wal_file_name
-from .base.progress import progress_callback
-from .errors import InvalidArgumentError
-from .manifest.version_set import VersionSet, set_current_file
-from .record.log_format import LogWriter
+from ..base.filenames import manifest_file_name, table_file_name, vlog_file_name, wal_file_name
+from ..base.progress import progress_callback
+from ..errors import InvalidArgumentError
+from ..manifest.version_set import VersionSet, set_current_file
+from ..record.log_format import LogWriter
 
 
 class Checkpoints:
@@ -90,7 +90,7 @@ class Checkpoints:
         cvs.next_file_number = next_file + 2
         cvs.log_number = next_file  # an empty WAL of this number is written below: recovery wants it
         cvs.last_sequence = last_sequence
-        from .manifest.version_set import VlogFileState
+        from ..manifest.version_set import VlogFileState
 
         cvs.vlogs = {n: VlogFileState(n, total, garbage, True) for n, (total, garbage) in vlogs.items()}
         edit = cvs.snapshot_edit(sv.version)

@@ -7,7 +7,7 @@ does both, flushes first; with 0 the writer runs ``_do_all_work`` inline.  Flush
 moves forward); one compaction runs at a time (``_compaction_lock``: also taken by
 ``compact_range`` and ``gc_value_log``).  The jobs themselves may run in a worker process
 (:mod:`antkv.compaction.worker`).  After each step, ``_delete_obsolete_files``
-(:mod:`antkv.obsolete`) deletes the files nothing can read any more.
+(:mod:`antkv.db.obsolete_files`) deletes the files nothing can read any more.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import time
 
 import logging
 
-from .base.filenames import table_file_name
-from .base.progress import progress_callback
-from .compaction import picker
-from .compaction.flush import write_level0_table
-from .compaction.run import run_compaction
-from .errors import BackgroundError, DBClosedError
-from .errors import IOError as AntIOError
-from .manifest.version_edit import VersionEdit
+from ..base.filenames import table_file_name
+from ..base.progress import progress_callback
+from ..compaction import picker
+from ..compaction.flush import write_level0_table
+from ..compaction.run import run_compaction
+from ..errors import BackgroundError, DBClosedError
+from ..errors import IOError as AntIOError
+from ..manifest.version_edit import VersionEdit
 
 log = logging.getLogger("antkv")
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import logging
 
-from .base.filenames import STATS, stats_file_name
-from .base.json_file import read_json_file, write_json_file
-from .errors import CorruptionError
+from ...base.filenames import STATS, stats_file_name
+from ...base.json_file import read_json_file, write_json_file
+from ...errors import CorruptionError
 
 log = logging.getLogger("antkv")
 

@@ -17,6 +17,6 @@ machinery around them (``docs/impl.md`` draws the map):
 """
 
 from .handle import DB, open
-from .handle import DEFAULT_CACHE_CAPACITY, DEFAULT_CACHE_POLICY
+from .state import DEFAULT_CACHE_CAPACITY, DEFAULT_CACHE_POLICY
 
 __all__ = ["DB", "open", "DEFAULT_CACHE_CAPACITY", "DEFAULT_CACHE_POLICY"]

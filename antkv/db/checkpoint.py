@@ -33,10 +33,11 @@ from ..base.progress import progress_callback
 from ..errors import InvalidArgumentError
 from ..manifest.version_set import VersionSet, set_current_file
 from ..record.log_format import LogWriter
+from .write_path import WritePath
 
 
-class Checkpoints:
-    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): consistent copies."""
+class Checkpoints(WritePath):
+    """Part of :class:`~antkv.db.DB`: consistent copies (calls :class:`~antkv.db.write_path.WritePath`)."""
 
     def _create_checkpoint(self, directory: str, progress=None) -> None:
         report = progress_callback(progress)
@@ -50,7 +51,7 @@ class Checkpoints:
         if fs.exists(directory):
             raise InvalidArgumentError(f"checkpoint directory {directory} already exists")
         tmp = f"{directory}.antkv-checkpoint-{uuid.uuid4().hex[:16]}"
-        self.flush(wait=True)
+        self._flush(wait=True)
         with self._write_lock:
             self._check_writable()
             if self._vlog is not None and self._vlog.num_records > 0:

@@ -58,6 +58,7 @@ from ..sst.reader import TableReader
 from ..vlog.pointer import decode_pointer
 from ..vlog.format import FILE_HEADER_SIZE, FOOTER_SIZE, decode_file_header, decode_footer
 from ..vlog.reader import verify_file
+from .write_path import WritePath
 
 _SOURCE_LEVELS = 256  # a MANIFEST level is a u8: any source database's levels fit
 
@@ -84,8 +85,8 @@ class _Incoming:
         self.level = 0
 
 
-class Ingestion:
-    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): ingestion."""
+class Ingestion(WritePath):
+    """Part of :class:`~antkv.db.DB`: ingestion (calls :class:`~antkv.db.write_path.WritePath`)."""
 
     # ------------------------------------------------------------------ external tables
 

@@ -57,12 +57,14 @@ from ..memtable.memtable import MemTable
 from .read_only import WriterMovedOn, manifest_state
 from ..record.log_format import LogWriter
 from .files.wal_replay import Replay, active_vlog_length
+from .stats import Statistics
+from .write_path import WritePath
 
 log = logging.getLogger("antkv")
 
 
-class Recovery:
-    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): opening and closing."""
+class Recovery(WritePath, Statistics):
+    """Part of :class:`~antkv.db.DB`: opening and closing (calls :class:`~antkv.db.write_path.WritePath` and :class:`~antkv.db.stats.Statistics`)."""
 
     def _open_db(self) -> None:
         opts = self.options

@@ -16,6 +16,7 @@ from ..base.filenames import CURRENT, parse_file_name, table_file_name, vlog_fil
 from ..base.progress import progress_callback
 from ..errors import IOError as AntIOError
 from .files.unaccounted import lost_usage
+from .state import DBState
 
 
 # The names ``db.property`` knows (``rocksdb.`` may stand for ``antkv.``); any other is None,
@@ -43,30 +44,6 @@ def closest_property(name: str) -> str | None:
         name = "antkv." + name[len(ROCKSDB_PREFIX):]
     close = difflib.get_close_matches(name, PROPERTY_NAMES, n=1, cutoff=0.6)
     return close[0] if close else None
-
-
-def new_stats() -> dict:
-    """Fresh counters for ``db.stats()`` (each is written by one thread at a time)."""
-    return {
-        "user_bytes_written": 0,
-        "wal_bytes_written": 0,
-        "flush_bytes_written": 0,
-        "compaction_bytes_written": 0,
-        "compaction_bytes_read": 0,
-        "vlog_bytes_written": 0,
-        "gc_bytes_relocated": 0,
-        "manifest_bytes_written": 0,
-        "flushes": 0,
-        "compactions": 0,
-        "trivial_moves": 0,
-        "tables_dropped_by_range_tombstones": 0,
-        "stalls": 0,
-        "slowdowns": 0,
-        "vlog_files_deleted": 0,
-        "files_removed_at_open": [],
-        "recovery_dropped": [],  # what the WAL recovery mode dropped at open (antkv/db/files/wal_replay.py)
-        "options_changed": [],  # compatible changes from the OPTIONS file at open (antkv/db/files/options_file.py)
-    }
 
 
 def format_stats(s: dict) -> str:
@@ -97,8 +74,8 @@ def format_stats(s: dict) -> str:
     return "\n".join(lines)
 
 
-class Statistics:
-    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): statistics, properties, verification."""
+class Statistics(DBState):
+    """Part of :class:`~antkv.db.DB`: statistics, properties, verification (calls only :class:`~antkv.db.state.DBState`)."""
 
     def _collect_stats(self) -> dict:
         s = dict(self._stats)

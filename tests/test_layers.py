@@ -233,7 +233,7 @@ def test_the_checks_catch_what_they_claim():
     assert layer_of("antkv.base.dbformat") < layer_of("antkv.fs.posix") < layer_of("antkv.sst.reader")
     assert layer_of("antkv.manifest.version_set") < layer_of("antkv.compaction.picker") < layer_of("antkv.db")
     assert layer_of("antkv") > layer_of("antkv.db")
-    assert layer_of("antkv.db.files.info_log") < layer_of("antkv.db.state") < layer_of("antkv.db.handle") == layer_of("antkv.db")
+    assert layer_of("antkv.db.files.info_log") < layer_of("antkv.db.state") < layer_of("antkv.db.database") == layer_of("antkv.db")
     assert _part_calls_outside_bases("class DBState:\n    def __init__(self):\n        self._a = 1\n"
                                      "class P(DBState):\n    def f(self):\n        return self._a\n"
                                      "class Q(DBState):\n    def g(self):\n        return self.f()\n") == [("Q", "f", 9)]

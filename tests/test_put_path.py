@@ -1,6 +1,6 @@
 """``DB.put`` is written out flat: it builds the WAL frame and inserts into the memtable itself
 instead of calling ``encode_batch``/``frame`` and ``MemTable.add_batch`` as every other write
-does (``antkv/db/handle.py``).  These tests pin that copy to the general path: the same puts,
+does (``antkv/db/database.py``).  These tests pin that copy to the general path: the same puts,
 one through ``db.put`` and one as a one-put ``WriteBatch`` through ``db.write``, must leave the
 same WAL bytes, the same value-log bytes and the same memtable entries (versions, older
 versions, pending keys, memory, the write buffer manager's count), whatever the keys, values

@@ -3,7 +3,7 @@
 ``antkv.open`` and ``antkv.DB`` are the public names; the modules here are the engine's
 machinery around them (``docs/impl.md`` draws the map):
 
-* :mod:`~antkv.db.handle` -- ``DB`` and ``open``: the write API, maintenance, closing;
+* :mod:`~antkv.db.database` -- ``DB`` and ``open``: the write API, maintenance, closing;
 * :mod:`~antkv.db.state` -- ``DBState``: every field the parts share, grouped by the lock that
   guards it, and the few primitives all of them use;
 * the parts, each a base class of ``DB`` that inherits the parts it calls (so calls go one way,
@@ -16,7 +16,7 @@ machinery around them (``docs/impl.md`` draws the map):
   :mod:`~antkv.db.sst_file_writer`.
 """
 
-from .handle import DB, open
+from .database import DB, open
 from .state import DEFAULT_CACHE_CAPACITY, DEFAULT_CACHE_POLICY
 
 __all__ = ["DB", "open", "DEFAULT_CACHE_CAPACITY", "DEFAULT_CACHE_POLICY"]

@@ -239,7 +239,7 @@ class ReadAPI(DBState):
             self._snapshots.add(snap.sequence)
             return snap
 
-    # the mapping protocol's reads (its writes are the handle's)
+    # the mapping protocol's reads (its writes are DB's, in database.py)
     def __getitem__(self, key) -> bytes:
         v = self.get(key)
         if v is None:

@@ -1,7 +1,7 @@
 """``DBState``: the fields every part of a :class:`~antkv.db.DB` shares, in one declared place.
 
 A ``DB`` is one object whose methods live in several modules (as RocksDB's ``DBImpl`` and
-Pebble's ``DB`` are): the handle (:mod:`antkv.db.handle`) and its parts, each a class in its own
+Pebble's ``DB`` are): the handle (:mod:`antkv.db.database`) and its parts, each a class in its own
 module.  Every part derives from :class:`DBState`, so from any part a reader (or an IDE) sees
 what ``self._bg_cv`` is: :meth:`DBState.__init__` declares every field, typed, grouped by the
 lock that guards it, and no other method creates one.

@@ -1,7 +1,7 @@
 """The write path below the API: writing a batch, the active value-log file, and making room.
 
 :class:`WritePath` is the part of :class:`~antkv.db.DB` every write goes through (the put fast
-path in :mod:`antkv.db.handle` calls the same pieces), all under ``_write_lock``:
+path in :mod:`antkv.db.database` calls the same pieces), all under ``_write_lock``:
 
 * :meth:`~WritePath._write_ops` writes a batch: large values to the value log, ONE framed WAL
   record, the memtable insert, the new last sequence number;

@@ -15,9 +15,9 @@ from typing import Iterable, Iterator
 
 from .. import errors
 from ..base.filenames import current_file_name, parse_file_name
-from .codec import Codec, UsageError
+from .byte_encoding import Codec, UsageError
 from .dumps import dump_manifest, dump_wal
-from .progress import progress, step_bar
+from .progress_bars import progress, step_bar
 
 EXIT_OK = 0
 EXIT_ERROR = 1

@@ -230,7 +230,7 @@ def test_the_checks_catch_what_they_claim():
     assert find_cycle({"a": ["b"], "b": ["c"], "c": ["a"]}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": ["b"], "b": [], "c": ["a", "b"]}) is None
     # ...and the layers order the tree: the bottom cannot see the top
-    assert layer_of("antkv.base.dbformat") < layer_of("antkv.fs.posix") < layer_of("antkv.sst.reader")
+    assert layer_of("antkv.base.dbformat") < layer_of("antkv.fs.os_file_system") < layer_of("antkv.sst.reader")
     assert layer_of("antkv.manifest.version_set") < layer_of("antkv.compaction.picker") < layer_of("antkv.db")
     assert layer_of("antkv") > layer_of("antkv.db")
     assert layer_of("antkv.db.files.info_log") < layer_of("antkv.db.state") < layer_of("antkv.db.database") == layer_of("antkv.db")
@@ -376,3 +376,12 @@ def test_db_parts_call_one_way():
     parts = [v for m in db_modules for v in vars(importlib.import_module(m)).values()
              if isinstance(v, type) and issubclass(v, DBState)]
     assert len(parts) >= 12 and all(cls in DB.__mro__ for cls in parts), parts
+
+
+def test_no_module_shadows_the_standard_library():
+    """A module named as a standard-library one (``posix``, ``inspect``) is the one a reader,
+    a debugger or a script run from its directory finds instead of the standard library's."""
+    import sys
+
+    bad = sorted(m for m in MODULES if m.rpartition(".")[2] in sys.stdlib_module_names)
+    assert not bad, f"rename: {bad}"

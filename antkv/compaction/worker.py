@@ -201,7 +201,7 @@ class JobRunner:
 
     def would_use_workers(self) -> bool:
         """Whether background jobs of this database would run in worker processes."""
-        from ..fs.posix import OSFileSystem
+        from ..fs.os_file_system import OSFileSystem
 
         o = self._options
         return (
@@ -218,7 +218,7 @@ class JobRunner:
 
     def _uses_workers(self) -> bool:
         """Whether this thread's jobs go to worker processes."""
-        from ..fs.posix import OSFileSystem
+        from ..fs.os_file_system import OSFileSystem
 
         o = self._options
         return (

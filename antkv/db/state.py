@@ -6,9 +6,9 @@ module.  Every part derives from :class:`DBState`, so from any part a reader (or
 what ``self._bg_cv`` is: :meth:`DBState.__init__` declares every field, typed, grouped by the
 lock that guards it, and no other method creates one.
 
-The lock order: ``_write_lock`` before ``_checkpoint_lock`` before ``_compaction_lock`` before
-``_mutex`` (docs/impl.md section 4).  A field marked *no lock* is set here or at open and only
-read afterwards, or guards itself.
+The lock order: ``_checkpoint_lock`` (held across a whole checkpoint, which takes the others)
+before ``_write_lock`` before ``_compaction_lock`` before ``_mutex`` (docs/impl.md section 4).
+A field under *no lock* is set here or at open and only read afterwards, or guards itself.
 
 ``DBState`` also holds the primitives every part uses -- the open/writable checks, the
 background error, the LOG line, syncing the WAL, logging a MANIFEST edit and publishing a read

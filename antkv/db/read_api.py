@@ -16,7 +16,8 @@ from ..base.dbformat import DELETION, EXPIRING, MERGE, VALUE, VALUE_POINTER
 from ..base.expiry import live_inner, now_ms
 from ..base.merge_operator import missing_operator
 from ..errors import InvalidArgumentError
-from ..read.iterators import DBIterator, scan_range, yielded_shape
+from ..read.iterators import DBIterator
+from ..read.scan_arguments import scan_range, yielded_shape
 from ..read.key_versions import KeyVersion, key_versions
 from ..read.read_view import ReadView
 from ..read.sizes import approximate_size

@@ -23,7 +23,7 @@ from .errors import (
     ReadOnlyError,
 )
 from .base.merge_operator import AppendOperator
-from .external_file import SstFileWriter
+from .db.sst_file_writer import SstFileWriter
 from .memory.cache import Cache
 from .memory.write_buffer_manager import WriteBufferManager, shared_memory
 from .options import Options, WriteOptions

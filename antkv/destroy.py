@@ -13,7 +13,7 @@ import os
 
 from .base.filenames import CURRENT, CURRENT_TMP, INFO_LOG, LOCK, OPTIONS, STATS, lock_file_name, parse_file_name
 from .errors import InvalidArgumentError
-from .hygiene import check_is_antkv
+from .db.files.unaccounted import check_is_antkv
 from .options import check_path
 
 # names a database directory holds besides numbered files (with their .tmp and rotated forms)

@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import InvalidArgumentError
 
-# Options.wal_recovery_mode: RocksDB's WALRecoveryMode names (antkv/replay.py says what each keeps)
+# Options.wal_recovery_mode: RocksDB's WALRecoveryMode names (antkv/db/files/wal_replay.py says what each keeps)
 TOLERATE_CORRUPTED_TAIL = "tolerate_corrupted_tail_records"
 ABSOLUTE_CONSISTENCY = "absolute_consistency"
 POINT_IN_TIME = "point_in_time_recovery"

@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from .base.filenames import CURRENT, MANIFEST, TABLE, VLOG, WAL, lock_file_name, parse_file_name, table_file_name, vlog_file_name, wal_file_name
 from .errors import CorruptionError, InvalidArgumentError
 from .errors import IOError as AntIOError
-from .hygiene import antkv_evidence, check_is_antkv, keep_copy, move_aside
+from .db.files.unaccounted import antkv_evidence, check_is_antkv, keep_copy, move_aside
 from .manifest.version_edit import FileMetaData, VersionEdit
 from .manifest.version_set import VersionSet
 from .record.log_format import LogReader

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from antkv.fs.posix import OSFileSystem  # noqa: E402
+from antkv.fs.os_file_system import OSFileSystem  # noqa: E402
 from antkv.vlog import ValueLogReader, ValueLogWriter, decode_pointer, vlog_file_name  # noqa: E402
 
 MiB = 1 << 20

@@ -96,6 +96,15 @@ class Model:
         for r in recs:
             r[1] = t
 
+    def forget(self, recs: list) -> None:
+        """Writes that did not happen: each record leaves its key's history (the last there:
+        only the key's owner appends, and it began no other write meanwhile)."""
+        for rec in recs:
+            for h in self.hist:
+                if h.ops and h.ops[-1] is rec:
+                    h.ops.pop()
+                    break
+
     def abandon(self, recs: list) -> None:
         """The write raised: it may or may not have happened; it stays "in flight" forever
         (a later read may see either answer)."""
@@ -223,7 +232,11 @@ class Stress:
         try:
             self.retrying(fn)
         except _Stopped:
-            return  # the write may or may not have happened: its records stay in flight
+            # the run ended before the write was tried, or while each try raised DBClosedError:
+            # either way it did not happen (a write that raises DBClosedError is not in the
+            # reopened database: DB.close), so it leaves the logs instead of staying in flight
+            self.model.forget(recs)
+            return
         Model.end(recs)
 
     def reader(self, r: int) -> None:

@@ -561,7 +561,7 @@ class IOEnv:
 def _io_env(base: IOBase, op: str) -> IOEnv:
     if op != "checkpoint":
         return IOEnv(restore_files(base.files), DB, "ckpt")
-    from antkv.fs.posix import OSFileSystem
+    from antkv.fs.os_file_system import OSFileSystem
 
     tmp = tempfile.TemporaryDirectory(prefix="antkv-io-")
     db = os.path.join(tmp.name, DB)

@@ -103,3 +103,15 @@ def spark_cluster(tmp_path_factory):
         yield cluster
     finally:
         cluster.stop()
+
+
+SPARK_FIXTURES = {"spark", "spark_cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under ``pytest -n`` (pytest-xdist, ``--dist loadgroup``), every test that uses a Spark
+    fixture runs in one worker, so they still share one Spark session (and one cluster); the
+    engine's tests spread over the other workers."""
+    for item in items:
+        if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("spark"))

@@ -19,6 +19,7 @@ driver for the cluster runs in a subprocess: ``pytest`` again, on chosen test fi
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -43,6 +44,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _end_with_parent() -> None:
+    """In the child before exec: SIGTERM it when the test process ends, even killed (a session
+    that never reaches the fixture's teardown leaves no cluster behind)."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 @dataclass
 class StandaloneCluster:
     root: str
@@ -55,7 +63,7 @@ class StandaloneCluster:
         log = open(os.path.join(self.root, f"{name}.log"), "wb")
         proc = subprocess.Popen([os.path.join(SPARK_HOME, "bin", "spark-class"), *args], env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                cwd=self.root)
+                                cwd=self.root, preexec_fn=_end_with_parent)
         log.close()
         self.processes.append((name, proc))
 

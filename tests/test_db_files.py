@@ -9,7 +9,7 @@ import os
 import pytest
 
 import antkv
-from antkv.info_log import InfoLog
+from antkv.db.files.info_log import InfoLog
 from antkv.fs.memory import MemoryFileSystem, _err
 
 OPTS = dict(max_background_jobs=0, write_buffer_size=4096, min_blob_size=100, level0_file_num_compaction_trigger=2)

@@ -13,7 +13,7 @@ import antkv
 from antkv.fs.buffered import BufferedWritableFile
 from antkv.fs.fault import FaultInjectionFileSystem
 from antkv.fs.memory import MemoryFileSystem
-from antkv.fs.posix import OSFileSystem
+from antkv.fs.os_file_system import OSFileSystem
 
 
 def test_bytes_offsets_and_sync_on_a_real_file(tmp_path):
@@ -91,7 +91,7 @@ def test_large_appends_on_a_real_file_start_writeback_and_keep_every_byte(tmp_pa
     new bytes back (a hint); the bytes are the ones appended, in order."""
     import sys
 
-    from antkv.fs import posix
+    from antkv.fs import os_file_system
 
     rng = random.Random(11)
     path = str(tmp_path / "w")
@@ -105,6 +105,6 @@ def test_large_appends_on_a_real_file_start_writeback_and_keep_every_byte(tmp_pa
     f.close()
     with open(path, "rb") as fh:
         assert fh.read() == b"".join(expected)
-    assert f.size > 3 * posix.WRITEBACK_BYTES
+    assert f.size > 3 * os_file_system.WRITEBACK_BYTES
     if sys.platform.startswith("linux"):  # where the hint exists (and the benchmarks ran)
-        assert posix._sync_file_range is not None
+        assert os_file_system._sync_file_range is not None

@@ -10,11 +10,15 @@ inside a function (a function-level import hides a dependency, it does not remov
 * **No cycles.** The module graph has no cycle, within a layer either.
 * **One owner per piece of state.** A module does not read or write another module's
   ``_private`` attribute (``db._x`` outside the ``DB`` class, ``reader._index``), nor import a
-  private name from another module.  ``self._x`` is always the module's own: the DB parts
-  (``recovery``, ``background``, ``obsolete``, ``checkpoint``, ``stats``) are base classes of
-  ``DB``, and ``DB.__init__`` declares every field they use.  What is still done is listed in
-  :data:`PRIVATE_ALLOWED`, with the reason; the test fails when an entry is no longer needed, so
-  the list only shrinks.
+  private name from another module.  ``self._x`` is always the module's own: the DB's parts
+  (``antkv.db.background``, ``antkv.db.write_path``, ...) are base classes of ``DB``, and
+  ``DBState.__init__`` (``antkv.db.state``) declares every field they use.  What is still done is
+  listed in :data:`PRIVATE_ALLOWED`, with the reason; the test fails when an entry is no longer
+  needed, so the list only shrinks.
+* **The DB's parts call one way.** Each part derives from the parts it calls: every ``self.x``
+  a part uses is a field ``DBState.__init__`` declares or a method of the part or of one of its
+  bases, and no method but ``DBState.__init__`` creates a field.  So a part never calls a part
+  above it, and a reader (or an IDE) resolves every ``self.x`` from the part's own bases.
 """
 
 from __future__ import annotations
@@ -36,16 +40,20 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("manifest", ("antkv.manifest",)),
     ("read", ("antkv.read",)),
     ("flush and compaction", ("antkv.compaction",)),
+    ("options", ("antkv.options",)),
     (
-        "options and the parts of the DB class",
+        "what the DB's parts use: the directory's own files, read-only opens, write limits, external tables",
+        ("antkv.db.files", "antkv.db.read_only", "antkv.db.write_limits", "antkv.db.sst_file_writer"),
+    ),
+    (
+        "the DB's shared state and its parts (they call one way: test_db_parts_call_one_way)",
         (
-            "antkv.options", "antkv.obsolete", "antkv.background", "antkv.recovery", "antkv.checkpoint",
-            "antkv.stats", "antkv.hygiene", "antkv.replay", "antkv.resume", "antkv.external_file", "antkv.ingest",
-            "antkv.lifetime", "antkv.info_log", "antkv.options_file", "antkv.write_buffer_accounting", "antkv.read_only",
-            "antkv.write_limits",
+            "antkv.db.state", "antkv.db.obsolete_files", "antkv.db.background", "antkv.db.write_path",
+            "antkv.db.value_log_gc", "antkv.db.checkpoint", "antkv.db.ingest", "antkv.db.resume", "antkv.db.stats",
+            "antkv.db.read_api", "antkv.db.recovery",
         ),
     ),
-    ("database", ("antkv.db",)),
+    ("database: the DB handle", ("antkv.db",)),
     ("public API", ("antkv", "antkv.destroy", "antkv.repair")),
     ("spark: the state store and its commit protocol", ("antkv.spark.store",)),
     ("spark: state encodings and views", ("antkv.spark.state",)),
@@ -70,7 +78,6 @@ PRIVATE_CONVENTIONS = {
 # module -> (why, the private names of other owners it still uses); only ever shrinks
 _DB_FIELDS = "works on the database's fields directly instead of through its methods"
 PRIVATE_ALLOWED: dict[str, tuple[str, set[str]]] = {
-    "antkv.db": ("a snapshot's owner and state, read on the read path", {"_released"}),
     "antkv.read.read_view": (
         "a read view reads its database's closed flag, value-log reader, table cache and prefetch pool",
         {
@@ -228,9 +235,15 @@ def test_the_checks_catch_what_they_claim():
     assert find_cycle({"a": ["b"], "b": ["c"], "c": ["a"]}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": ["b"], "b": [], "c": ["a", "b"]}) is None
     # ...and the layers order the tree: the bottom cannot see the top
-    assert layer_of("antkv.base.dbformat") < layer_of("antkv.fs.posix") < layer_of("antkv.sst.reader")
+    assert layer_of("antkv.base.dbformat") < layer_of("antkv.fs.os_file_system") < layer_of("antkv.sst.reader")
     assert layer_of("antkv.manifest.version_set") < layer_of("antkv.compaction.picker") < layer_of("antkv.db")
     assert layer_of("antkv") > layer_of("antkv.db")
+    assert layer_of("antkv.db.files.info_log") < layer_of("antkv.db.state") < layer_of("antkv.db.database") == layer_of("antkv.db")
+    assert _part_calls_outside_bases("class DBState:\n    def __init__(self):\n        self._a = 1\n"
+                                     "class P(DBState):\n    def f(self):\n        return self._a\n"
+                                     "class Q(DBState):\n    def g(self):\n        return self.f()\n") == [("Q", "f", 9)]
+    assert _part_calls_outside_bases("class DBState:\n    def __init__(self):\n        self._a = 1\n"
+                                     "class P(DBState):\n    def f(self):\n        self._b = 2\n") == [("P", "_b", 6)]
     with pytest.raises(AssertionError):
         layer_of("antkv_other.module")
     assert _private_uses_in("antkv.x", "def f(db):\n    return db._mutex\n") == [("_mutex", 2)]
@@ -318,3 +331,62 @@ def test_no_access_to_another_modules_private_names():
     assert not new, "call a method of the owner instead (or, with a reason, add to PRIVATE_ALLOWED):\n" + "\n".join(new)
     stale = sorted(f"{m}: {name}" for (m, name) in allowed - set(found))
     assert not stale, "no longer needed, remove from PRIVATE_ALLOWED:\n" + "\n".join(stale)
+
+
+def _part_calls_outside_bases(sources: dict[str, str] | str) -> list[tuple[str, str, int]]:
+    """``(class, name, line)`` for each ``self.name`` of a class deriving from ``DBState`` that
+    is neither a field ``DBState.__init__`` declares nor a method of the class or its bases (a
+    call to a part it does not derive from), or that creates a field outside ``DBState.__init__``.
+    ``sources``: module name -> source (the classes of all of them resolve together)."""
+    if isinstance(sources, str):
+        sources = {"m": sources}
+    classes = {c.name: c for src in sources.values() for c in ast.walk(ast.parse(src)) if isinstance(c, ast.ClassDef)}
+
+    def ancestors(name: str) -> list[str]:
+        out = [name]
+        for b in classes[name].bases:
+            if isinstance(b, ast.Name) and b.id in classes:
+                out += [a for a in ancestors(b.id) if a not in out]
+        return out
+
+    def self_attrs(node):
+        return [n for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"]
+
+    state = classes["DBState"]
+    init = next(n for n in state.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    fields = {n.attr for n in self_attrs(init) if isinstance(n.ctx, ast.Store)}
+    bad = []
+    for name, cls in classes.items():
+        chain = ancestors(name)
+        if "DBState" not in chain:
+            continue
+        known = fields | {n.name for a in chain for n in classes[a].body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        for n in self_attrs(cls):
+            if n.attr not in known or (isinstance(n.ctx, ast.Store) and n.attr not in fields):
+                bad.append((name, n.attr, n.lineno))
+    return bad
+
+
+def test_db_parts_call_one_way():
+    db_modules = sorted(m for m in MODULES if m == "antkv.db" or m.startswith("antkv.db."))
+    bad = _part_calls_outside_bases({m: open(MODULES[m], encoding="utf-8").read() for m in db_modules})
+    assert not bad, "a part uses what neither its bases nor DBState.__init__ declare (derive from the part it calls):\n" + "\n".join(
+        f"{cls}: self.{name} (line {line} of its module)" for cls, name, line in bad)
+    # every part is a base of DB, directly or through the parts deriving from it
+    import importlib
+
+    from antkv.db import DB
+    from antkv.db.state import DBState
+
+    parts = [v for m in db_modules for v in vars(importlib.import_module(m)).values()
+             if isinstance(v, type) and issubclass(v, DBState)]
+    assert len(parts) >= 12 and all(cls in DB.__mro__ for cls in parts), parts
+
+
+def test_no_module_shadows_the_standard_library():
+    """A module named as a standard-library one (``posix``, ``inspect``) is the one a reader,
+    a debugger or a script run from its directory finds instead of the standard library's."""
+    import sys
+
+    bad = sorted(m for m in MODULES if m.rpartition(".")[2] in sys.stdlib_module_names)
+    assert not bad, f"rename: {bad}"

@@ -22,7 +22,7 @@ import pytest
 
 import antkv
 from antkv.fs.fault import FaultInjectionFileSystem
-from antkv.fs.posix import OSFileSystem
+from antkv.fs.os_file_system import OSFileSystem
 
 BIG = 300  # bytes: above min_blob_size below, so values go to the value log
 

@@ -1,5 +1,5 @@
 """``Options.wal_recovery_mode``: RocksDB's four WAL recovery modes, for the WAL and the active
-value-log file (antkv/replay.py states what each keeps)."""
+value-log file (antkv/db/files/wal_replay.py states what each keeps)."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def test_the_budget_holds_under_default_options(tmp_path):
     the manager's memory must still stay within the budget plus one reservation unit plus the
     chunk one writer reports at once (docs/memory.md).  Before writers waited for flushes
     past the budget, the peak was 1.7-2x the budget."""
-    from antkv.write_buffer_accounting import WBM_REPORT_BYTES
+    from antkv.db.write_path import WBM_REPORT_BYTES
 
     cache, wbm = antkv.shared_memory(8 * 1024 * 1024)
     dbs = [antkv.open(str(tmp_path / f"db{i}"), block_cache=cache, write_buffer_manager=wbm) for i in range(8)]

@@ -18,7 +18,7 @@ import pytest
 
 import antkv
 from antkv.fs.fault import FaultInjectionFileSystem
-from antkv.fs.posix import OSFileSystem
+from antkv.fs.os_file_system import OSFileSystem
 from antkv.spark import CommitCoordinator, Location, StoreOptions, open_store, release_idle_stores
 from antkv.spark.store.keygroups import key_group_range, plan_rescale
 from antkv.spark.store.rescale import open_rescaled_store

@@ -40,3 +40,21 @@ def test_key_history_allows_exactly_the_overlapping_values():
     assert set(h.allowed(6, 7)) == {b"a", b"b"}  # b in flight: either
     assert set(h.allowed(9, 12)) == {b"b", b"c"}  # c never acknowledged: b or c
     assert h.allowed(0, 0) == [None]  # before the first write
+
+
+def test_a_write_the_run_stopped_before_trying_did_not_happen(tmp_path):
+    """The run may end between a writer logging a write and trying it (or while every try met a
+    database being reopened): that write did not happen, and the final check must not fail on it."""
+    from fuzz.stress import Stress
+
+    s = Stress(str(tmp_path / "db"), "default", seed=1, seconds=1.0)
+    try:
+        done = [s.model.begin(3, b"kept")]
+        s._write(done, lambda db: db.put(s.model.keys[3], b"kept"))
+        stopped = [s.model.begin(3, b"never"), s.model.begin(4, None)]
+        s.stop.set()
+        s._write(stopped, lambda db: db.put(s.model.keys[3], b"never"))
+        assert s.model.final_state() == {s.model.keys[3]: b"kept"}
+        assert dict(s.handle().items()) == s.model.final_state()
+    finally:
+        s.handle().close()

@@ -11,7 +11,7 @@ import pytest
 from antkv import CorruptionError, DBClosedError, InvalidArgumentError
 from antkv.fs.fault import FaultInjectionFileSystem
 from antkv.fs.memory import MemoryFileSystem
-from antkv.fs.posix import OSFileSystem
+from antkv.fs.os_file_system import OSFileSystem
 from antkv.errors import IOError as AntIOError
 from antkv.vlog import (
     POINTER_SIZE,

@@ -63,7 +63,7 @@ MERGE = 7
 # ``first_version_of_key & kind``, a C-level bitwise and that must be 1 for any shown kind.
 
 # A MERGE entry is not a value on its own: reads and compaction combine it with the versions
-# below it (antkv/read/merging.py, antkv/compaction/merging.py); the batched scans hand a run
+# below it (antkv/read/merge_visibility.py, antkv/compaction/operand_combining.py); the batched scans hand a run
 # holding one over to the per-entry path.
 
 MAX_KIND = MERGE

@@ -8,7 +8,7 @@ newer than the newest snapshot).  For each user key:
 
 * only the newest version in each stripe is kept -- older ones in the same stripe are invisible
   to every reader (*shadowed*) -- but a MERGE operand shadows nothing: the version below it
-  stays (with a merge operator, :mod:`antkv.compaction.merging` first combines operands);
+  stays (with a merge operator, :mod:`antkv.compaction.operand_combining` first combines operands);
 * a kept version is dropped when a range tombstone newer than it, *in the same stripe*, covers
   it (a tombstone in a newer stripe still lets an older snapshot see the version);
 * on the bottommost level (no older data below the output) a DELETION in stripe 0 is dropped
@@ -28,7 +28,7 @@ from ..base.dbformat import DELETION, EXPIRING, MERGE, VALUE_POINTER
 from ..base.expiry import HEAD_SIZE, expiry_of, pointer_in
 from ..memtable.rangedel import EMPTY, FragmentedRangeTombstones, fragment, truncate
 from ..vlog.pointer import decode_pointer
-from .merging import combine_operands
+from .operand_combining import combine_operands
 
 
 def compaction_stream(
@@ -44,7 +44,7 @@ def compaction_stream(
 ) -> Iterator[tuple[bytes, int, int, bytes]]:
     """Yield ``(key, seq, kind, value)`` of the entries to keep, in internal order.  An
     EXPIRING entry whose expiry is ``<= now`` (ms; 0: nothing expires) becomes a DELETION;
-    ``merge_operator`` combines MERGE operands (:func:`~antkv.compaction.merging.combine_operands`)."""
+    ``merge_operator`` combines MERGE operands (:func:`~antkv.compaction.operand_combining.combine_operands`)."""
     if merge_operator is not None:
         merged = combine_operands(merged, snapshots, frags, bottommost, now, merge_operator)
     cur_key = None

@@ -69,8 +69,10 @@ _LEN = struct.Struct("<Q")
 INLINE_FLUSH_ENTRIES = 50_000
 """A memtable of at most this many keys (and under half the write buffer) is flushed in the
 background thread itself when its worker process is not running yet: starting a process costs
-~0.3 s of CPU, flushing 50,000 keys in-process ~0.1 s (a flush costs ~2 us per key, and much
-less per byte)."""
+more CPU than flushing that many keys in-process (a flush's cost grows with its keys far more
+than with their bytes).  ``python -m bench.bench_small --workloads shortjob fillrandom``
+measures both sides: short jobs that flush small memtables, and a load whose flushes go to the
+worker."""
 HAS_PDEATHSIG = sys.platform.startswith("linux")
 
 
@@ -199,7 +201,7 @@ class JobRunner:
 
     def would_use_workers(self) -> bool:
         """Whether background jobs of this database would run in worker processes."""
-        from ..fs.posix import OSFileSystem
+        from ..fs.os_file_system import OSFileSystem
 
         o = self._options
         return (
@@ -216,7 +218,7 @@ class JobRunner:
 
     def _uses_workers(self) -> bool:
         """Whether this thread's jobs go to worker processes."""
-        from ..fs.posix import OSFileSystem
+        from ..fs.os_file_system import OSFileSystem
 
         o = self._options
         return (
@@ -252,8 +254,9 @@ class JobRunner:
         or here when that is sooner: ``mem`` is small (:meth:`_small`) and the worker is not
         running, or a ``flush(wait=True)`` call waits for it.  A caller that waits writes
         nothing meanwhile, so its memtable is flushed in this process rather than shipped to
-        the worker (serialising it there and back costs ~0.5 us per key: a memtable of 106,000
-        100-byte values flushed in 0.25 s in the worker, ~0.13 s here)."""
+        the worker: serialising it there and back costs more than the flush itself
+        (``python -m bench.bench_small --workloads fillrandom shortjob`` measures flushes both
+        ways)."""
         op = self._options.merge_operator
         if mem.flush_waited:
             return execute_flush(mem, snapshots, self._env(), op, bottommost)

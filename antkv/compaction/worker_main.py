@@ -12,7 +12,7 @@ import gc
 import os
 import sys
 
-from ..fs.posix import OSFileSystem
+from ..fs.os_file_system import OSFileSystem
 from ..manifest.translated_table import open_table_reader
 from .jobs import execute_compaction, execute_flush, memtable_from_payload
 from .outputs import OutputEnv

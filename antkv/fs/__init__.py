@@ -3,7 +3,7 @@
 Every read, write, fsync, rename, hard link and directory sync of the engine goes through a
 :class:`FileSystem`.  Two implementations exist:
 
-* :class:`~antkv.fs.posix.OSFileSystem` -- the real one (``os.open``/``pwrite``/``fsync``,
+* :class:`~antkv.fs.os_file_system.OSFileSystem` -- the real one (``os.open``/``pwrite``/``fsync``,
   directory fsync, atomic ``rename``, ``flock`` for the LOCK file);
 * :class:`~antkv.fs.memory.MemoryFileSystem` -- an in-memory one that remembers what was
   made durable, so a test can simulate a process kill or a power loss exactly;
@@ -29,6 +29,6 @@ __all__ = ["FileLock", "FileSystem", "RandomAccessFile", "WritableFile", "defaul
 
 
 def default_file_system() -> FileSystem:
-    from .posix import OSFileSystem
+    from .os_file_system import OSFileSystem
 
     return OSFileSystem.instance()

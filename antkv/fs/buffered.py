@@ -1,8 +1,8 @@
 """A write buffer in front of a :class:`~antkv.fs.api.WritableFile`: many small appends, few
 system calls.
 
-A table is written as a stream of ~4 KiB blocks; handing each one to the OS costs a system call
-(a few microseconds in Python), a large share of a flush of small entries.  A
+A table is written as a stream of ~4 KiB blocks; handing each one to the OS costs a system call,
+a large share of a flush of small entries (``bench/bench_sst.py`` times a table build).  A
 :class:`BufferedWritableFile` collects appends in memory and hands them to the file in one
 ``append`` once ``capacity`` bytes are waiting, and before every ``sync`` and ``close``.
 

@@ -2,7 +2,7 @@
 
 Every table of a version is opened by :func:`open_table_reader` (the table cache, the worker
 processes and ``verify`` all do).  A table written by this database is a plain
-:class:`~antkv.sst.reader.TableReader`.  A table brought in by ingestion (:mod:`antkv.ingest`)
+:class:`~antkv.sst.reader.TableReader`.  A table brought in by ingestion (:mod:`antkv.db.ingest`)
 keeps the bytes it was written with -- sequence numbers of the database (or the external
 writer) that wrote it, value pointers naming that database's value-log files -- and its
 ``FileMetaData`` carries a *translation* (``seq_offset``, ``vlog_map``; a MANIFEST

@@ -25,7 +25,7 @@ The tags are PART OF THE FILE FORMAT::
                                u32 n | n x (u64 vlog number in the table, u64 vlog number here)
 
 A ``table_translation`` follows the ``new_table`` of the same number in the same edit.  It is
-written only for a table brought in by ingestion (:mod:`antkv.ingest`) whose entries were
+written only for a table brought in by ingestion (:mod:`antkv.db.ingest`) whose entries were
 written in another sequence-number and file-number space: the reader adds ``seq_offset`` to
 every sequence number it reads from the file and renames the value-log files its pointers
 name (``docs/format.md``, "Ingested tables").

@@ -54,7 +54,7 @@ from typing import Any, Hashable
 
 from ..errors import InvalidArgumentError
 from .clock import ClockShard, check_clock_shard
-from .handle import Handle
+from .cache_entry import Handle
 from .lru import LRUShard, check_lru_shard
 
 POLICIES = {"lru": LRUShard, "clock": ClockShard}

@@ -39,7 +39,7 @@ from __future__ import annotations
 import threading
 from itertools import count
 
-from .handle import Handle, counter_value
+from .cache_entry import Handle, counter_value
 from .shard import Shard
 
 

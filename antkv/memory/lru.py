@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 from itertools import count
 
-from .handle import Handle, counter_value
+from .cache_entry import Handle, counter_value
 from .shard import Shard
 
 
@@ -68,7 +68,7 @@ class LRUShard(Shard):
         self.lru_usage = 0  # entries in the LRU list
         self.high_usage = 0  # entries in its high-pool part
         self.detached_usage = 0  # pinned entries no longer in the table (erased or replaced)
-        self.hit_counter = count()  # hits: see antkv.memory.handle.counter_value
+        self.hit_counter = count()  # hits: see antkv.memory.cache_entry.counter_value
         self.count_hit = self.hit_counter.__next__
         self.miss_counter = count()
         self.count_miss = self.miss_counter.__next__

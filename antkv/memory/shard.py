@@ -9,7 +9,7 @@ and ``rejected``.  Methods REQUIRE the shard's ``lock``.
 from __future__ import annotations
 
 from ..errors import MemoryLimitError
-from .handle import Handle
+from .cache_entry import Handle
 
 
 class Shard:

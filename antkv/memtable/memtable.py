@@ -103,8 +103,8 @@ class MemTable:
         return mem
 
     def add(self, seq: int, kind: int, key: bytes, value: bytes) -> int:
-        """Add a point entry; returns the memory it added.  (The DB's put path inlines
-        :meth:`add_batch`.)"""
+        """Add a point entry; returns the memory it added.  (``DB.put`` inlines
+        :meth:`add_batch`; ``tests/test_put_path.py`` keeps the two the same.)"""
         return self.add_batch(seq, ((kind, key, value),))
 
     def add_batch(self, seq: int, ops) -> int:

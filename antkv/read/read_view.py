@@ -34,7 +34,7 @@ from .iterators import (
     visible_backward,
     visible_forward,
 )
-from .merging import merging_backward, merging_forward
+from .merge_visibility import merging_backward, merging_forward
 from .point_get import table_get as point_table_get
 from .runs import (
     entry_runs,

@@ -92,6 +92,10 @@ class Snapshot:
     def released(self) -> bool:
         return self._released
 
+    def readable_by(self, db) -> bool:
+        """Whether ``db`` may read at this snapshot: it took it, and it is not released."""
+        return self._db is db and not self._released
+
     def __enter__(self) -> "Snapshot":
         return self
 

@@ -44,7 +44,8 @@ checksum = xxhash.xxh3_64_intdigest
 
 
 def length_check(length: int) -> int:
-    """The header's check of ``length``.  ``DB.put`` inlines this formula (its hot path)."""
+    """The header's check of ``length``.  ``DB.put`` inlines this formula (its hot path;
+    ``tests/test_put_path.py`` keeps the copy the same)."""
     return ((length ^ LEN_XOR) * LEN_MUL) & 0xFFFFFFFF
 
 

@@ -28,7 +28,7 @@ Commands (``antkv COMMAND --help`` describes each; docs/operations.md is the ope
 Every command takes ``--json`` (one JSON document on stdout; ``scan`` prints JSON lines).
 Keys and values (``get``, ``put``, ``delete``, ``delete-range``, ``scan``) are text by default
 (the exact bytes the shell passed), ``--hex`` or ``--escape`` for exact bytes
-(:mod:`antkv.tools.codec`); ``load`` and ``dump`` use ``--escape`` unless ``--hex`` is given.
+(:mod:`antkv.tools.byte_encoding`); ``load`` and ``dump`` use ``--escape`` unless ``--hex`` is given.
 
 Exit status, for every command: 0 success; 1 an :class:`antkv.Error` (one line on stderr,
 e.g. a ``CorruptionError`` naming file and offset; ``state-verify``: an object missing or
@@ -53,7 +53,7 @@ from typing import Callable, Sequence
 
 from .. import errors
 from . import commands as c
-from .codec import UsageError, escape, unescape  # noqa: F401 - the names tests and users import
+from .byte_encoding import UsageError, escape, unescape  # noqa: F401 - the names tests and users import
 from .ldb_commands import add_ldb_commands
 from .state_commands import add_state_commands
 

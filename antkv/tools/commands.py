@@ -15,9 +15,9 @@ from typing import Iterable, Iterator
 
 from .. import errors
 from ..base.filenames import current_file_name, parse_file_name
-from .codec import Codec, UsageError
+from .byte_encoding import Codec, UsageError
 from .dumps import dump_manifest, dump_wal
-from .progress import progress, step_bar
+from .progress_bars import progress, step_bar
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -64,7 +64,7 @@ def options_from(args, **fixed):
     """The :class:`antkv.Options` of ``-o NAME=VALUE`` arguments, then ``fixed``."""
     from ..options import Options
 
-    from .. import options_file
+    from ..db.files import options_file
 
     fields = {}
     db = getattr(args, "db", None)
@@ -351,7 +351,7 @@ def cmd_get_property(args, out: Output) -> int:
     with open_db(args, read_only=True) as db:
         value = db.property(args.name)
     if value is None:
-        from ..stats import PROPERTY_NAMES, closest_property
+        from ..db.stats import PROPERTY_NAMES, closest_property
 
         close = closest_property(args.name)
         hint = f"did you mean {close!r}? " if close else ""

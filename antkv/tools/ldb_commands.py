@@ -21,7 +21,7 @@ import os
 from typing import Iterable
 
 from ..base.dbformat import VALUE_POINTER
-from .codec import Codec, UsageError
+from .byte_encoding import Codec, UsageError
 from .commands import EXIT_OK, Output, arg_codec, json_codec, cmd_dump_sst as cmd_dump_sst_blocks, done, fs
 from .commands import open_db, options_from, read_pairs
 
@@ -139,7 +139,7 @@ def cmd_ingest(args, out: Output) -> int:
 
 
 def cmd_write_sst(args, out: Output) -> int:
-    from ..external_file import SstFileWriter
+    from ..db.sst_file_writer import SstFileWriter
 
     if os.path.lexists(args.output):
         raise UsageError(f"{args.output} exists: write-sst never overwrites a file")

@@ -20,7 +20,7 @@ import sys
 
 from .. import errors
 from .commands import EXIT_ERROR, EXIT_OK, Output, done
-from .progress import step_bar
+from .progress_bars import step_bar
 
 
 def existing_location(uri: str):

@@ -21,7 +21,7 @@ import json
 import os
 
 from .. import errors
-from .codec import UsageError
+from .byte_encoding import UsageError
 
 METRICS_FILE = "metrics.jsonl"
 TIME_PARTS = ("load", "process", "commit", "publish", "spark")

@@ -4,7 +4,7 @@ One line per event -- open and recovery, flushes, compactions, value-log GC, wri
 files moved aside, background errors, close -- as ``2026-01-31T12:00:00.123456Z EVENT details``.
 Among them ``new-file NNNNNN``, written before the database creates any file of number NNNNNN:
 the evidence that a file it cannot account for later is its own (:func:`numbers_handed_out`,
-:mod:`antkv.hygiene`).  For that evidence to last as long as a WAL's name does, the LOG is
+:mod:`antkv.db.files.unaccounted`).  For that evidence to last as long as a WAL's name does, the LOG is
 synced before the names of new WALs are made durable (:meth:`InfoLog.sync`) and before it is
 rotated.
 The log is opened by a read-write open (a read-only open writes nothing, so it has none).  When
@@ -23,7 +23,7 @@ import re
 import logging
 import threading
 
-from .base.filenames import INFO_LOG, INFO_LOG_OLD_PREFIX, info_log_name, old_info_log_name
+from ...base.filenames import INFO_LOG, INFO_LOG_OLD_PREFIX, info_log_name, old_info_log_name
 
 MAX_LOG_FILE_SIZE = 1 << 20  # RocksDB's max_log_file_size is 0 (no limit); a bound suits a library
 KEEP_LOG_FILE_NUM = 5

@@ -1,4 +1,5 @@
-"""Cumulative statistics of a database's life, kept in its ``STATS`` file.
+"""The counters of ``db.stats()`` (:func:`new_stats`), and their totals over the database's
+life, kept in its ``STATS`` file.
 
 ``db.stats()`` counts what this process did; ``db.stats()["lifetime"]`` adds what every earlier
 process that had the database open did, so write amplification is the database's, not the
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 import logging
 
-from .base.filenames import STATS, stats_file_name
-from .base.json_file import read_json_file, write_json_file
-from .errors import CorruptionError
+from ...base.filenames import STATS, stats_file_name
+from ...base.json_file import read_json_file, write_json_file
+from ...errors import CorruptionError
 
 log = logging.getLogger("antkv")
 
@@ -35,6 +36,30 @@ COUNTERS = (
     "slowdowns",
 )
 _DISK = ("wal_bytes_written", "flush_bytes_written", "compaction_bytes_written", "vlog_bytes_written", "manifest_bytes_written")
+
+
+def new_stats() -> dict:
+    """Fresh counters for ``db.stats()`` (each is written by one thread at a time)."""
+    return {
+        "user_bytes_written": 0,
+        "wal_bytes_written": 0,
+        "flush_bytes_written": 0,
+        "compaction_bytes_written": 0,
+        "compaction_bytes_read": 0,
+        "vlog_bytes_written": 0,
+        "gc_bytes_relocated": 0,
+        "manifest_bytes_written": 0,
+        "flushes": 0,
+        "compactions": 0,
+        "trivial_moves": 0,
+        "tables_dropped_by_range_tombstones": 0,
+        "stalls": 0,
+        "slowdowns": 0,
+        "vlog_files_deleted": 0,
+        "files_removed_at_open": [],
+        "recovery_dropped": [],  # what the WAL recovery mode dropped at open (antkv/db/files/wal_replay.py)
+        "options_changed": [],  # compatible changes from the OPTIONS file at open (antkv/db/files/options_file.py)
+    }
 
 
 def load(fs, dbname: str) -> dict[str, int]:

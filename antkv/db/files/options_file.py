@@ -26,9 +26,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from .base.filenames import OPTIONS, options_file_name
-from .base.json_file import read_json_file, write_json_file
-from .errors import CorruptionError, InvalidArgumentError
+from ...base.filenames import OPTIONS, options_file_name
+from ...base.json_file import read_json_file, write_json_file
+from ...errors import CorruptionError, InvalidArgumentError
 
 log = logging.getLogger("antkv")
 

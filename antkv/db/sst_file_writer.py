@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import os
 
-from .base.dbformat import DELETION, VALUE, VALUE_POINTER
-from .base.filenames import external_vlog_path
-from .errors import InvalidArgumentError
-from .fs import default_file_system
-from .options import Options
-from .sst.builder import TableBuilder
-from .vlog.pointer import decode_pointer
-from .vlog.writer import ValueLogWriter
+from ..base.dbformat import DELETION, VALUE, VALUE_POINTER
+from ..base.filenames import external_vlog_path
+from ..errors import InvalidArgumentError
+from ..fs import default_file_system
+from ..options import Options
+from ..sst.builder import TableBuilder
+from ..vlog.pointer import decode_pointer
+from ..vlog.writer import ValueLogWriter
 
 EXTERNAL_SEQ = 0
 """The sequence number of every entry of an external table.  PART OF THE FILE FORMAT."""

@@ -28,15 +28,15 @@ from __future__ import annotations
 
 import logging
 
-from .base.dbformat import VALUE_POINTER
-from .base.expiry import pointer_in
-from .base.filenames import wal_file_name
-from .errors import CorruptionError
-from .options import ABSOLUTE_CONSISTENCY, POINT_IN_TIME, SKIP_ANY_CORRUPTED
-from .record.batch import decode_batch
-from .record.log_format import LogReader
-from .vlog.pointer import decode_pointer
-from .vlog.reader import ValueLogScan
+from ...base.dbformat import VALUE_POINTER
+from ...base.expiry import pointer_in
+from ...base.filenames import wal_file_name
+from ...errors import CorruptionError
+from ...options import ABSOLUTE_CONSISTENCY, POINT_IN_TIME, SKIP_ANY_CORRUPTED
+from ...record.batch import decode_batch
+from ...record.log_format import LogReader
+from ...vlog.pointer import decode_pointer
+from ...vlog.reader import ValueLogScan
 
 log = logging.getLogger("antkv")
 _STOP = object()  # Replay._replay_wal: records of this WAL were dropped; replay ends here
@@ -74,7 +74,7 @@ class Replay:
                  last_sequence: int = 0):
         self.fs = fs
         self.dbname = dbname
-        # WALs nothing proves the database's (hygiene.py): replayed only when their records
+        # WALs nothing proves the database's (unaccounted.py): replayed only when their records
         # continue the sequence numbers of what was replayed before them
         self.unproven = set(unproven)
         self.last_sequence = last_sequence  # the MANIFEST's

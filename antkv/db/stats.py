@@ -8,14 +8,15 @@ value log's non-garbage bytes.
 
 from __future__ import annotations
 
-from . import lifetime
+from .files import stats_file
 
 import os
 
-from .base.filenames import CURRENT, parse_file_name, table_file_name, vlog_file_name
-from .base.progress import progress_callback
-from .errors import IOError as AntIOError
-from .hygiene import lost_usage
+from ..base.filenames import CURRENT, parse_file_name, table_file_name, vlog_file_name
+from ..base.progress import progress_callback
+from ..errors import IOError as AntIOError
+from .files.unaccounted import lost_usage
+from .state import DBState
 
 
 # The names ``db.property`` knows (``rocksdb.`` may stand for ``antkv.``); any other is None,
@@ -43,30 +44,6 @@ def closest_property(name: str) -> str | None:
         name = "antkv." + name[len(ROCKSDB_PREFIX):]
     close = difflib.get_close_matches(name, PROPERTY_NAMES, n=1, cutoff=0.6)
     return close[0] if close else None
-
-
-def new_stats() -> dict:
-    """Fresh counters for ``db.stats()`` (each is written by one thread at a time)."""
-    return {
-        "user_bytes_written": 0,
-        "wal_bytes_written": 0,
-        "flush_bytes_written": 0,
-        "compaction_bytes_written": 0,
-        "compaction_bytes_read": 0,
-        "vlog_bytes_written": 0,
-        "gc_bytes_relocated": 0,
-        "manifest_bytes_written": 0,
-        "flushes": 0,
-        "compactions": 0,
-        "trivial_moves": 0,
-        "tables_dropped_by_range_tombstones": 0,
-        "stalls": 0,
-        "slowdowns": 0,
-        "vlog_files_deleted": 0,
-        "files_removed_at_open": [],
-        "recovery_dropped": [],  # what the WAL recovery mode dropped at open (antkv/replay.py)
-        "options_changed": [],  # compatible changes from the OPTIONS file at open (options_file.py)
-    }
 
 
 def format_stats(s: dict) -> str:
@@ -97,8 +74,8 @@ def format_stats(s: dict) -> str:
     return "\n".join(lines)
 
 
-class Statistics:
-    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): statistics, properties, verification."""
+class Statistics(DBState):
+    """Part of :class:`~antkv.db.DB`: statistics, properties, verification (calls only :class:`~antkv.db.state.DBState`)."""
 
     def _collect_stats(self) -> dict:
         s = dict(self._stats)
@@ -150,7 +127,7 @@ class Statistics:
         s["pending_compaction_bytes"] = self._pending_compaction_bytes(version)
         s["live_snapshots"] = len(self._snapshots)
         s["last_sequence"] = self._last_seq
-        s["lifetime"] = lifetime.figures(self._lifetime_base, s)
+        s["lifetime"] = stats_file.figures(self._lifetime_base, s)
         s["files_removed_at_open"] = list(s["files_removed_at_open"])
         s["recovery_dropped"] = list(s["recovery_dropped"])
         files, size = lost_usage(self._fs, self.path)
@@ -171,7 +148,7 @@ class Statistics:
 
     def _pending_compaction_bytes(self, version) -> int:
         """Bytes above the level targets (RocksDB's estimate, simplified)."""
-        from .compaction.picker import level_target
+        from ..compaction.picker import level_target
 
         opts = self.options
         pending = 0
@@ -215,8 +192,8 @@ class Statistics:
 
     def _verify_files(self, progress=None) -> dict:
         """Read every table and value-log file, checking every checksum (a step: one file)."""
-        from .sst.reader import TableReader
-        from .vlog.reader import verify_file
+        from ..sst.reader import TableReader
+        from ..vlog.reader import verify_file
 
         report = progress_callback(progress)
         fs = self._fs
@@ -268,9 +245,9 @@ class Statistics:
         and decoding its batch: ``{"wal_files", "wal_records", "wal_entries"}``.  A torn last
         record (a write in flight, or what a crash left for recovery to drop) is not counted;
         damage before intact records is a CorruptionError."""
-        from .base.filenames import wal_file_name
-        from .record.batch import decode_batch
-        from .record.log_format import LogReader
+        from ..base.filenames import wal_file_name
+        from ..record.batch import decode_batch
+        from ..record.log_format import LogReader
 
         with self._mutex:
             log_number = self._versions.log_number

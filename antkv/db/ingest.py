@@ -2,7 +2,7 @@
 
 Two sources (``docs/api.md``, "Ingesting tables"):
 
-* **external tables** (:class:`~antkv.external_file.SstFileWriter`), ``db.ingest(paths)``: every
+* **external tables** (:class:`~antkv.db.sst_file_writer.SstFileWriter`), ``db.ingest(paths)``: every
   entry of a file has sequence number 0 in the file; the file is given ONE new sequence number
   of this database (later files of the list newer), RocksDB's *global sequence number*;
 * **another antkv database** (a checkpoint directory, typically another Spark partition's),
@@ -42,22 +42,23 @@ from __future__ import annotations
 
 import os
 
-from .base.dbformat import MAX_SEQUENCE, MERGE, VALUE_POINTER
-from .base.merge_operator import missing_operator
-from .base.expiry import pointer_in
-from .base.filenames import external_vlog_path, table_file_name, vlog_file_name
-from .compaction.outputs import TableOptions
-from .errors import CorruptionError, InvalidArgumentError
-from .external_file import EXTERNAL_SEQ, EXTERNAL_VLOG_NUMBER
-from .manifest.translated_table import open_table_reader
-from .manifest.version_edit import FileMetaData, VersionEdit
-from .manifest.version_set import VersionSet
-from .record.batch import as_bytes
-from .sst.builder import TableBuilder
-from .sst.reader import TableReader
-from .vlog.pointer import decode_pointer
-from .vlog.format import FILE_HEADER_SIZE, FOOTER_SIZE, decode_file_header, decode_footer
-from .vlog.reader import verify_file
+from ..base.dbformat import MAX_SEQUENCE, MERGE, VALUE_POINTER
+from ..base.merge_operator import missing_operator
+from ..base.expiry import pointer_in
+from ..base.filenames import external_vlog_path, table_file_name, vlog_file_name
+from ..compaction.outputs import TableOptions
+from ..errors import CorruptionError, InvalidArgumentError
+from .sst_file_writer import EXTERNAL_SEQ, EXTERNAL_VLOG_NUMBER
+from ..manifest.translated_table import open_table_reader
+from ..manifest.version_edit import FileMetaData, VersionEdit
+from ..manifest.version_set import VersionSet
+from ..record.batch import as_bytes
+from ..sst.builder import TableBuilder
+from ..sst.reader import TableReader
+from ..vlog.pointer import decode_pointer
+from ..vlog.format import FILE_HEADER_SIZE, FOOTER_SIZE, decode_file_header, decode_footer
+from ..vlog.reader import verify_file
+from .write_path import WritePath
 
 _SOURCE_LEVELS = 256  # a MANIFEST level is a u8: any source database's levels fit
 
@@ -84,8 +85,8 @@ class _Incoming:
         self.level = 0
 
 
-class Ingestion:
-    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): ingestion."""
+class Ingestion(WritePath):
+    """Part of :class:`~antkv.db.DB`: ingestion (calls :class:`~antkv.db.write_path.WritePath`)."""
 
     # ------------------------------------------------------------------ external tables
 

@@ -19,16 +19,17 @@ A ``CorruptionError`` is never resumed from: the database must be closed and rep
 
 from __future__ import annotations
 
-from .errors import BackgroundError, CorruptionError, DBClosedError, ReadOnlyError
-from .manifest.version_edit import VersionEdit
+from ..errors import BackgroundError, CorruptionError, DBClosedError, ReadOnlyError
+from ..manifest.version_edit import VersionEdit
+from .write_path import WritePath
 
 
-class Resume:
-    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): ``resume()``."""
+class Resume(WritePath):
+    """Part of :class:`~antkv.db.DB`: ``resume()`` (calls :class:`~antkv.db.write_path.WritePath`)."""
 
     def resume(self) -> None:
         """Clear a background error whose cause is gone; a no-op without one."""
-        from .vlog.writer import ValueLogWriter
+        from ..vlog.writer import ValueLogWriter
 
         if self._closed:
             raise DBClosedError(f"database {self.path} is closed")
@@ -71,7 +72,7 @@ class Resume:
         self._event("resume", f"after {type(err).__name__}: {err}")
         if self._bg_thread is None:
             self._run_inline_work()  # the memtables the error held back (no thread would flush them)
-        self.flush(wait=True)
+        self._flush(wait=True)
 
 
 def _cut_back(fs, path: str, good: int) -> None:

@@ -7,29 +7,30 @@ does both, flushes first; with 0 the writer runs ``_do_all_work`` inline.  Flush
 moves forward); one compaction runs at a time (``_compaction_lock``: also taken by
 ``compact_range`` and ``gc_value_log``).  The jobs themselves may run in a worker process
 (:mod:`antkv.compaction.worker`).  After each step, ``_delete_obsolete_files``
-(:mod:`antkv.obsolete`) deletes the files nothing can read any more.
+(:mod:`antkv.db.obsolete_files`) deletes the files nothing can read any more.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
-import logging
-
-from .base.filenames import table_file_name
-from .base.progress import progress_callback
-from .compaction import picker
-from .compaction.flush import write_level0_table
-from .compaction.run import run_compaction
-from .errors import BackgroundError, DBClosedError
-from .errors import IOError as AntIOError
-from .manifest.version_edit import VersionEdit
+from ..base.filenames import table_file_name
+from ..base.progress import progress_callback
+from ..compaction import picker
+from ..compaction.flush import write_level0_table
+from ..compaction.run import run_compaction
+from ..errors import BackgroundError, DBClosedError
+from ..errors import IOError as AntIOError
+from ..manifest.version_edit import VersionEdit
+from .obsolete_files import ObsoleteFiles
 
 log = logging.getLogger("antkv")
 
 
-class Background:
-    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): the background work."""
+class Background(ObsoleteFiles):
+    """Part of :class:`~antkv.db.DB`: the background work (calls
+    :class:`~antkv.db.obsolete_files.ObsoleteFiles`)."""
 
     def _schedule_work(self) -> None:
         """REQUIRES _mutex.  Wake the background thread if there is anything to do."""
@@ -45,8 +46,9 @@ class Background:
 
     def _warm_up_workers(self) -> None:
         """Have the flushing background thread start its worker process now, ahead of the first
-        flush: a worker takes ~0.3 s of CPU to start, which the first flush would otherwise
-        wait for while the writers fill the next memtable (and stall when it is full)."""
+        flush: starting a worker takes far longer than a write, and the first flush would otherwise
+        wait for it while the writers fill the next memtable (and stall when it is full;
+        ``python -m bench.bench_small --workloads fillrandom`` measures the load it protects)."""
         with self._mutex:
             self._warm_up_pending = True
             self._bg_cv.notify_all()
@@ -252,44 +254,3 @@ class Background:
         props = (f.reader or self._open_table(f)).properties
         # merge operands too: at the bottom they become one value
         return props.num_deletions > 0 or props.num_range_deletions > 0 or props.num_expiring > 0 or props.num_merges > 0
-
-    def _collect_value_log(self, progress=None) -> dict:
-        """Collect every sealed value-log file at or over the GC threshold now (a step of
-        ``progress``: a file no longer needing collection; the total grows if more files pass
-        the threshold meanwhile)."""
-        report = progress_callback(progress)
-        self.flush(wait=True)
-        before = dict(self._stats)
-        self._seal_active_vlog_if_due()
-        seen: set[int] = set()  # every file found over the threshold so far
-        with self._compaction_lock:
-            while True:
-                with self._mutex:
-                    self._stop_if_closing()
-                    vs = self._versions
-                    active = self._vlog.file_number if self._vlog is not None else None
-                    gc = picker.gc_candidate_files(vs.vlogs, active, self.options.blob_gc_threshold)
-                    c = picker.gc_compaction(vs.current, gc) if gc else None
-                seen |= gc
-                report(len(seen) if c is None else len(seen - gc), len(seen))
-                if c is None:
-                    break
-                self._run_picked(c)
-        self._delete_obsolete_files()
-        result = {
-            "bytes_relocated": self._stats["gc_bytes_relocated"] - before["gc_bytes_relocated"],
-            "files_deleted": self._stats["vlog_files_deleted"] - before["vlog_files_deleted"],
-        }
-        self._event("value-log-gc", f"relocated {result['bytes_relocated']} B, deleted {result['files_deleted']} files")
-        return result
-
-    def _seal_active_vlog_if_due(self) -> None:
-        """An explicit GC also collects the active value-log file when it reached the threshold:
-        it is sealed first (and a new one started), since only sealed files are collected."""
-        with self._write_lock:
-            vlog = self._vlog
-            if vlog is None or not vlog.record_bytes:
-                return
-            st = self._versions.vlogs.get(vlog.file_number)
-            if st is not None and st.garbage / vlog.record_bytes >= self.options.blob_gc_threshold:
-                self._rotate_vlog()

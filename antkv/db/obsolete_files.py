@@ -11,8 +11,9 @@ the next open.
 
 from __future__ import annotations
 
-from .base.filenames import table_file_name, vlog_file_name, wal_file_name
-from .manifest.version_edit import VersionEdit
+from ..base.filenames import table_file_name, vlog_file_name, wal_file_name
+from ..manifest.version_edit import VersionEdit
+from .state import DBState
 
 
 def _remove(fs, path: str) -> None:
@@ -20,8 +21,8 @@ def _remove(fs, path: str) -> None:
         fs.remove(path)
 
 
-class ObsoleteFiles:
-    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): deleting obsolete files."""
+class ObsoleteFiles(DBState):
+    """Part of :class:`~antkv.db.DB`: deleting obsolete files (calls only :class:`~antkv.db.state.DBState`)."""
 
     def _delete_obsolete_files(self, closing: bool = False) -> None:
         """Delete tables, WALs and value-log files nothing can read any more (``closing``: the

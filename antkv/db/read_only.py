@@ -28,10 +28,10 @@ import dataclasses
 import os
 import time
 
-from .base.filenames import current_file_name, parse_file_name
-from .errors import Error
-from .fs import default_file_system
-from .fs.pinned import PinnedFileSystem
+from ..base.filenames import current_file_name, parse_file_name
+from ..errors import Error
+from ..fs import default_file_system
+from ..fs.pinned import PinnedFileSystem
 
 RETRY_SECONDS = 30.0  # how long opens are tried again while the writer keeps moving the MANIFEST on
 

@@ -28,15 +28,16 @@ from __future__ import annotations
 import os
 import uuid
 
-from .base.filenames import manifest_file_name, table_file_name, vlog_file_name, wal_file_name
-from .base.progress import progress_callback
-from .errors import InvalidArgumentError
-from .manifest.version_set import VersionSet, set_current_file
-from .record.log_format import LogWriter
+from ..base.filenames import manifest_file_name, table_file_name, vlog_file_name, wal_file_name
+from ..base.progress import progress_callback
+from ..errors import InvalidArgumentError
+from ..manifest.version_set import VersionSet, set_current_file
+from ..record.log_format import LogWriter
+from .write_path import WritePath
 
 
-class Checkpoints:
-    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): consistent copies."""
+class Checkpoints(WritePath):
+    """Part of :class:`~antkv.db.DB`: consistent copies (calls :class:`~antkv.db.write_path.WritePath`)."""
 
     def _create_checkpoint(self, directory: str, progress=None) -> None:
         report = progress_callback(progress)
@@ -50,7 +51,7 @@ class Checkpoints:
         if fs.exists(directory):
             raise InvalidArgumentError(f"checkpoint directory {directory} already exists")
         tmp = f"{directory}.antkv-checkpoint-{uuid.uuid4().hex[:16]}"
-        self.flush(wait=True)
+        self._flush(wait=True)
         with self._write_lock:
             self._check_writable()
             if self._vlog is not None and self._vlog.num_records > 0:
@@ -90,7 +91,7 @@ class Checkpoints:
         cvs.next_file_number = next_file + 2
         cvs.log_number = next_file  # an empty WAL of this number is written below: recovery wants it
         cvs.last_sequence = last_sequence
-        from .manifest.version_set import VlogFileState
+        from ..manifest.version_set import VlogFileState
 
         cvs.vlogs = {n: VlogFileState(n, total, garbage, True) for n, (total, garbage) in vlogs.items()}
         edit = cvs.snapshot_edit(sv.version)

@@ -7,14 +7,14 @@ Open, step by step:
 3. check every table the version lists exists with its recorded size (else ``CorruptionError``);
 4. cut back the torn tail of unsealed value-log files, and record their final size;
 5. replay every WAL numbered >= the MANIFEST's log number, oldest first, into memtables, as
-   ``Options.wal_recovery_mode`` says (:mod:`antkv.replay`; by default replay stops at the first
+   ``Options.wal_recovery_mode`` says (:mod:`antkv.db.files.wal_replay`; by default replay stops at the first
    torn record, and at a record whose value pointer reaches past what survived of its value-log
    file: the result is a prefix of history);
 6. flush what was replayed to L0 tables, start a new WAL and value-log file, and write one
    MANIFEST edit recording all of it (the MANIFEST is rolled: a recovered MANIFEST is never
    appended to);
 7. delete the files that are provably debris (old WALs and MANIFESTs, outputs of interrupted
-   jobs) and move every other file the MANIFEST does not list to ``lost/`` (:mod:`antkv.hygiene`
+   jobs) and move every other file the MANIFEST does not list to ``lost/`` (:mod:`antkv.db.files.unaccounted`
    says how debris is proven); each one is *reported* in ``db.stats()``
    (``files_removed_at_open``) and with a warning in the ``antkv`` logger.
 
@@ -30,10 +30,11 @@ import logging
 import os
 import time
 
-from . import lifetime, options_file
-from .base.dbformat import MERGE
-from .base.merge_operator import missing_operator
-from .base.filenames import (
+from .files import stats_file
+from .files import options_file
+from ..base.dbformat import MERGE
+from ..base.merge_operator import missing_operator
+from ..base.filenames import (
     CURRENT_TMP,
     TABLE,
     VLOG,
@@ -46,22 +47,24 @@ from .base.filenames import (
     vlog_file_name,
     wal_file_name,
 )
-from .compaction.flush import write_level0_table
-from .errors import CorruptionError, InvalidArgumentError
-from .errors import IOError as AntIOError
-from .info_log import NEW_FILE, InfoLog
-from .hygiene import DELETE, OwnFiles, check_is_antkv, check_without_current, data_files, keep_copy, move_aside, sort_unlisted
-from .manifest.version_edit import VersionEdit
-from .memtable.memtable import MemTable
+from ..compaction.flush import write_level0_table
+from ..errors import CorruptionError, InvalidArgumentError
+from ..errors import IOError as AntIOError
+from .files.info_log import NEW_FILE, InfoLog
+from .files.unaccounted import DELETE, OwnFiles, check_is_antkv, check_without_current, data_files, keep_copy, move_aside, sort_unlisted
+from ..manifest.version_edit import VersionEdit
+from ..memtable.memtable import MemTable
 from .read_only import WriterMovedOn, manifest_state
-from .record.log_format import LogWriter
-from .replay import Replay, active_vlog_length
+from ..record.log_format import LogWriter
+from .files.wal_replay import Replay, active_vlog_length
+from .stats import Statistics
+from .write_path import WritePath
 
 log = logging.getLogger("antkv")
 
 
-class Recovery:
-    """Part of :class:`~antkv.db.DB` (whose ``__init__`` declares the fields): opening and closing."""
+class Recovery(WritePath, Statistics):
+    """Part of :class:`~antkv.db.DB`: opening and closing (calls :class:`~antkv.db.write_path.WritePath` and :class:`~antkv.db.stats.Statistics`)."""
 
     def _open_db(self) -> None:
         opts = self.options
@@ -126,7 +129,7 @@ class Recovery:
             raise InvalidArgumentError(f"database {path} already exists (error_if_exists is True)")
         if not exists and not opts.create_if_missing:
             raise InvalidArgumentError(f"database {path} does not exist (create_if_missing is False)")
-        self._lifetime_base = lifetime.load(fs, path)
+        self._lifetime_base = stats_file.load(fs, path)
         vs = self._versions
         recovered_manifest = None
         if exists:
@@ -165,7 +168,7 @@ class Recovery:
         wal_numbers = sorted(n for (kind, n) in on_disk if kind == WAL and n >= vs.log_number)
         own = OwnFiles(fs, path)  # read after the listing: a live writer logs a number first
         # a WAL after the one the MANIFEST names that the LOG does not record writing is
-        # replayed only if its records continue the database's (replay.py)
+        # replayed only if its records continue the database's (files/wal_replay.py)
         unproven = {n for n in wal_numbers if n != vs.log_number and own.numbers and n not in own.numbers}
         # read-only, maybe beside a live writer: read the WALs BEFORE measuring the value-log
         # files, so every value a WAL record points to (appended before the record) is counted
@@ -245,7 +248,7 @@ class Recovery:
 
     def _announce_file_number(self, number: int) -> None:
         """Record in the info LOG that this database is about to create a file numbered
-        ``number`` (the evidence :mod:`antkv.hygiene` needs to delete it as debris)."""
+        ``number`` (the evidence :mod:`antkv.db.files.unaccounted` needs to delete it as debris)."""
         self._info_log.event(NEW_FILE, f"{number:06d}")
 
     def _new_memtable(self, log_number: int) -> MemTable:
@@ -325,7 +328,7 @@ class Recovery:
             edit.vlog_garbage.append((number, nbytes))
 
     def _start_vlog(self, edit: VersionEdit) -> None:
-        from .vlog.writer import ValueLogWriter
+        from ..vlog.writer import ValueLogWriter
 
         vs = self._versions
         number = vs.new_file_number()
@@ -333,7 +336,7 @@ class Recovery:
         edit.new_vlogs.append(number)
 
     def _remove_obsolete_at_open(self, fs, on_disk, own, recovered_manifest, foreign_wals, partial_wals) -> None:
-        """Delete provable debris, move every other unlisted file to ``lost/`` (hygiene.py)."""
+        """Delete provable debris, move every other unlisted file to ``lost/`` (files/unaccounted.py)."""
         vs = self._versions
         removed = []
         unlisted = sort_unlisted(on_disk, vs, own, recovered_manifest=recovered_manifest, foreign_wals=foreign_wals,
@@ -392,7 +395,7 @@ class Recovery:
                 try:
                     life = self._collect_stats()["lifetime"]
                     self._event("close", f"lifetime: {life['user_bytes_written']} user bytes, write amplification {life['write_amplification']:.3f}")
-                    lifetime.save(self._fs, self.path, life)
+                    stats_file.save(self._fs, self.path, life)
                 except Exception as e:  # noqa: BLE001 - statistics never fail a close
                     log.warning("saving the lifetime statistics failed: %s", e)
             self._table_cache.close()

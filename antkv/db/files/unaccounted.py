@@ -10,7 +10,7 @@ recovered MANIFEST does not need is *provably* this database's debris when:
 * **the MANIFEST records its deletion** (a compaction's inputs, a value-log file GC emptied):
   the file was being deleted when the process stopped;
 * **the database recorded creating it**: its number is in a ``new-file`` line of the info LOG
-  (:func:`~antkv.info_log.numbers_handed_out`; every file number is logged before any file of
+  (:func:`~antkv.db.files.info_log.numbers_handed_out`; every file number is logged before any file of
   it is created) -- the output of a flush, compaction, value-log rotation or MANIFEST roll a
   crash interrupted, an old MANIFEST, a flushed WAL;
 * it is a WAL this open replayed completely and flushed, or the MANIFEST this open recovered
@@ -19,7 +19,7 @@ recovered MANIFEST does not need is *provably* this database's debris when:
 
 Anything else -- a file copied in by hand, whatever its number; a WAL no record of the database
 names whose records do not continue the database's sequence numbers (not replayed: another
-database's writes are never merged in, :class:`~antkv.replay.Replay`); each WAL holding records
+database's writes are never merged in, :class:`~antkv.db.files.wal_replay.Replay`); each WAL holding records
 recovery dropped -- goes to ``lost/``.  Files whose names the database does not parse
 are never touched.  A database whose LOG holds no ``new-file`` line at all (none, or written by
 an antkv that did not record them) has no such evidence: its unlisted files go to ``lost/``,
@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import os
 
-from .base.filenames import CURRENT, CURRENT_TMP, MANIFEST, TABLE, VLOG, WAL, lost_dir_name, parse_file_name
-from .errors import CorruptionError, InvalidArgumentError
-from .vlog.format import FILE_HEADER_SIZE
+from ...base.filenames import CURRENT, CURRENT_TMP, MANIFEST, TABLE, VLOG, WAL, lost_dir_name, parse_file_name
+from ...errors import CorruptionError, InvalidArgumentError
+from ...vlog.format import FILE_HEADER_SIZE
 
 DELETE = "delete"
 MOVE = "move aside"
@@ -95,8 +95,8 @@ def data_files(fs, dbname: str) -> list[str]:
 
 
 def _manifest_lists_tables(fs, path: str) -> bool:
-    from .manifest.version_edit import VersionEdit
-    from .record.log_format import LogReader
+    from ...manifest.version_edit import VersionEdit
+    from ...record.log_format import LogReader
 
     try:
         for offset, payload in LogReader(fs.read_all(path), path):
@@ -240,11 +240,11 @@ def antkv_evidence(fs, dbname: str) -> str | None:
     starting with antkv's.  Repair, destroy and every read-write open refuse a directory
     holding database-like files without such evidence (e.g. a RocksDB directory): their
     ``CURRENT``, ``MANIFEST-*``, ``*.sst`` and ``*.log`` names look like antkv's."""
-    from .base.filenames import OPTIONS, STATS
-    from .manifest.version_edit import VersionEdit
-    from .record.batch import decode_batch
-    from .record.log_format import LogReader
-    from .vlog.format import FILE_MAGIC
+    from ...base.filenames import OPTIONS, STATS
+    from ...manifest.version_edit import VersionEdit
+    from ...record.batch import decode_batch
+    from ...record.log_format import LogReader
+    from ...vlog.format import FILE_MAGIC
 
     names = sorted(fs.listdir(dbname))
     for name in (OPTIONS, STATS):

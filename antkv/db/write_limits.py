@@ -12,13 +12,13 @@ The limits are read from the modules that define the formats, at each check.
 
 from __future__ import annotations
 
-from .base.dbformat import EXPIRING, MERGE, RANGE_DELETION, VALUE
-from .base.expiry import HEAD_SIZE
-from .errors import InvalidArgumentError
-from .record import log_format
-from .sst import format as sst_format
-from .vlog import format as vlog_format
-from .vlog.pointer import POINTER_SIZE
+from ..base.dbformat import EXPIRING, MERGE, RANGE_DELETION, VALUE
+from ..base.expiry import HEAD_SIZE
+from ..errors import InvalidArgumentError
+from ..record import log_format
+from ..sst import format as sst_format
+from ..vlog import format as vlog_format
+from ..vlog.pointer import POINTER_SIZE
 
 CHECK_ABOVE = 1 << 20  # DB.put checks a pair only from this many bytes of key and value on
 ENTRY_OVERHEAD = 256  # what a table block adds around a single entry: footer, offsets, sequence, kind

@@ -10,8 +10,8 @@ unchanged on the same pipelines (``processor/transform.py``: ``TransformWithStat
 A state store is one versioned key-value store per ``(checkpoint location, operator,
 partition)``: tasks open it at the version the driver names, read and write it, and commit the
 next version to the checkpoint location (any ``pyarrow.fs`` URI) as uniquely named objects;
-the driver publishes each batch with one write-once marker.  ``docs/spark.md`` describes the
-model, the layout of a location, the protocol and its guarantees.
+the driver publishes each batch with one write-once marker.  ``docs/spark-design.md`` explains the
+model, the protocol and its guarantees; ``docs/spark-format.md`` the layout of a location.
 
     from antkv.spark import open_store, CommitCoordinator
 

@@ -1,7 +1,7 @@
 """``antkv state-report``: a pipeline's batches over time, as a table and a picture.
 
 The figures are the ``BatchMetrics`` a :class:`antkv.spark.StatefulPipeline` appends, one JSON
-line per batch, to its ``metrics_path`` (docs/spark.md, *Metrics*).  That file is local to the
+line per batch, to its ``metrics_path`` (docs/spark-reference.md, *Output and metrics*).  That file is local to the
 driver, not part of the checkpoint location; the command finds it with ``--metrics FILE``, or
 as ``metrics.jsonl`` in the location's operator directory, in the location, or beside the
 location (where ``make demo`` writes it).

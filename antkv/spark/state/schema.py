@@ -12,7 +12,7 @@ double, y: double>"``) or a ``StructType`` (anything with Spark's ``jsonValue()`
   top level stays a tuple, as Spark's ``get`` returns it), ``None`` for a null.
 
 How each type is stored in the row encoding of :mod:`antkv.spark.state.codec` is defined in
-``docs/spark.md`` ("How state values are stored"); this module applies it.  A flat row of
+``docs/spark-reference.md`` ("State value types"); this module applies it.  A flat row of
 longs, strings, doubles and booleans is stored as given and read back as decoded, with one
 exact-type test per field.
 """

@@ -10,7 +10,7 @@ instance passed in.  It is used with *object-store semantics only*:
   cleanup, where a missing entry merely defers the deletion to the next cleanup);
 * the one write that must not overwrite -- a batch's marker -- goes through
   :meth:`Location.create_exclusive` (a true conditional create on a local file system; on the
-  others, an existence check plus a read-back, see ``docs/spark.md``).
+  others, an existence check plus a read-back, see ``docs/spark-design.md``).
 
 Layout (``<v>`` is a version, 20 digits, zero-padded so names sort; ``<a>`` an attempt id of
 16 hex digits; ``<p>`` a partition, 5 digits)::
@@ -356,7 +356,7 @@ class Location:
         then read back; a writer that lost a race it could not see reads back the other
         writer's bytes and gets False.  Two writers racing within that window on a store
         without conditional writes can both believe they won -- the single-driver assumption
-        Spark makes for every checkpoint location (``docs/spark.md``).
+        Spark makes for every checkpoint location (``docs/spark-design.md``).
         """
         p = self.path(name)
         try:

@@ -4,7 +4,7 @@ A version loads when its marker, every manifest the marker names and every objec
 manifests name (snapshot files and changelogs, each with the size its manifest records) are
 in the location.  The state store relies on three checks built on this module, so that the
 newest version that loads survives the loss or truncation of any one object
-(``docs/spark.md``, "The last loadable version"):
+(``docs/spark-design.md``, "Guarantees and their limits"):
 
 * a working copy kept open in an executor is reused only once the objects its version names
   are found, at their sizes, in one listing of each directory they live in (no download);

@@ -34,7 +34,7 @@ them as long as a retained version needs them.  Until the driver publishes ``v +
 ``v`` is the state: on any error the store is aborted (working copy and temporary
 directories removed) and what the attempt uploaded is unreferenced, collected by cleanup.
 
-Costs (measured by ``bench/bench_spark_rescale.py``; ``docs/spark.md``, "Rescale"):
+Costs (measured by ``bench/bench_spark_rescale.py``; ``docs/spark-design.md``, "Rescale"):
 
 * kept state: never rewritten and never read;
 * dropped state: two range tombstones, no key read.  Later, compaction drops the tables lying

@@ -105,7 +105,7 @@ _COPY_WRITE_BUFFER = 256 * MiB  # a working copy's memtable limit (engine_option
 class StoreOptions:
     """How state stores use memory, local disk and the location (every field has a default)."""
 
-    memory_bytes: int = 1024 * MiB  # the process's one antkv.shared_memory() budget (memory.py, docs/spark.md 6)
+    memory_bytes: int = 1024 * MiB  # the process's one antkv.shared_memory() budget (memory.py, docs/spark-design.md "Memory")
     cache_dir: str | None = None  # None: $ANTKV_SPARK_CACHE_DIR or <tmp>/antkv-spark-cache
     cache_disk_bytes: int = 8 << 30  # disk budget of the local cache's downloaded files
     max_changelog_chain: int = 8  # changelogs on top of a snapshot before the next snapshot
@@ -145,7 +145,7 @@ class StoreOptions:
         # a working copy's database is closed only to be thrown away (WorkingCopy.destroy):
         # flushing its memtable first would be wasted work.  The process's write buffer manager
         # bounds every copy's memtables together; a smaller limit per copy would only flush
-        # sooner, before a batch's overwrites collapse (docs/spark.md section 6)
+        # sooner, before a batch's overwrites collapse (docs/spark-design.md, "Memory")
         base = dict(block_cache=cache, write_buffer_manager=wbm, background_process=False,
                     avoid_flush_during_shutdown=True, write_buffer_size=_COPY_WRITE_BUFFER)
         base.update(self.engine)

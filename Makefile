@@ -6,6 +6,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SECONDS ?= 60
+# test processes: the Spark tests share one session in one of them, the engine's spread
+TEST_WORKERS ?= auto
 ARGS ?=
 
 .PHONY: venv test demo demo-library fuzz bench docs-cli clean
@@ -21,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup
 
 # The Spark pipeline demo: a streaming query on antkv state, rescaled mid-stream, checked
 # against plain Spark (ARGS, e.g. ARGS="--users 10000", sizes it).

@@ -108,6 +108,7 @@ def spark_cluster(tmp_path_factory):
 SPARK_FIXTURES = {"spark", "spark_cluster"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marker
 def pytest_collection_modifyitems(config, items):
     """Under ``pytest -n`` (pytest-xdist, ``--dist loadgroup``), every test that uses a Spark
     fixture runs in one worker, so they still share one Spark session (and one cluster); the

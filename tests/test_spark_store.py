@@ -459,3 +459,33 @@ def test_a_held_copy_lists_once_and_reads_nothing_and_a_rebuild_downloads_only_m
     assert m.snapshot is not None and len(m.changelogs) == 1
     assert calls == [f"read {loc.path(manifest)}", f"read {loc.path(m.changelogs[0].object)}",
                      f"list {loc.path('op/p00000')}"]
+
+
+def test_a_batch_changing_more_than_its_change_set_holds_keeps_nothing_per_key(tmp_path, options):
+    """The change set is bounded by ``max_changelog_bytes``, each key's Python objects counted:
+    a batch that outgrows it keeps no entry per changed or read key (its memory does not grow
+    with its input), commits a snapshot and still counts its keys exactly."""
+    options = dataclasses.replace(options, max_changelog_bytes=64 << 10)
+    loc = Location(str(tmp_path / "loc"))
+    coord = CommitCoordinator(loc, "op", 1, query_id="q")
+    s = open_store(loc, "op", 0, 0, options=options)
+    model = {b"k%05d" % i: b"v" for i in range(300)}
+    for k, v in model.items():
+        s.put(k, v)
+    coord.publish(1, [s.commit()])
+    s = open_store(loc, "op", 0, 1, manifest=coord.base_manifests(1)[0], options=options)
+    for i in range(5000):
+        k = b"k%05d" % (i % 300)
+        assert s.get(k) == model.get(k)
+        s.put(b"k%05d" % i, b"w")
+        model[b"k%05d" % i] = b"w"
+        if i % 7 == 0:
+            s.delete(b"k%05d" % (i // 2))
+            model.pop(b"k%05d" % (i // 2), None)
+        assert len(s._changes) + len(s._base_live) <= (64 << 10) // 160  # bounded, whatever the batch
+    assert not s._changes and not s._base_live  # outgrown: nothing kept per key
+    assert s.num_keys() == len(model)
+    msg = s.commit()
+    assert msg.snapshot and msg.num_keys == len(model)
+    coord.publish(2, [msg])
+    assert state(loc, 2, 0, options) == model

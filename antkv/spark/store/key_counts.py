@@ -125,5 +125,12 @@ def scan_counts(db, begin: bytes, end: bytes) -> dict:
     return counts
 
 
+def count_all(db) -> tuple[int, dict | None]:
+    """``(keys, counts or None)`` of the whole of ``db``, by one ordered scan of its keys (the
+    counts are None beyond :data:`MAX_PREFIXES` prefixes, as :func:`count_changes` gives them)."""
+    counts = scan_counts(db, b"", None)
+    return sum(counts.values()), _limited(counts)
+
+
 def _limited(counts: dict | None) -> dict | None:
     return None if counts is None or len(counts) > MAX_PREFIXES else counts

@@ -17,8 +17,11 @@ scans and prefix scans are the engine's own.  Point writes reach the database in
 batches: the keys written since the last one wait in ``_unapplied`` until anything else reads
 the database (a scan, a range deletion, the key count, a commit) or ``_APPLY_EVERY`` of them
 gathered.  A state update thus costs a dict store, and the engine one batched write per few
-thousand updates.  (A batch that outgrew its changelog keeps no values in the change set,
-``_drop_values``: from then on its writes go to the database at once.)  The database writes
+thousand updates.  The change set is bounded: each changed key counts its bytes plus
+``_ENTRY_BYTES`` (the Python objects that hold it) against ``max_changelog_bytes``.  A batch
+that outgrows it keeps no change set at all (``_drop_changes``): from then on its writes go to
+the database at once, it commits a snapshot, and its keys are counted by one scan at commit.
+So a partition's memory does not grow with its input, however many keys one batch changes.  The database writes
 also keep the working copy's row cache (:mod:`antkv.spark.store.row_cache`) current.
 
 Those writes skip the working copy's WAL: a working copy is never recovered from its own
@@ -84,7 +87,7 @@ from antkv.spark.store.location import (
     marker_name,
     new_attempt_id,
 )
-from antkv.spark.store.key_counts import add_counts, aligned, count_changes, in_range, scan_counts
+from antkv.spark.store.key_counts import add_counts, aligned, count_all, count_changes, in_range, scan_counts
 from antkv.spark.store.memory import worker_memory, worker_row_budget
 from antkv.spark.store.row_cache import MISSING, PREFIX_LEN, RowCache
 from antkv.spark.store.objects import FileRef, Manifest, Marker, encode_changelog, merge_ranges
@@ -94,8 +97,9 @@ from antkv.spark.store.working_copy import WorkingCopy
 MiB = 1 << 20
 _UNSET = object()
 _SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base instead of reading each
-_LIVE = object()  # a changed key whose new value is not kept (the batch outgrew the changelog)
+_LIVE = object()  # a changed key whose new value is not kept (the batch commits a snapshot)
 _NO_WAL = antkv.WriteOptions(disable_wal=True)  # a working copy's writes (module docstring)
+_ENTRY_BYTES = 160  # a change set entry's Python objects: its dict slot and two bytes headers
 _APPLY_EVERY = 4096  # point writes gathered before they go to the database as one batch
 _WARM_FACTOR = 8  # warm a key group the batch touches at least 1/8 of (one read beats 8 scanned)
 _COPY_WRITE_BUFFER = 256 * MiB  # a working copy's memtable limit (engine_options)
@@ -327,7 +331,8 @@ class StateStore:
         self._changes: dict[bytes, object] = {}  # key -> new value, None (deleted) or _LIVE
         self._change_bytes = 0
         self._max_change_bytes = options.max_changelog_bytes
-        self._overflow = False  # values dropped from _changes: this batch commits a snapshot
+        self._overflow = False  # this batch commits a snapshot: changed values need not be kept
+        self._untracked = False  # the batch outgrew its change set: none kept, counted by a scan
         self._ranges: list[tuple[bytes, bytes]] = []
         self._unapplied: list[bytes] = []  # keys whose value in _changes is not in self._db yet
         self._base_live: dict[bytes, bool] = {}  # keys read before first written: live in the base?
@@ -367,8 +372,10 @@ class StateStore:
         if value is MISSING:
             value = self._db.get(key)
             self._rows.put(key, value)
-        if not self._ranges and key not in self._changes:
-            self._base_live[key] = value is not None
+        if not self._ranges and key not in self._changes and not self._untracked:
+            if self._change_bytes < self._max_change_bytes:  # what the key count need not read again
+                self._base_live[key] = value is not None
+                self._change_bytes += _ENTRY_BYTES
         return default if value is None else value
 
     def items(self, start=None, stop=None, *, prefix=None, reverse=False):
@@ -398,20 +405,28 @@ class StateStore:
             key = as_bytes(key, "key")
         if type(value) is not bytes:
             value = as_bytes(value, "value")
+        if self._untracked:
+            self._db.put(key, value, write_options=_NO_WAL)
+            self._rows.put(key, value)
+            return
         changes = self._changes
         old = changes.get(key, MISSING)
-        if old is MISSING and not self._ranges:  # first written: was it live? (the row cache may know)
-            self._learn_base_live(key)
+        if old is MISSING:
+            self._change_bytes += _ENTRY_BYTES
+            if not self._ranges:  # first written: was it live? (the row cache may know)
+                self._learn_base_live(key)
         self._change_bytes += len(key) + len(value) - (len(old) if type(old) is bytes else 0)
         if self._overflow:
             changes[key] = _LIVE
             self._db.put(key, value, write_options=_NO_WAL)
             self._rows.put(key, value)
+            if self._change_bytes > self._max_change_bytes:
+                self._drop_changes()
             return
         changes[key] = value
         self._unapplied.append(key)
         if self._change_bytes > self._max_change_bytes:
-            self._drop_values()
+            self._drop_changes()
         elif len(self._unapplied) >= _APPLY_EVERY:
             self._apply_pending()
 
@@ -420,10 +435,16 @@ class StateStore:
             self._check_active()
         if type(key) is not bytes:
             key = as_bytes(key, "key")
+        if self._untracked:
+            self._db.delete(key, write_options=_NO_WAL)
+            self._rows.discard(key)
+            return
         changes = self._changes
         old = changes.get(key, MISSING)
-        if old is MISSING and not self._ranges:  # as in put
-            self._learn_base_live(key)
+        if old is MISSING:
+            self._change_bytes += _ENTRY_BYTES
+            if not self._ranges:  # as in put
+                self._learn_base_live(key)
         if type(old) is bytes:
             self._change_bytes -= len(old)
         elif old is MISSING or old is None:
@@ -432,6 +453,8 @@ class StateStore:
         if self._overflow:
             self._db.delete(key, write_options=_NO_WAL)
             self._rows.discard(key)
+            if self._change_bytes > self._max_change_bytes:
+                self._drop_changes()
             return
         self._unapplied.append(key)
         if len(self._unapplied) >= _APPLY_EVERY:
@@ -530,11 +553,12 @@ class StateStore:
             if begin <= k < end:
                 self._changes[k] = None  # newer than the range: replayed after it, still deleted
 
-    def _drop_values(self) -> None:
-        """The batch outgrew a changelog: keep only which keys changed and whether they live."""
+    def _drop_changes(self) -> None:
+        """The batch outgrew its change set: write what waits, settle the key count by one scan
+        at commit, and keep nothing per key from now on (a snapshot is committed)."""
         self._apply_pending()
-        self._overflow = True
-        self._changes = {k: (None if v is None else _LIVE) for k, v in self._changes.items()}
+        self._overflow = self._untracked = True
+        self._changes, self._base_live = {}, {}
 
     # ------------------------------------------------------------------ key count
 
@@ -546,6 +570,8 @@ class StateStore:
     def _count(self) -> tuple[int, dict | None]:
         """``(keys now, keys per prefix now or None)``: :func:`key_counts.count_changes`."""
         self._apply_pending()
+        if self._untracked:
+            return count_all(self._db)
         return count_changes(self._db, self._base_snapshot, self._base_keys, self._base_counts, self._changes,
                              self._base_live, merge_ranges(self._ranges), _SCAN_FACTOR)
 
@@ -619,7 +645,7 @@ class StateStore:
             chain = () if base is None else base.changelogs
             nbytes = nobjects = 0
             wrote_snapshot = False
-            if self._changes or self._ranges or self._ingested:
+            if self._changes or self._ranges or self._ingested or self._untracked:
                 log = None  # not encoded when a snapshot is due whatever its size
                 if not (self._overflow or self._needs_snapshot(snapshot, chain, 0)):
                     log = encode_changelog(merge_ranges(self._ranges), self._changes)

@@ -5,7 +5,8 @@ Usage::
     .venv/bin/python bench/bench_spark_worker_memory.py [--budget-mb 48] [--sizes 1,10] [--value-bytes 100]
 
 One partition, one Python worker (``local[1]``).  The state stores get ``--budget-mb`` of memory
-(``StoreOptions.memory_bytes``: write buffers and block cache; the row cache gets an eighth of it).
+(``StoreOptions.memory_bytes``: write buffers and block cache), the row cache an eighth of it,
+and a batch's change set ``--budget-mb`` (``max_changelog_bytes``).
 For each multiple ``m`` of ``--sizes``, one batch whose input is ``m`` times that budget (keys of
 ~12 bytes, values of ``--value-bytes`` incompressible bytes, counted as Arrow bytes) runs through
 a state function that keeps each key's running count and last value length, and reports the
@@ -61,7 +62,7 @@ def run_size(spark, work: str, multiple: int, args) -> dict:
                   F.expr(f"substr(base64(concat_ws('', transform(sequence(0, {args.value_bytes // 16}), "
                          f"i -> unhex(sha2(concat(cast(id as string), '/', cast(i as string)), 256))))), "
                          f"1, {args.value_bytes})").alias("value")))
-    options = StoreOptions(memory_bytes=budget, row_cache_bytes=budget // 8,
+    options = StoreOptions(memory_bytes=budget, row_cache_bytes=budget // 8, max_changelog_bytes=budget,
                            cache_dir=os.path.join(work, f"cache-{multiple}"))
     pipe = StatefulPipeline(f"file://{work}/state-{multiple}", "mem", "key", count_and_measure,
                             "rows long, rss_mb double, hwm_mb double", partitions=1, options=options)
@@ -89,7 +90,8 @@ def main(argv=None) -> int:
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     work = tempfile.mkdtemp(prefix="antkv-worker-memory-")
-    print(f"store memory budget {args.budget_mb} MiB (row cache {args.budget_mb / 8:.0f} MiB), "
+    print(f"store memory budget {args.budget_mb} MiB (row cache {args.budget_mb / 8:.0f} MiB, "
+          f"change set {args.budget_mb} MiB), "
           f"maxRecordsPerBatch {spark.conf.get('spark.sql.execution.arrow.maxRecordsPerBatch')}")
     print(f"{'input':>8} {'rows':>11} {'input MiB':>10} {'chunks':>7} {'RSS first chunk':>16} "
           f"{'peak RSS':>9} {'seconds':>8}")

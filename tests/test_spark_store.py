@@ -489,3 +489,32 @@ def test_a_batch_changing_more_than_its_change_set_holds_keeps_nothing_per_key(t
     assert msg.snapshot and msg.num_keys == len(model)
     coord.publish(2, [msg])
     assert state(loc, 2, 0, options) == model
+
+
+def test_membership_answers_from_the_entry_without_reading_the_value_log(tmp_path, options):
+    """``key in store`` (and the typed views' ``exists``/``containsKey``) answers from the
+    change set, the row cache or the database's entry: on a copy rebuilt from the location
+    whose value-log files are then emptied, membership still answers while ``get`` fails."""
+    options = dataclasses.replace(options, max_changelog_bytes=1)  # a snapshot: tables and value logs
+    loc = Location(str(tmp_path / "loc"))
+    coord = CommitCoordinator(loc, "op", 1, query_id="q")
+    s = open_store(loc, "op", 0, 0, options=options)
+    big = os.urandom(4096)  # above min_blob_size: kept in the value log
+    for i in range(20):
+        s.put(b"big%02d" % i, big)
+    coord.publish(1, [s.commit()])
+    release_idle_stores()  # the next open rebuilds its copy from the location
+    s = open_store(loc, "op", 0, 1, manifest=coord.base_manifests(1)[0], options=options)
+    try:
+        vlogs = [os.path.join(d, f) for d, _, files in os.walk(s._copy.work.db_path) for f in files
+                 if f.endswith(".vlog")]
+        assert vlogs
+        for path in vlogs:  # emptied in place: the open database holds them open
+            os.truncate(path, 0)
+        s.delete(b"big01")
+        assert b"big00" in s and b"big19" in s
+        assert b"big01" not in s and b"nothing" not in s
+        with pytest.raises(antkv.Error):
+            s.get(b"big02")
+    finally:
+        s.abort()

@@ -19,6 +19,7 @@ import os
 import sys
 
 from .. import errors
+from .byte_encoding import UsageError
 from .commands import EXIT_ERROR, EXIT_OK, Output, done
 from .progress_bars import step_bar
 
@@ -133,7 +134,7 @@ def cmd_state_verify(args, out: Output) -> int:
 
 def cmd_state_report(args, out: Output) -> int:
     from antkv.spark.tools.state_reader import published_versions
-    from .state_report import draw, find_metrics, read_batches, table_lines
+    from antkv.spark.tools.batch_report import draw, read_batches, table_lines
 
     loc = existing_location(args.location)
     if not published_versions(loc, args.operator):
@@ -189,3 +190,23 @@ def add_state_commands(add, quiet) -> None:
                    "LOCATION/OPERATOR, LOCATION or beside LOCATION)")
     p.add_argument("--output", metavar="PNG", help="where to draw (default: OPERATOR-report.png beside the metrics)")
     p.add_argument("--no-png", action="store_true", help="print the table only (no matplotlib needed)")
+
+
+def find_metrics(location_root: str | None, operator: str, given: str | None) -> str:
+    """The metrics file: ``given``, else the first ``metrics.jsonl`` found where a pipeline's is
+    kept (:mod:`antkv.spark.tools.batch_report`); a UsageError saying where it looked."""
+    from antkv.spark.tools.batch_report import METRICS_FILE
+
+    if given is not None:
+        if not os.path.isfile(given):
+            raise UsageError(f"--metrics {given}: no such file")
+        return given
+    places = []
+    if location_root is not None:
+        places = [os.path.join(location_root, operator, METRICS_FILE), os.path.join(location_root, METRICS_FILE),
+                  os.path.join(os.path.dirname(location_root.rstrip("/")), METRICS_FILE)]
+        for p in places:
+            if os.path.isfile(p):
+                return p
+    where = f" (looked for {', '.join(places)})" if places else " (the location is not local)"
+    raise UsageError(f"no metrics file found{where}: pass --metrics FILE, the pipeline's metrics_path")

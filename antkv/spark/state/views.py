@@ -147,7 +147,7 @@ class ValueState(_StateVariable):
     """One row per grouping key."""
 
     def exists(self) -> bool:
-        return self._keyed.store.get(self._key()) is not None
+        return self._key() in self._keyed.store
 
     def get(self) -> tuple | None:
         raw = self._keyed.store.get(self._key())
@@ -164,7 +164,7 @@ class ListState(_StateVariable):
     """A list of rows per grouping key, stored as one value of concatenated rows."""
 
     def exists(self) -> bool:
-        return self._keyed.store.get(self._key()) is not None
+        return self._key() in self._keyed.store
 
     def get(self):
         """An iterator over the rows (empty when there are none)."""
@@ -214,7 +214,7 @@ class MapState(_StateVariable):
         return None if raw is None else decode_row(raw)
 
     def containsKey(self, key: tuple) -> bool:  # noqa: N802 - Spark's name
-        return self._keyed.store.get(self._entry(key)) is not None
+        return self._entry(key) in self._keyed.store
 
     def updateValue(self, key: tuple, value: tuple) -> None:  # noqa: N802 - Spark's name
         self._keyed.store.put(self._entry(key), encode_row(value))

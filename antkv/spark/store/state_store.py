@@ -394,7 +394,19 @@ class StateStore:
         return self._db.values(start, stop, prefix=prefix, reverse=reverse)
 
     def __contains__(self, key) -> bool:
-        return self.get(key) is not None
+        """Whether ``key`` is live, answered from the change set, the row cache or the
+        database's entry for it: a value kept in the value log is not read."""
+        if self._done:
+            self._check_active()
+        if type(key) is not bytes:
+            key = as_bytes(key, "key")
+        value = self._changes.get(key, MISSING)
+        if value is not MISSING:
+            return value is not None
+        value = self._rows.lookup(key)
+        if value is not MISSING:
+            return value is not None
+        return key in self._db
 
     # ------------------------------------------------------------------ writes
 

@@ -29,6 +29,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+import antkv
+
+from antkv.spark.tools.batch_report import METRICS_FILE, draw, read_batches, table_lines
 from antkv.spark.tools.state_reader import read_state
 from antkv.spark.runtime.output import output_versions, read_output
 from antkv.spark.runtime.pipeline import StatefulPipeline
@@ -189,7 +192,7 @@ def run_phase(spark, workdir: str, partitions: int, key_groups: int, report=prin
     """Run the streaming query over every event file not yet processed, then stop it."""
     pipe = StatefulPipeline(state_uri(workdir), OPERATOR, ["user"], click_state, OUTPUT_SCHEMA,
                             partitions=partitions, key_groups=key_groups, query_id="demo-clicks",
-                            metrics_path=os.path.join(workdir, "metrics.jsonl"))
+                            metrics_path=os.path.join(workdir, METRICS_FILE))
     run = pipe.foreach_batch()
 
     def on_batch(df, batch_id):
@@ -249,11 +252,23 @@ def main(argv=None) -> int:
     finally:
         spark.stop()
     print(verdict)
+    batches = read_batches(os.path.join(workdir, METRICS_FILE))
+    print("\nthe pipeline's batches (seconds along each batch's slowest task, then publish; spark: the rest):")
+    for line in table_lines(batches):
+        print("  " + line)
+    picture = os.path.join(workdir, f"{OPERATOR}-report.png")
+    try:
+        draw(batches, OPERATOR, picture)
+    except antkv.InvalidArgumentError as e:  # matplotlib missing: the table above is the report
+        picture = f"not drawn ({e})"
+    print(f"\npicture of the batches: {picture}")
+    state = os.path.join(workdir, "state")
     print(f"checkpoint (antkv state): {state_uri(workdir)}")
-    print(f"  inspect it: .venv/bin/antkv state-info {os.path.join(workdir, 'state')}   "
-          f"(state-show, state-export: docs/operations.md)")
+    print(f"  inspect it: .venv/bin/antkv state-info {state}")
+    print(f"              .venv/bin/antkv state-show {state} {OPERATOR} --limit 5")
+    print(f"              .venv/bin/antkv state-report {state} {OPERATOR}   (this table and picture again)")
     print(f"Spark's streaming checkpoint: {os.path.join(workdir, 'spark-checkpoint')}")
-    print(f"metrics (one JSON line per batch): {os.path.join(workdir, 'metrics.jsonl')}")
+    print(f"metrics (one JSON line per batch): {os.path.join(workdir, METRICS_FILE)}")
     print(f"output (Parquet files published with the state; one JSON record per batch lists them): "
           f"{os.path.join(workdir, 'state', OPERATOR, '_output_log')}")
     print(f"total {time.perf_counter() - started:.0f} s")

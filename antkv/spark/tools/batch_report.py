@@ -1,10 +1,11 @@
-"""``antkv state-report``: a pipeline's batches over time, as a table and a picture.
+"""A pipeline's batches over time, as a table and a picture (``antkv state-report`` prints
+and draws it; ``make demo`` ends by drawing its own).
 
 The figures are the ``BatchMetrics`` a :class:`antkv.spark.StatefulPipeline` appends, one JSON
 line per batch, to its ``metrics_path`` (docs/spark-reference.md, *Output and metrics*).  That file is local to the
-driver, not part of the checkpoint location; the command finds it with ``--metrics FILE``, or
-as ``metrics.jsonl`` in the location's operator directory, in the location, or beside the
-location (where ``make demo`` writes it).
+driver, not part of the checkpoint location; ``antkv state-report`` finds it with ``--metrics
+FILE``, or as :data:`METRICS_FILE` in the location's operator directory, in the location, or
+beside the location (where ``make demo`` writes it).
 
 Where a batch's time went is read along its slowest task, the one that held the batch up:
 its ``load``, ``process`` and ``commit``; then the driver's ``publish``; ``spark`` is the rest
@@ -18,31 +19,11 @@ alone.
 from __future__ import annotations
 
 import json
-import os
 
-from .. import errors
-from .byte_encoding import UsageError
+from antkv import errors
 
 METRICS_FILE = "metrics.jsonl"
 TIME_PARTS = ("load", "process", "commit", "publish", "spark")
-
-
-def find_metrics(location_root: str | None, operator: str, given: str | None) -> str:
-    """The metrics file: ``given``, else the first ``metrics.jsonl`` found where a pipeline's is
-    kept (see the module docstring); a UsageError saying where it looked."""
-    if given is not None:
-        if not os.path.isfile(given):
-            raise UsageError(f"--metrics {given}: no such file")
-        return given
-    places = []
-    if location_root is not None:
-        places = [os.path.join(location_root, operator, METRICS_FILE), os.path.join(location_root, METRICS_FILE),
-                  os.path.join(os.path.dirname(location_root.rstrip("/")), METRICS_FILE)]
-        for p in places:
-            if os.path.isfile(p):
-                return p
-    where = f" (looked for {', '.join(places)})" if places else " (the location is not local)"
-    raise UsageError(f"no metrics file found{where}: pass --metrics FILE, the pipeline's metrics_path")
 
 
 def read_batches(path: str) -> list[dict]:

@@ -139,7 +139,7 @@ class Stress:
 
     def __init__(self, path: str, option_set: str, seed: int, seconds: float, writers: int = 3,
                  readers: int = 2, keys_per_writer: int = 400, stall_seconds: float = 60.0,
-                 reopen_every: float = 2.0):
+                 reopen_every: float = 2.0, require: tuple = ()):
         self.path = path
         self.option_set = option_set
         self.options = options_sets.build(option_set).replace(max_background_jobs=2)
@@ -151,6 +151,9 @@ class Stress:
         self.model = Model(writers * keys_per_writer)
         self.stall_seconds = stall_seconds
         self.reopen_every = reopen_every
+        # groups of counters: the run goes on past ``seconds`` (at most ``stall_seconds`` more)
+        # until one counter of each group moved, so a loaded machine still exercises every actor
+        self.require = require
         self.db = antkv.open(path, self.options)
         self.db_lock = threading.Lock()  # guards self.db (the handle threads should use)
         self.reopened = threading.Condition(self.db_lock)
@@ -165,6 +168,11 @@ class Stress:
     def handle(self):
         with self.db_lock:
             return self.db
+
+    def _wanting(self) -> bool:
+        """Whether a group of :attr:`require` has no counter above zero yet."""
+        with self.counts_lock:
+            return any(not any(self.counts.get(c, 0) for c in group) for group in self.require)
 
     def count(self, what: str) -> None:
         with self.counts_lock:
@@ -375,7 +383,8 @@ class Stress:
             t.start()
         deadline = time.monotonic() + self.seconds
         last, last_change = self.progress, time.monotonic()
-        while time.monotonic() < deadline and not self.failures:
+        while (time.monotonic() < deadline or (self._wanting() and time.monotonic() < deadline + self.stall_seconds)) \
+                and not self.failures:
             time.sleep(0.2)
             if self.progress != last:
                 last, last_change = self.progress, time.monotonic()

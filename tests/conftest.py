@@ -108,11 +108,10 @@ def spark_cluster(tmp_path_factory):
 SPARK_FIXTURES = {"spark", "spark_cluster"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the marker
-def pytest_collection_modifyitems(config, items):
+def pytest_itemcollected(item):
     """Under ``pytest -n`` (pytest-xdist, ``--dist loadgroup``), every test that uses a Spark
     fixture runs in one worker, so they still share one Spark session (and one cluster); the
-    engine's tests spread over the other workers."""
-    for item in items:
-        if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("spark"))
+    engine's tests spread over the other workers.  (Marked as each test is collected: xdist
+    reads the marks in its own ``pytest_collection_modifyitems``.)"""
+    if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
+        item.add_marker(pytest.mark.xdist_group("spark"))

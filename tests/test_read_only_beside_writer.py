@@ -91,3 +91,36 @@ def test_an_open_the_writer_moved_past_is_tried_again():
         with antkv.open("/db", file_system=fs, read_only=True) as view:
             assert fired
             assert dict(view.items()) == model
+
+
+class _FileSystemWithListingHook(MemoryFileSystem):
+    """The shared in-memory file system; ``after_listing``, when set, runs once right after the
+    next directory listing (the writer moving on between a listing and the reads after it)."""
+
+    after_listing = None
+
+    def listdir(self, path):
+        names = super().listdir(path)
+        action, self.after_listing = self.after_listing, None
+        if action is not None:
+            action()
+        return names
+
+
+def test_verify_on_a_view_skips_a_wal_the_writer_deleted_after_the_listing():
+    fs = _FileSystemWithListingHook()
+    with antkv.open("/db", file_system=fs, **OPTS) as writer:
+        _fill(writer, 300)
+        with antkv.open("/db", file_system=fs, read_only=True) as view:
+            writer.put(b"late", b"x")  # in the writer's current WAL, which the listing will name
+            gone = []
+
+            def flush():
+                wals = {n for n in fs.listdir("/db") if n.endswith(".log")}
+                writer.flush()  # a new WAL; the one listed is deleted
+                gone.extend(wals - set(fs.listdir("/db")))
+
+            fs.after_listing = flush
+            counts = view.verify()
+            assert gone, "the writer deleted no WAL between the listing and the reads"
+            assert counts["tables"] >= 1

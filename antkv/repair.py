@@ -51,6 +51,7 @@ from .db.files.unaccounted import antkv_evidence, check_is_antkv, keep_copy, mov
 from .manifest.version_edit import FileMetaData, VersionEdit
 from .manifest.version_set import VersionSet
 from .record.log_format import LogReader
+from .record.wal import write_empty_wal
 from .options import SKIP_ANY_CORRUPTED, Options, resolve_open_args
 from .base.dbformat import VALUE_POINTER
 from .base.expiry import pointer_in
@@ -195,7 +196,7 @@ def _rebuild_manifest(fs, path: str, options: Options, report: RepairReport) -> 
         edit.log_number = files[WAL][0][0]
     else:  # the MANIFEST's log number must name a WAL that exists: an empty one
         edit.log_number = vs.new_file_number()
-        fs.write_all(wal_file_name(path, edit.log_number), b"", sync=True)
+        write_empty_wal(fs, wal_file_name(path, edit.log_number), last_seq + 1)
         fs.sync_dir(path)
     edit.last_sequence = last_seq
     try:

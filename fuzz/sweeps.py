@@ -59,6 +59,7 @@ from antkv.base.dbformat import VALUE_POINTER
 from antkv.fs.fault import FaultInjectionFileSystem
 from antkv.fs.memory import MemoryFileSystem
 from antkv.record.log_format import LogReader
+from antkv.record.wal import HEADER_RECORD_SIZE
 from antkv.base.filenames import parse_file_name
 from antkv.vlog.pointer import decode_pointer
 from antkv.vlog.reader import ValueLogScan
@@ -193,13 +194,16 @@ def build_corruption_db(seed: int = 0) -> CorruptionDB:
     wals = []
     for name in sorted(files):
         parsed = parse_file_name(name)
-        if parsed and parsed[0] == "log" and files[name]:
+        if parsed and parsed[0] == "log" and len(files[name]) > HEADER_RECORD_SIZE:
             wals.append(name)
     assert len(wals) == 1, f"build wanted one WAL with records, got {wals}"
     wal_name = wals[0]
     records = []
     for offset, payload in LogReader(files[wal_name], wal_name):
         _, ops = decode_batch(payload, wal_name, offset)
+        if offset == 0:
+            assert not ops, "a WAL begins with its header record, an empty batch"
+            continue
         records.append((offset, offset + 16 + len(payload), ops))
     assert len(records) == len(wal_ops), (len(records), len(wal_ops))
     states = [dict(base)]
@@ -274,7 +278,8 @@ def allowed_states(cdb: CorruptionDB, m: Mutation) -> list[dict]:
             k = sum(1 for _, end, _ in cdb.wal_records if end <= m.offset)
             states.append(cdb.wal_states[k])
         else:
-            i = next(i for i, (s, e, _) in enumerate(cdb.wal_records) if s <= m.offset < e)
+            # None: inside the WAL's header record, which intact records follow (damage)
+            i = next((i for i, (s, e, _) in enumerate(cdb.wal_records) if s <= m.offset < e), None)
             if i == n - 1:
                 states.append(cdb.wal_states[i])
     elif m.name == cdb.active_vlog:

@@ -294,7 +294,7 @@ def _wal_with_a_damaged_third_record(path) -> tuple[str, bytes]:
     wal = max((n for n in os.listdir(path) if n.endswith(".log")), key=lambda n: os.path.getsize(path / n))
     data = bytearray((path / wal).read_bytes())
     offsets = [offset for offset, _ in LogReader(bytes(data), wal)]
-    data[offsets[2] + 20] ^= 0xFF  # inside the third record's payload
+    data[offsets[3] + 20] ^= 0xFF  # inside the third write's record (record 0 is the WAL's header)
     (path / wal).write_bytes(bytes(data))
     return wal, bytes(data)
 

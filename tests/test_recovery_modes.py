@@ -68,6 +68,38 @@ def test_truncated_wal_after_a_clean_close(tmp_path, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_wal_truncated_to_zero_bytes_is_reported_and_its_values_kept(tmp_path, mode):
+    """A WAL cut to 0 bytes after a clean close held acknowledged writes: every WAL begins
+    with a synced header record, so an empty one was truncated.  absolute_consistency refuses
+    it and changes nothing; the other modes report it, keep the empty WAL in lost/, and keep
+    a copy of the value-log file holding the lost writes' large values (which the open would
+    otherwise count as garbage and delete)."""
+    path = tmp_path / "db"
+    big = os.urandom(200)
+    with antkv.open(str(path), **OPTS) as db:
+        db.put(b"base", b"flushed")
+        db.flush()
+        db.put(b"small", b"1")
+        db.put(b"large", big)  # in the value log; the WAL holds its pointer
+    wal = _wal(path)
+    vlogs_before = {n: (path / n).read_bytes() for n in os.listdir(path) if n.endswith(".vlog")}
+    assert any(big in data for data in vlogs_before.values())
+    with open(wal, "r+b") as f:
+        f.truncate(0)
+    if mode == "absolute_consistency":
+        with pytest.raises(antkv.CorruptionError, match="WAL is empty"):
+            antkv.open(str(path), **OPTS, wal_recovery_mode=mode)
+        assert os.path.getsize(wal) == 0 and not (path / "lost").exists()
+        return
+    items, dropped = _open_items(path, mode)
+    assert items == {b"base": b"flushed"}
+    assert any("empty" in d and os.path.basename(wal) in d for d in dropped), dropped  # reported, not silent
+    lost = {n: (path / "lost" / n).read_bytes() for n in os.listdir(path / "lost")}
+    assert os.path.basename(wal) in lost
+    assert any(big in data for data in lost.values()), sorted(lost)
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_damaged_byte_in_the_middle_of_the_wal(tmp_path, mode):
     path = tmp_path / "db"
     writes = _make(path)

@@ -33,6 +33,7 @@ from ..base.progress import progress_callback
 from ..errors import InvalidArgumentError
 from ..manifest.version_set import VersionSet, set_current_file
 from ..record.log_format import LogWriter
+from ..record.wal import write_empty_wal
 from .write_path import WritePath
 
 
@@ -104,7 +105,7 @@ class Checkpoints(WritePath):
             writer.close()
         # the MANIFEST names log number ``next_file``: an empty WAL of that number says "nothing
         # to replay" (recovery treats a missing named WAL as lost MANIFEST edits)
-        fs.write_all(wal_file_name(tmp, next_file), b"", sync=True)
+        write_empty_wal(fs, wal_file_name(tmp, next_file), last_sequence + 1)
         set_current_file(fs, tmp, manifest_number)  # syncs tmp
 
 

@@ -55,7 +55,7 @@ from .files.unaccounted import DELETE, OwnFiles, check_is_antkv, check_without_c
 from ..manifest.version_edit import VersionEdit
 from ..memtable.memtable import MemTable
 from .read_only import WriterMovedOn, manifest_state
-from ..record.log_format import LogWriter
+from ..record.wal import create_wal
 from .files.wal_replay import Replay, active_vlog_length
 from .stats import Statistics
 from .write_path import WritePath
@@ -208,12 +208,12 @@ class Recovery(WritePath, Statistics):
             return
         if not mem.is_empty():
             self._flush_recovered(mem, edit)
-        self._count_unreferenced_vlog_records(vs, edit)
+        self._count_unreferenced_vlog_records(vs, edit, keep_orphans=bool(replay.not_whole))
         vs.last_sequence = max(vs.last_sequence, self._last_seq)
         self._last_seq = vs.last_sequence
         # --- fresh WAL and value-log file, one MANIFEST edit for all of it ---
         new_log = vs.new_file_number()
-        self._wal = LogWriter(fs.create(wal_file_name(path, new_log)))
+        self._wal = create_wal(fs, wal_file_name(path, new_log), vs.last_sequence + 1)
         self._wal_append = self._wal.file.append
         edit.log_number = new_log
         if opts.enable_blob_files:
@@ -297,7 +297,7 @@ class Recovery(WritePath, Statistics):
             edit.sealed_vlogs.append((number, record_bytes))
         return lengths
 
-    def _count_unreferenced_vlog_records(self, vs, edit: VersionEdit) -> None:
+    def _count_unreferenced_vlog_records(self, vs, edit: VersionEdit, keep_orphans: bool) -> None:
         """Count as garbage the records of the value-log files this recovery sealed that no
         table points to.
 
@@ -308,13 +308,22 @@ class Recovery(WritePath, Statistics):
         process); nothing would ever count those, and the file could never be collected.  Every
         replayed write is in a table by now, so what is neither referenced nor garbage is such a
         record.  (Counting too much could only make GC relocate a file early: a file is deleted
-        only when no table points into it.)"""
+        only when no table points into it.)
+
+        ``keep_orphans``: recovery dropped intact records of a WAL (that WAL is kept in
+        ``lost/``); the values its pointers name are among these records, so a file holding
+        any is first copied to ``lost/`` too."""
         for number, total in edit.sealed_vlogs:
             st = vs.vlogs.get(number)
             garbage = (st.garbage if st is not None else 0) + sum(g for n, g in edit.vlog_garbage if n == number)
             referenced = sum(f.blob_refs.get(number, 0) for _, f in vs.current.all_files())
             referenced += sum(f.blob_refs.get(number, 0) for _, f in edit.new_tables)
             orphaned = total - garbage - referenced
+            if orphaned > 0 and keep_orphans:
+                name = os.path.basename(vlog_file_name(self.path, number))
+                target = keep_copy(self._fs, self.path, name)
+                self._event("copied-to-lost", f"{name}: holds {orphaned} bytes of records of writes recovery "
+                                              f"dropped; a copy is {target}")
             if orphaned > 0:
                 log.info("value-log file %06d.vlog: %d bytes of records no write survived for, counted as garbage",
                          number, orphaned)

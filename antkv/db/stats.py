@@ -242,7 +242,8 @@ class Statistics(DBState):
 
     def _verify_wals(self) -> dict:
         """Read the live WALs (those not yet flushed to tables), checking every record's checksum
-        and decoding its batch: ``{"wal_files", "wal_records", "wal_entries"}``.  A torn last
+        and decoding its batch: ``{"wal_files", "wal_records", "wal_entries"}`` (records are the
+        write batches, not counting each WAL's header record).  A torn last
         record (a write in flight, or what a crash left for recovery to drop) is not counted;
         damage before intact records is a CorruptionError.  A read-only view skips a WAL the
         writer beside it deleted after the listing (flushed: in no state this view holds)."""
@@ -265,7 +266,8 @@ class Statistics(DBState):
                     continue  # the writer beside this view flushed and deleted it since the listing
                 raise
             for offset, payload in LogReader(data, path):
-                ops += len(decode_batch(payload, path, offset)[1])
-                records += 1
+                batch_ops = decode_batch(payload, path, offset)[1]
+                ops += len(batch_ops)
+                records += bool(offset or batch_ops)  # not the WAL's header record (antkv/record/wal.py)
             files += 1
         return {"wal_files": files, "wal_records": records, "wal_entries": ops}

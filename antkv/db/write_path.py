@@ -32,7 +32,8 @@ from ..errors import IOError as AntIOError
 from ..manifest.version_edit import VersionEdit
 from ..memtable.memtable import MemTable
 from ..record.batch import encode_batch
-from ..record.log_format import LogWriter, frame
+from ..record.log_format import frame
+from ..record.wal import create_wal
 from ..vlog.writer import ValueLogWriter
 from .background import Background
 from .write_limits import CHECK_ABOVE, check_ops
@@ -163,15 +164,15 @@ class WritePath(Background):
             try:
                 # the old WAL (records, name) is synced: no later synced write outlives it (prefix rule)
                 self._sync_wal()
-                wal_file = self._fs.create(wal_file_name(self.path, new_log))
+                new_wal = create_wal(self._fs, wal_file_name(self.path, new_log), self._last_seq + 1)
             except AntIOError as e:
                 self._set_bg_error(e)
                 raise
             self._wal_names_unsynced.add(new_log)  # durable before a synced write or an edit names it
             self._stats["wal_bytes_written"] += self._wal.size
             self._wal.close()
-            self._wal = LogWriter(wal_file)
-            self._wal_append = wal_file.append
+            self._wal = new_wal
+            self._wal_append = new_wal.file.append
             self._memtable_counter += 1
             self._wal_files.add(new_log)
             self._mem = MemTable(self._memtable_counter, new_log, self._vlog.file_number if self._vlog is not None else None)

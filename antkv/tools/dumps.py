@@ -24,7 +24,8 @@ def _show(data: bytes, limit: int = 64) -> str:
 def dump_wal(fs, path: str) -> Iterable[str]:
     """Human-readable lines for every record of a WAL file (``antkv dump-wal``).
 
-    The file is read with :class:`antkv.record.log_format.LogReader` (framing) and each payload
+    The header record (:mod:`antkv.record.wal`) is shown as such and not counted.  The file
+    is read with :class:`antkv.record.log_format.LogReader` (framing) and each payload
     decoded with :func:`antkv.record.batch.decode_batch`: a torn tail is reported, damage in the
     middle raises ``CorruptionError`` naming the file and offset.
     """
@@ -37,6 +38,9 @@ def dump_wal(fs, path: str) -> Iterable[str]:
     first_seq = last_seq = None
     for offset, payload in reader:
         seq, ops = decode_batch(payload, path, offset)
+        if offset == 0 and not ops:
+            yield f"@0 header record: the first write gets sequence {seq}"
+            continue
         records += 1
         ops_total += len(ops)
         if ops:
@@ -53,6 +57,8 @@ def dump_wal(fs, path: str) -> Iterable[str]:
             else:
                 fnum, voff, size = decode_pointer(value, f"{path} record at offset {offset}")
                 yield f"  @{seq + i} PUT {_show(key)} -> value log {fnum:06d}.vlog offset {voff} size {size}"
+    if not data:
+        yield "empty: the header record every WAL begins with is gone, so the file was truncated"
     if records == 0 and data and not _starts_with_a_record_header(data):
         raise errors.CorruptionError("not a WAL: it does not start with a log record header", path, 0)
     seqs = f", sequence {first_seq}..{last_seq}" if first_seq is not None else ""

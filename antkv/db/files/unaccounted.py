@@ -36,6 +36,7 @@ import os
 
 from ...base.filenames import CURRENT, CURRENT_TMP, MANIFEST, TABLE, VLOG, WAL, lost_dir_name, parse_file_name
 from ...errors import CorruptionError, InvalidArgumentError
+from ...record.wal import HEADER_RECORD_SIZE
 from ...vlog.format import FILE_HEADER_SIZE
 
 DELETE = "delete"
@@ -78,8 +79,8 @@ def keep_copy(fs, dbname: str, name: str) -> str:
 
 
 def data_files(fs, dbname: str) -> list[str]:
-    """The antkv files of ``dbname`` that may hold data: tables, non-empty WALs, value-log
-    files with a record, MANIFESTs that list a table."""
+    """The antkv files of ``dbname`` that may hold data: tables, WALs longer than their header
+    record, value-log files with a record, MANIFESTs that list a table."""
     out = []
     for name in sorted(fs.listdir(dbname)):
         parsed = parse_file_name(name)
@@ -87,7 +88,7 @@ def data_files(fs, dbname: str) -> list[str]:
             continue
         size = fs.size(os.path.join(dbname, name))
         kind = parsed[0]
-        if kind == TABLE or (kind == WAL and size > 0) or (kind == VLOG and size > FILE_HEADER_SIZE):
+        if kind == TABLE or (kind == WAL and size > HEADER_RECORD_SIZE) or (kind == VLOG and size > FILE_HEADER_SIZE):
             out.append(name)
         elif kind == MANIFEST and _manifest_lists_tables(fs, os.path.join(dbname, name)):
             out.append(name)

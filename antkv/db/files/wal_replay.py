@@ -18,6 +18,10 @@ govern the WAL and the value-log files the MANIFEST lists as unsealed (the activ
                                     most data, but not a prefix of history (what a repair uses).
 ==================================  ==========================================================
 
+A WAL of 0 bytes lost its header record (:mod:`antkv.record.wal`): it was truncated, and is
+treated as damage before any record (``absolute_consistency``: a CorruptionError; otherwise
+dropped, and replay does not go on to later WALs, except under ``skip``).
+
 A WAL record whose value pointer reaches past what survived of the active value-log file lost
 its large value with the crash: it and every later record are dropped (``skip``: that record
 is skipped).  Everything dropped is listed in :attr:`Replay.dropped`, which recovery reports in
@@ -145,6 +149,9 @@ class Replay:
         data = self.wal_data.pop(number, None)
         if data is None:
             data = self.fs.read_all(path)
+        if not data:
+            yield from self._empty_wal(number, path)
+            return
         reader = LogReader(data, path, skip_corrupted=mode == SKIP_ANY_CORRUPTED)
         try:
             for offset, payload in reader:
@@ -201,6 +208,25 @@ class Replay:
             self._drop(f"{path}: torn tail at offset {reader.torn_tail_offset} dropped")
             if mode != SKIP_ANY_CORRUPTED:
                 yield _STOP_LATER  # a later WAL holds newer writes: keep the result a prefix of history
+
+    def _empty_wal(self, number: int, path: str):
+        """A WAL of 0 bytes.  Every WAL begins with a header record synced when it is created
+        (:mod:`antkv.record.wal`), so this one was truncated and whatever writes it held are
+        lost -- unless it is the newest WAL of a live writer, which is creating it now."""
+        if self.live_writer and number == self.wal_numbers[-1]:
+            log.info("read-only replay beside a live writer: %s: being created", path)
+            return
+        if self.mode == ABSOLUTE_CONSISTENCY:
+            raise CorruptionError(
+                "WAL is empty: the header record every WAL begins with is gone, so the file was truncated "
+                "and the writes it held are lost (absolute_consistency recovery: nothing may be missing)",
+                path, 0,
+            )
+        self._drop(f"{path}: empty: the header record every WAL begins with is gone, so the file was truncated; "
+                   "the writes it held are lost")
+        yield None
+        if self.mode != SKIP_ANY_CORRUPTED:
+            yield _STOP  # later WALs hold newer writes: keep the result a prefix of history
 
     def _pointers_survived(self, ops, wal_path: str, wal_offset: int) -> bool:
         """False when a value pointer reaches past the recovered tail of an unsealed value-log

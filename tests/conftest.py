@@ -105,13 +105,15 @@ def spark_cluster(tmp_path_factory):
         cluster.stop()
 
 
-SPARK_FIXTURES = {"spark", "spark_cluster"}
-
-
 def pytest_itemcollected(item):
     """Under ``pytest -n`` (pytest-xdist, ``--dist loadgroup``), every test that uses a Spark
-    fixture runs in one worker, so they still share one Spark session (and one cluster); the
+    session fixture runs in one worker, so they still share one Spark session; the
     engine's tests spread over the other workers.  (Marked as each test is collected: xdist
-    reads the marks in its own ``pytest_collection_modifyitems``.)"""
-    if SPARK_FIXTURES & set(getattr(item, "fixturenames", ())):
+    reads the marks in its own ``pytest_collection_modifyitems``.)  A test that uses only the
+    cluster drives it from a subprocess (``tests/test_spark_cluster.py``), not through the
+    session: it is a group of its own, so it runs beside the session's tests."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if "spark" in fixtures:
         item.add_marker(pytest.mark.xdist_group("spark"))
+    elif "spark_cluster" in fixtures:
+        item.add_marker(pytest.mark.xdist_group("spark-cluster"))

@@ -8,7 +8,7 @@ promotes a low-pool entry to the high pool: the worst case; "hot 5%" re-reads a 
 stays in the high pool), ``put`` (insert without a handle: into a cache with room for
 every key, "fits", which includes Python's GC scanning the growing population, and into a cache
 a tenth of that, "evicting", the steady state), ``insert+release`` (pinned handle; same two cases), ``lookup+release``, and ``get`` hit
-with several threads sharing the cache (total ops/s).  Targets (issue 3): get hit >= 1,000,000/s,
+with several threads sharing the cache (total ops/s).  Targets: get hit >= 1,000,000/s,
 insert/put >= 300,000/s.  The loop overhead is included: the numbers are what a caller sees.
 """
 

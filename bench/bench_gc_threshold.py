@@ -1,4 +1,4 @@
-"""Value-log GC threshold trade-off (issue 6): space and write amplification for
+"""Value-log GC threshold trade-off: space and write amplification for
 ``blob_gc_threshold`` 0.3 ... 0.9 on an overwrite-heavy workload of 16 KiB values.
 
 Each run loads ``--keys`` keys, then overwrites random keys ``--overwrites`` times the key count,

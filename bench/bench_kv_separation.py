@@ -1,4 +1,4 @@
-"""Key-value separation at scale (issue 6): fillrandom then overwrite of ``--gib`` GiB of user
+"""Key-value separation at scale: fillrandom then overwrite of ``--gib`` GiB of user
 data with large values, on antkv, RocksDB and RocksDB BlobDB (the harness's adapters), each
 engine in a fresh process; then a full compaction with GC, and the space left.
 

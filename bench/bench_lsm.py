@@ -1,4 +1,4 @@
-"""The persistent-LSM workloads of issue 4, antkv against RocksDB (``rocksdict``) in one run.
+"""The persistent-LSM workloads, antkv against RocksDB (``rocksdict``) in one run.
 
 Per round, each engine in a fresh directory: ``fillrandom`` (N random 16-byte keys, 100-byte
 values, ``sync=False``, default options, timed until every flush and compaction the load

@@ -1,4 +1,4 @@
-"""Range deletes, antkv against RocksDB (issue 5).
+"""Range deletes, antkv against RocksDB.
 
 Usage::
 

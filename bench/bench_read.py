@@ -3,7 +3,7 @@
     PYTHONPATH=. .venv/bin/python bench/bench_read.py [--keys N] [--reads R] [--rounds K] [--dir D]
                                                       [--profile random|seq]
 
-Loads ``N`` random 16-byte keys with 100-byte values (issue #4's shape, default options) into
+Loads ``N`` random 16-byte keys with 100-byte values (the small-value shape, default options) into
 antkv and into RocksDB (``rocksdict``), both flushed, then alternates the two engines ``K``
 times: re-open, ``R`` gets of existing keys in random order, one full ``items()`` scan.  Prints
 every round, the medians and the antkv/RocksDB ratios, by the wall clock and by CPU time.  With ``--dir`` the two databases are

@@ -1,4 +1,4 @@
-"""Issue 19's table: small values, antkv against RocksDB (``rocksdict``), from one run.
+"""Small values, antkv against RocksDB (``rocksdict``), from one run.
 
     python -m bench.bench_small [--num 300000] [--rounds 3] [--jobs 20] [--workloads ...]
 

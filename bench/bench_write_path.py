@@ -1,4 +1,4 @@
-"""Micro-benchmark of the hottest paths (issue 2): single-threaded ``put`` of 16-byte keys and
+"""Micro-benchmark of the hottest paths: single-threaded ``put`` of 16-byte keys and
 100-byte values with ``sync=False``, and ``get`` from the memtable; antkv and RocksDB
 (``rocksdict``) alternate A B A B in one process so both see the same machine load.
 

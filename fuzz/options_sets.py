@@ -1,4 +1,4 @@
-"""Named extreme antkv option sets (issue 7) and seeded random ones.
+"""Named extreme antkv option sets and seeded random ones.
 
 Each named set is the BASE (a 64 KiB memtable, so streams of a few thousand operations flush
 and compact; ``max_background_jobs=0`` so flush and compaction run inline and a seed replays

@@ -51,7 +51,7 @@ def test_in_place_bottom_compaction_never_leaves_a_table_inside_its_output():
 
 
 def test_asking_whether_there_is_work_does_not_move_the_round_robin_cursor(monkeypatch):
-    # issue 20: the picker advanced the level's round-robin cursor each time it was asked, and
+    # a regression: the picker advanced the level's round-robin cursor each time it was asked, and
     # the background thread asks (has_work) before it runs (compact_once): three questions
     # moved the cursor across three tables, so the compaction skipped them
     fs = MemoryFileSystem()

@@ -1,4 +1,4 @@
-"""I/O-error sweep (issue 7): the n-th file-system call fails, once or from then on.
+"""I/O-error sweep: the n-th file-system call fails, once or from then on.
 
 For every operation -- put with and without sync, a separated (value-log) put, a synced
 batch, delete_range, enough writes to switch the memtable (flush and compaction inline),

@@ -44,6 +44,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench.measure import peak_rss_mib  # noqa: E402
+
 MARKER = "BENCH-SPARK-RESULT "
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 SESSION_GAP_MS = 5 * 60 * 1000
@@ -242,7 +246,7 @@ def run_phase(args) -> dict:
         query.stop()
         spark.stop()
     return {"session_start_s": round(session_s, 3), "changelog_checkpointing": changelog,
-            "batches": batches}
+            "batches": batches, "driver_peak_rss_mib": round(peak_rss_mib(), 1)}
 
 
 # --------------------------------------------------------------------------- driver

@@ -50,6 +50,7 @@ from bench.bench_spark_baseline import (  # noqa: E402
     write_batch_file,
 )
 from bench.bench_spark_baseline import child as spark_child  # noqa: E402
+from bench.measure import peak_rss_mib  # noqa: E402
 
 MARKER = "BENCH-ANTKV-RESULT "
 
@@ -122,7 +123,7 @@ def antkv_phase(args) -> dict:
     finally:
         query.stop()
         spark.stop()
-    return {"batches": batches}
+    return {"batches": batches, "driver_peak_rss_mib": round(peak_rss_mib(), 1)}
 
 
 def rescale_phase(args) -> dict:
@@ -193,11 +194,13 @@ def main(argv=None) -> None:
                "partitions": args.partitions, "cores": os.cpu_count()}
     try:
         print(f"antkv: {args.batches} batches, then one in a restarted driver", file=sys.stderr)
-        ant = child("antkv", args, workdir)["batches"]
+        ant_phase = child("antkv", args, workdir)
+        ant = ant_phase["batches"]
         ant_restart = child("antkv", args, workdir, first_batch=args.batches, batches=1)["batches"][0]
         print(f"Spark applyInPandasWithState (RocksDB): {args.batches} batches, then a restart", file=sys.stderr)
         spark_args = argparse.Namespace(keys=args.keys, value_size=args.value_size, partitions=args.partitions)
-        spark = spark_child("apply", 0, args.batches, spark_args, workdir)["batches"]
+        spark_phase = spark_child("apply", 0, args.batches, spark_args, workdir)
+        spark = spark_phase["batches"]
         spark_restart = spark_child("apply", args.batches, 1, spark_args, workdir)["batches"][0]
         rescale = []
         for keys in (args.rescale_keys, 10 * args.rescale_keys):
@@ -205,13 +208,17 @@ def main(argv=None) -> None:
             rescale.append(child("rescale", args, os.path.join(workdir, f"rescale-{keys}"), keys=keys))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    results.update(antkv=ant, antkv_restart=ant_restart, spark=spark, spark_restart=spark_restart, rescale=rescale)
+    rss = {"antkv": ant_phase["driver_peak_rss_mib"], "spark": spark_phase["driver_peak_rss_mib"]}
+    results.update(antkv=ant, antkv_restart=ant_restart, spark=spark, spark_restart=spark_restart, rescale=rescale,
+                   driver_peak_rss_mib=rss)
     report = [f"# antkv vs Spark state store: {args.keys:,} keys, {args.value_size} B values, every key "
               f"updated every batch, {args.partitions} state partitions, local[2]", ""]
     report += table("antkv StatefulPipeline (foreachBatch)", ant, ant_restart)
     report += table("Spark applyInPandasWithState, RocksDB provider", spark, spark_restart)
     a, s = steady(ant), steady(spark)
     report.append(f"median rows/s after the first batch: antkv {a:,.0f}, Spark {s:,.0f}: {a / s:.1f}x")
+    report.append(f"driver's Python process, peak RSS over the {args.batches} batches: antkv {rss['antkv']:,.0f} MiB, "
+                  f"Spark {rss['spark']:,.0f} MiB")
     report.append(f"restore (first batch in a restarted driver): antkv {ant_restart['trigger_ms']:,} ms, "
                   f"Spark {spark_restart['trigger_ms']:,} ms")
     for r in rescale:

@@ -28,7 +28,8 @@ import antkv
 
 from antkv.spark.store.commit_message import CommitMessage
 from antkv.spark.store.commit_protocol import CommitCoordinator, PublishResult
-from antkv.spark.store.state_store import StoreOptions, open_store
+from antkv.spark.store.opening import open_store
+from antkv.spark.store.store_options import StoreOptions
 
 COMMIT_COLUMN = "_antkv_commit"
 

@@ -266,7 +266,7 @@ def test_an_operator_can_begin_at_a_later_version(tmp_path):
     published as an origin, and later batches build on it; cleanup retains nothing below it;
     a second origin is refused."""
     from antkv.spark.store.commit_protocol import CommitCoordinator, CommitError
-    from antkv.spark.store.state_store import open_store
+    from antkv.spark.store.opening import open_store
 
     loc = f"file://{tmp_path}/state"
     coord = CommitCoordinator(loc, "op", 2, query_id="q", min_versions_to_retain=3)

@@ -29,7 +29,10 @@ from antkv.spark.processor.transform import TransformWithState, transform_with_s
 from antkv.spark.tools.state_reader import read_state
 from antkv.spark.runtime.pipeline import BatchMetrics, BatchResult, PartitionMetrics, PartitionState, StatefulPipeline
 from antkv.spark.runtime.output import output_versions, read_output
-from antkv.spark.store.state_store import StateStore, StoreOptions, open_store, release_idle_stores
+from antkv.spark.store.idle_copies import release_idle_stores
+from antkv.spark.store.opening import open_store
+from antkv.spark.store.state_store import StateStore
+from antkv.spark.store.store_options import StoreOptions
 
 __all__ = [
     "StatefulPipeline",

@@ -76,7 +76,10 @@ from antkv.spark.store.pipeline_record import check_key_columns, ensure_pipeline
 from antkv.spark.store.rescale import open_rescaled_store
 from antkv.spark.state.chunks import whole_key_chunks
 from antkv.spark.state.views import KeyedState, group_batch
-from antkv.spark.store.state_store import StoreOptions, as_location, local_cache_counters, open_store
+from antkv.spark.store.idle_copies import local_cache_counters
+from antkv.spark.store.opening import open_store
+from antkv.spark.store.state_store import as_location
+from antkv.spark.store.store_options import StoreOptions
 
 log = logging.getLogger("antkv.spark")
 

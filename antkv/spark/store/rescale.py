@@ -57,7 +57,9 @@ Costs (measured by ``bench/bench_spark_rescale.py``; ``docs/spark-design.md``, "
 from __future__ import annotations
 
 from antkv.spark.store.keygroups import PartitionRescale, clip_to_key_groups
-from antkv.spark.store.state_store import StateStore, StoreOptions, open_store
+from antkv.spark.store.opening import open_store
+from antkv.spark.store.state_store import StateStore
+from antkv.spark.store.store_options import StoreOptions
 
 
 def open_rescaled_store(location, operator: str, plan: PartitionRescale, version: int,

@@ -57,18 +57,11 @@ changed nothing writes only the manifest.
 **Working copies are reused**: after a commit the copy stays open in this process (up to
 ``max_idle_stores``); opening the next version on the base it committed picks it up without
 reading anything; a copy of an older version that the wanted one extends (same snapshot, its
-changelogs first) catches up by applying the changelogs it lacks (``_catch_up``).  Any other
-open rebuilds from the location and the local cache.
+changelogs first) catches up by applying the changelogs it lacks.  Any other open rebuilds
+from the location and the local cache (:mod:`antkv.spark.store.opening`).
 """
 
 from __future__ import annotations
-
-import atexit
-import collections
-import os
-import tempfile
-import threading
-from dataclasses import dataclass, field, fields
 
 import xxhash
 
@@ -76,84 +69,20 @@ import antkv
 from antkv.record.batch import as_bytes
 
 from antkv.spark.store.commit_message import CommitMessage
-from antkv.spark.store.local_cache import LocalCache
-from antkv.spark.store.location import (
-    Location,
-    changelog_name,
-    check_operator,
-    check_partition,
-    check_version,
-    manifest_name,
-    marker_name,
-    new_attempt_id,
-)
+from antkv.spark.store.idle_copies import held
+from antkv.spark.store.location import Location, changelog_name, manifest_name, marker_name, new_attempt_id
 from antkv.spark.store.key_counts import add_counts, aligned, count_all, count_changes, in_range, scan_counts
-from antkv.spark.store.memory import worker_memory, worker_row_budget
-from antkv.spark.store.row_cache import MISSING, PREFIX_LEN, RowCache
+from antkv.spark.store.row_cache import MISSING, PREFIX_LEN
 from antkv.spark.store.objects import FileRef, Manifest, Marker, encode_changelog, merge_ranges
-from antkv.spark.store.presence import Listing, needed_objects
+from antkv.spark.store.store_options import MiB, StoreOptions
 from antkv.spark.store.working_copy import WorkingCopy
 
-MiB = 1 << 20
-_UNSET = object()
 _SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base instead of reading each
 _LIVE = object()  # a changed key whose new value is not kept (the batch commits a snapshot)
 _NO_WAL = antkv.WriteOptions(disable_wal=True)  # a working copy's writes (module docstring)
 _ENTRY_BYTES = 160  # a change set entry's Python objects: its dict slot and two bytes headers
 _APPLY_EVERY = 4096  # point writes gathered before they go to the database as one batch
 _WARM_FACTOR = 8  # warm a key group the batch touches at least 1/8 of (one read beats 8 scanned)
-_COPY_WRITE_BUFFER = 256 * MiB  # a working copy's memtable limit (engine_options)
-
-
-@dataclass(frozen=True)
-class StoreOptions:
-    """How state stores use memory, local disk and the location (every field has a default)."""
-
-    memory_bytes: int = 1024 * MiB  # the process's one antkv.shared_memory() budget (memory.py, docs/spark-design.md "Memory")
-    cache_dir: str | None = None  # None: $ANTKV_SPARK_CACHE_DIR or <tmp>/antkv-spark-cache
-    cache_disk_bytes: int = 8 << 30  # disk budget of the local cache's downloaded files
-    max_changelog_chain: int = 8  # changelogs on top of a snapshot before the next snapshot
-    snapshot_ratio: float = 0.5  # ... or changelog bytes beyond this fraction of the snapshot's
-    max_changelog_bytes: int = 64 * MiB  # a batch changing more commits a snapshot instead
-    max_idle_stores: int = 16  # committed working copies kept open per process for reuse
-    row_cache_bytes: int = 64 * MiB  # the row caches of the process's working copies, together
-    engine: dict = field(default_factory=dict)  # antkv.Options overrides for the stores' databases
-
-    def __post_init__(self):
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name == "cache_dir":
-                if v is not None and not isinstance(v, (str, os.PathLike)):
-                    raise TypeError("cache_dir must be a str path or None")
-            elif f.name == "engine":
-                if not isinstance(v, dict):
-                    raise TypeError("engine must be a dict of antkv.Options fields")
-            elif f.name == "snapshot_ratio":
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise TypeError("snapshot_ratio must be a number")
-                if not v > 0:
-                    raise antkv.InvalidArgumentError(f"snapshot_ratio must be > 0, got {v}")
-            else:
-                if isinstance(v, bool) or not isinstance(v, int):
-                    raise TypeError(f"{f.name} must be an int, not {type(v).__name__}")
-                if v < 1:
-                    raise antkv.InvalidArgumentError(f"{f.name} must be >= 1, got {v}")
-
-    def resolved_cache_dir(self) -> str:
-        if self.cache_dir is not None:
-            return os.fspath(self.cache_dir)
-        return os.environ.get("ANTKV_SPARK_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "antkv-spark-cache")
-
-    def engine_options(self) -> antkv.Options:
-        cache, wbm = worker_memory(self.memory_bytes)
-        # a working copy's database is closed only to be thrown away (WorkingCopy.destroy):
-        # flushing its memtable first would be wasted work.  The process's write buffer manager
-        # bounds every copy's memtables together; a smaller limit per copy would only flush
-        # sooner, before a batch's overwrites collapse (docs/spark-design.md, "Memory")
-        base = dict(block_cache=cache, write_buffer_manager=wbm, background_process=False,
-                    avoid_flush_during_shutdown=True, write_buffer_size=_COPY_WRITE_BUFFER)
-        base.update(self.engine)
-        return antkv.Options(**base)
 
 
 def as_location(location) -> Location:
@@ -171,146 +100,6 @@ def read_marker(location: Location, operator: str, version: int) -> Marker:
 
 def read_manifest(location: Location, name: str) -> Manifest:
     return Manifest.decode(location.read(name), location.path(name))
-
-
-def open_store(location, operator: str, partition: int, version: int, *, manifest=_UNSET,
-               options: StoreOptions | None = None, rescale_from: int | None = None,
-               empty: bool = False) -> "StateStore":
-    """Open the state of ``version`` of ``(location, operator, partition)``.
-
-    ``manifest`` is the object name the published marker of ``version`` gives for this
-    partition (the driver hands it to tasks: ``CommitCoordinator.base_manifests``); without
-    it, the marker is read.  Version 0 is the empty state (``manifest=None``).
-
-    ``rescale_from=q`` opens, as partition ``partition``, the state of *old* partition ``q``
-    of ``version`` (``manifest`` is then q's manifest, required): the start of a rescale
-    (``antkv.spark.store.rescale``).  The version this store commits references q's files by name
-    and names q's manifest as its base; nothing of q's is copied or changed.
-
-    ``empty=True`` opens the empty state *as* ``version`` (no manifest; nothing is read): the
-    start of an operator whose first version is ``version + 1``, e.g. a state migrated from a
-    query that ran ``version + 1`` batches elsewhere (``antkv.spark.tools.migrate``).
-    """
-    loc = as_location(location)
-    operator = check_operator(operator)
-    partition = check_partition(partition)
-    version = check_version(version)
-    if options is None:
-        options = StoreOptions()
-    elif not isinstance(options, StoreOptions):
-        raise TypeError(f"options must be a StoreOptions, not {type(options).__name__}")
-    source = partition if rescale_from is None else check_partition(rescale_from)
-    if rescale_from is not None and (manifest is _UNSET or manifest is None):
-        raise antkv.InvalidArgumentError("a rescale opens a published version: give the old partition's manifest")
-    if empty:
-        if manifest not in (_UNSET, None) or rescale_from is not None:
-            raise antkv.InvalidArgumentError("an empty store has no manifest and no rescale source")
-        store = StateStore(loc, operator, partition, _build(loc, operator, partition, 0, None, options), options)
-        store.version = version  # its commit makes version + 1, built on no base
-        store.reused_working_copy = False
-        return store
-    if manifest is _UNSET:
-        if version == 0:
-            manifest = None
-        else:
-            marker = read_marker(loc, operator, version)
-            if partition >= len(marker.manifests):
-                raise antkv.InvalidArgumentError(
-                    f"partition {partition} is not in version {version} ({len(marker.manifests)} partitions)")
-            manifest = marker.manifests[partition]
-    if (manifest is None) != (version == 0):
-        raise antkv.InvalidArgumentError(f"version {version} needs {'no' if version == 0 else 'a'} manifest")
-    if manifest is not None and not isinstance(manifest, str):
-        raise TypeError(f"manifest must be an object name (str), not {type(manifest).__name__}")
-    copy = None if manifest is None else _registry.take(loc, operator, source)
-    if copy is not None and copy.manifest_name != manifest and not _catch_up(copy, loc, operator, source,
-                                                                            version, manifest):
-        copy.destroy()  # another version's copy that cannot be brought to this one: rebuild
-        copy = None
-    reused = copy is not None
-    if copy is None:
-        copy = _build(loc, operator, source, version, manifest, options)
-    if manifest is not None:
-        _check_present(loc, copy)
-    store = StateStore(loc, operator, partition, copy, options)
-    store.reused_working_copy = reused
-    return store
-
-
-def local_cache_counters(options: StoreOptions | None = None) -> dict:
-    """This process's local-cache counters: ``hits`` (snapshot files found cached),
-    ``downloads`` and ``download_bytes`` (fetched from locations)."""
-    cache = _cache_for(options or StoreOptions())
-    return {"hits": cache.hits, "downloads": cache.downloads, "download_bytes": cache.download_bytes}
-
-
-def _read_checked_manifest(loc, operator, partition, version, name) -> Manifest:
-    m = read_manifest(loc, name)
-    if (m.operator, m.partition, m.version) != (operator, partition, version):
-        raise antkv.CorruptionError(
-            f"manifest holds operator {m.operator!r} partition {m.partition} version {m.version}, "
-            f"not {operator!r} {partition} {version}", loc.path(name))
-    return m
-
-
-def _catch_up(copy: WorkingCopy, loc, operator, partition, version, name) -> bool:
-    """Bring an idle copy of an older version of this partition to manifest ``name`` by
-    applying the changelogs it lacks; False (the copy untouched, or destroyed on an error)
-    when ``name`` does not extend the copy's version: the same snapshot, and the copy's
-    changelogs the first of its own.  Spark gives a partition's next task to whichever Python
-    worker is free, so a worker often holds the partition a batch or two behind: catching up
-    replays those batches' changelogs instead of loading the snapshot and the whole chain."""
-    have = copy.manifest
-    try:
-        want = _read_checked_manifest(loc, operator, partition, version, name)
-    except antkv.Error:
-        return False  # the rebuild reports it
-    have_chain = () if have is None else tuple(c.object for c in have.changelogs)
-    want_chain = tuple(c.object for c in want.changelogs)
-    if (copy.version >= version or _snapshot_objects(have) != _snapshot_objects(want)
-            or want_chain[:len(have_chain)] != have_chain):
-        return False
-    try:
-        copy.catch_up(loc, name, want, want.changelogs[len(have_chain):])
-    except BaseException:
-        copy.destroy()
-        raise
-    return True
-
-
-def _check_present(loc: Location, copy: WorkingCopy) -> None:
-    """Refuse a copy whose version names an object the location lacks, or holds at another
-    size (one listing of each directory, no download: :mod:`antkv.spark.store.presence`).  A
-    copy kept open, or built from files of the local cache, would otherwise carry the loss
-    into the next version; the copy is destroyed, the version cannot be built on."""
-    try:
-        damaged = Listing(loc).damaged(needed_objects(copy.manifest))
-    except BaseException:
-        copy.destroy()  # the location failed mid-listing: nothing of this attempt stays
-        raise
-    if damaged:
-        copy.destroy()
-        raise antkv.CorruptionError(f"version {copy.version} cannot be loaded: the location lacks "
-                                    f"{', '.join(damaged[:5])}", loc.path(copy.manifest_name))
-
-
-def _snapshot_objects(manifest: Manifest | None) -> tuple:
-    snap = None if manifest is None else manifest.snapshot
-    return () if snap is None else tuple(sorted(f.object for f in snap.files))
-
-
-def _build(loc, operator, partition, version, name, options) -> WorkingCopy:
-    copy = WorkingCopy(_cache_for(options), options.engine_options(),
-                       RowCache(worker_row_budget(options.memory_bytes, options.row_cache_bytes)))
-    try:
-        if name is None:
-            copy.open_empty()
-        else:
-            copy.load(loc, name, _read_checked_manifest(loc, operator, partition, version, name))
-        return copy
-    except BaseException:
-        copy.destroy()
-        raise
 
 
 class StateStore:
@@ -685,7 +474,7 @@ class StateStore:
         self.bytes_referenced = sum(c.size for c in manifest.changelogs) + (
             0 if manifest.snapshot is None else sum(f.size for f in manifest.snapshot.files))
         copy.advance(name, manifest)
-        _registry.give_back(loc, self.operator, self.partition, copy, self.options.max_idle_stores)
+        held.give_back(loc, self.operator, self.partition, copy, self.options.max_idle_stores)
         return CommitMessage(self.operator, self.partition, version, name, base_name, num_keys,
                              nbytes, nobjects, wrote_snapshot)
 
@@ -745,59 +534,3 @@ def _prefix_runs(prefixes: list[bytes]):
         else:
             runs.append([p, nxt])
     return runs
-
-
-# ---------------------------------------------------------------------- per-process state
-
-
-class _Registry:
-    """Committed working copies kept open in this process, least recently used first."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._idle: "collections.OrderedDict[tuple, WorkingCopy]" = collections.OrderedDict()
-
-    def take(self, loc: Location, operator: str, partition: int) -> WorkingCopy | None:
-        """The idle copy of ``partition`` this process holds, whatever version it holds."""
-        with self._lock:
-            return self._idle.pop((loc.identity, operator, partition), None)
-
-    def give_back(self, loc: Location, operator: str, partition: int, copy: WorkingCopy, limit: int) -> None:
-        drop = []
-        with self._lock:
-            old = self._idle.pop((loc.identity, operator, partition), None)
-            if old is not None:
-                drop.append(old)
-            self._idle[(loc.identity, operator, partition)] = copy
-            while len(self._idle) > limit:
-                drop.append(self._idle.popitem(last=False)[1])
-        for c in drop:
-            c.destroy()
-
-    def clear(self) -> None:
-        with self._lock:
-            copies = list(self._idle.values())
-            self._idle.clear()
-        for c in copies:
-            c.destroy()
-
-
-_registry = _Registry()
-atexit.register(_registry.clear)
-_caches: dict[tuple[int, str], LocalCache] = {}
-_caches_lock = threading.Lock()
-
-
-def _cache_for(options: StoreOptions) -> LocalCache:
-    root = os.path.abspath(options.resolved_cache_dir())
-    with _caches_lock:
-        key = (os.getpid(), root)
-        cache = _caches.get(key)
-        if cache is None:
-            cache = _caches[key] = LocalCache(root, options.cache_disk_bytes)
-        return cache
-
-
-def release_idle_stores() -> None:
-    """Close every working copy this process keeps for reuse (tests, shutdown)."""
-    _registry.clear()

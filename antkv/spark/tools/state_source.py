@@ -13,7 +13,7 @@ is a Spark 4 Python data source (:mod:`pyspark.sql.datasource`):
 * planning (a Python worker the driver's JVM starts) reads only the published marker of the
   version: one Spark partition per state partition, each told its manifest;
 * each reading task opens its partition's store at that manifest in its executor
-  (:func:`antkv.spark.store.state_store.open_store`, through the executor's local cache),
+  (:func:`antkv.spark.store.opening.open_store`, through the executor's local cache),
   scans it once (:func:`antkv.spark.tools.state_records.partition_records`) and aborts it;
   nothing of the state goes through the driver.
 
@@ -40,7 +40,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StringType, StructType
 
 from antkv.spark.store.location import check_operator
-from antkv.spark.store.state_store import StoreOptions, as_location, open_store
+from antkv.spark.store.opening import open_store
+from antkv.spark.store.state_store import as_location
+from antkv.spark.store.store_options import StoreOptions
 from antkv.spark.tools.state_reader import key_columns, published_version
 from antkv.spark.tools.state_records import partition_records
 

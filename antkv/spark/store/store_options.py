@@ -1,0 +1,64 @@
+"""``StoreOptions``: how the state stores of a process use memory, local disk and the location."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field, fields
+
+import antkv
+from antkv.spark.store.memory import worker_memory
+
+MiB = 1 << 20
+_COPY_WRITE_BUFFER = 256 * MiB  # a working copy's memtable limit (engine_options)
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """How state stores use memory, local disk and the location (every field has a default)."""
+
+    memory_bytes: int = 1024 * MiB  # the process's one antkv.shared_memory() budget (memory.py, docs/spark-design.md "Memory")
+    cache_dir: str | None = None  # None: $ANTKV_SPARK_CACHE_DIR or <tmp>/antkv-spark-cache
+    cache_disk_bytes: int = 8 << 30  # disk budget of the local cache's downloaded files
+    max_changelog_chain: int = 8  # changelogs on top of a snapshot before the next snapshot
+    snapshot_ratio: float = 0.5  # ... or changelog bytes beyond this fraction of the snapshot's
+    max_changelog_bytes: int = 64 * MiB  # a batch changing more commits a snapshot instead
+    max_idle_stores: int = 16  # committed working copies kept open per process for reuse
+    row_cache_bytes: int = 64 * MiB  # the row caches of the process's working copies, together
+    engine: dict = field(default_factory=dict)  # antkv.Options overrides for the stores' databases
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "cache_dir":
+                if v is not None and not isinstance(v, (str, os.PathLike)):
+                    raise TypeError("cache_dir must be a str path or None")
+            elif f.name == "engine":
+                if not isinstance(v, dict):
+                    raise TypeError("engine must be a dict of antkv.Options fields")
+            elif f.name == "snapshot_ratio":
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise TypeError("snapshot_ratio must be a number")
+                if not v > 0:
+                    raise antkv.InvalidArgumentError(f"snapshot_ratio must be > 0, got {v}")
+            else:
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise TypeError(f"{f.name} must be an int, not {type(v).__name__}")
+                if v < 1:
+                    raise antkv.InvalidArgumentError(f"{f.name} must be >= 1, got {v}")
+
+    def resolved_cache_dir(self) -> str:
+        if self.cache_dir is not None:
+            return os.fspath(self.cache_dir)
+        return os.environ.get("ANTKV_SPARK_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "antkv-spark-cache")
+
+    def engine_options(self) -> antkv.Options:
+        cache, wbm = worker_memory(self.memory_bytes)
+        # a working copy's database is closed only to be thrown away (WorkingCopy.destroy):
+        # flushing its memtable first would be wasted work.  The process's write buffer manager
+        # bounds every copy's memtables together; a smaller limit per copy would only flush
+        # sooner, before a batch's overwrites collapse (docs/spark-design.md, "Memory")
+        base = dict(block_cache=cache, write_buffer_manager=wbm, background_process=False,
+                    avoid_flush_during_shutdown=True, write_buffer_size=_COPY_WRITE_BUFFER)
+        base.update(self.engine)
+        return antkv.Options(**base)

@@ -20,7 +20,7 @@ Key equality is the one of :func:`antkv.spark.state.views.group_batch` (nulls eq
 
 from __future__ import annotations
 
-from antkv.spark.state.views import group_batch
+from antkv.spark.state.views import group_batch, row_slicer
 
 
 def _last_key_start(frame, by) -> int:
@@ -72,6 +72,7 @@ class _KeyStream:
         self.columns, self.limit = list(columns), limit
         self.batch = None  # the current frame's GroupedBatch
         self.rows = None  # its frame restricted to the columns handed out
+        self.slice_rows = None  # row_slicer(self.rows): its rows start:end, numbered from 0
         self.group = 0  # the current group of the batch
         self.pos = 0  # the next row of the current group to hand out
 
@@ -83,6 +84,7 @@ class _KeyStream:
                 if self.on_batch is not None:
                     self.on_batch(self.batch)
                 self.rows = self.batch.frame[self.columns]
+                self.slice_rows = row_slicer(self.rows)
                 self.group = 0
                 self.pos = int(self.batch.starts[0])
                 return True
@@ -101,7 +103,7 @@ class _KeyStream:
             end = int(self.batch.ends[self.group])
             while self.pos < end:
                 take = min(end - self.pos, limit - n)
-                pieces.append(self.rows.iloc[self.pos: self.pos + take])
+                pieces.append(self.slice_rows(self.pos, self.pos + take))
                 n += take
                 self.pos += take
                 if n == limit:
@@ -118,8 +120,10 @@ class _KeyStream:
 
 
 def _numbered(pieces, pd):
-    frame = pieces[0] if len(pieces) == 1 else pd.concat(pieces)
-    return frame.reset_index(drop=True)
+    """One chunk from its pieces (each numbered from 0 by ``row_slicer``, sharing the batch's
+    data as Spark's chunks are a processor's own; a key's rows span pieces only across
+    batches)."""
+    return pieces[0] if len(pieces) == 1 else pd.concat(pieces, ignore_index=True)
 
 
 def key_chunks(frames, key_group_col: str, key_cols, columns, limit: int, on_batch=None):

@@ -14,6 +14,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# one process runs this module under pytest -n, so the module's one harness run serves every test
+pytestmark = pytest.mark.xdist_group("bench-smoke")
 
 
 def _antkv_opens() -> bool:

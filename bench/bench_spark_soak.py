@@ -2,9 +2,9 @@
 
 Usage::
 
-    .venv/bin/python bench/bench_spark_soak.py --quick                 # a smoke run, ~1 minute
+    .venv/bin/python bench/bench_spark_soak.py --quick                 # a smoke run: 4 tiny batches
     .venv/bin/python bench/bench_spark_soak.py                         # 100 batches, the full size
-        [--batches 100] [--rows 3000] [--keys 50000] [--ttl-batches 10] [--partitions 4]
+        [--batches 100] [--rows 2000] [--keys 20000] [--ttl-batches 5] [--partitions 4]
         [--engines antkv-pipeline spark-apply ...] [--seed 1] [--dir /tmp]
         [--json out.json] [--plots DIR] [--keep]
 
@@ -37,8 +37,8 @@ commit time; antkv's load, process and commit along its slowest task, and publis
 location and the objects there (state and, for antkv, its published output files apart;
 Hadoop's ``.crc`` side files are not counted); antkv's local disk (its cache: working copies
 and downloaded snapshot files); the RSS of the JVM and of the Python workers (shared by every
-engine: a snapshot after each engine's batch); antkv's working copies reused, rebuilt and
-snapshots committed.  The report gives per engine p50, p95 and max latency, the least-squares
+engine: a snapshot after each engine's batch); antkv's working copies reused as they were, caught
+up (by the changelogs of the versions they lacked) and rebuilt, and snapshots committed.  The report gives per engine p50, p95 and max latency, the least-squares
 slope of latency per 100 batches, and the throughput over the whole run; ``--plots`` draws them.
 Single runs on a shared machine: expect noise.
 """
@@ -67,7 +67,7 @@ CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 PARTITIONS_CONF = "spark.sql.shuffle.partitions"
 SPARK_SPLIT = ("addBatch", "queryPlanning", "walCommit", "commitOffsets", "latestOffset", "getBatch")
-FULL = {"batches": 100, "rows": 3000, "keys": 50_000, "ttl_batches": 10}
+FULL = {"batches": 100, "rows": 2000, "keys": 20_000, "ttl_batches": 5}
 QUICK = {"batches": 4, "rows": 200, "keys": 400, "ttl_batches": 1}
 
 
@@ -245,7 +245,8 @@ def _antkv_batches(engine: Engine) -> dict[int, dict]:
         out[row["batch"]] = {
             "antkv_s": {k: round(row[k], 4) for k in ("seconds", "load", "process", "commit", "publish", "spark")},
             "bytes_uploaded": row["bytes_uploaded"], "keys": row["keys"],
-            "reused": sum(p["reused_working_copy"] for p in parts),
+            "reused": sum(p["reused_working_copy"] and not p.get("caught_up_working_copy") for p in parts),
+            "caught_up": sum(bool(p.get("caught_up_working_copy")) for p in parts),
             "rebuilt": sum(not p["reused_working_copy"] for p in parts) if row["batch"] > 0 else 0,
             "snapshots": sum(p["snapshot"] for p in parts),
             "downloads": sum(p["cache_downloads"] for p in parts),

@@ -94,7 +94,7 @@ def summary(results: dict) -> dict:
             figures["disk_mid_mib"] = half["local_disk"] / MiB
             figures["disk_end_mib"] = rows[-1]["local_disk"] / MiB
         if "reused" in rows[0]:
-            figures.update({k: sum(r[k] for r in rows) for k in ("reused", "rebuilt", "snapshots")})
+            figures.update({k: sum(r[k] for r in rows) for k in ("reused", "caught_up", "rebuilt", "snapshots")})
         out[name] = figures
     return out
 
@@ -109,11 +109,11 @@ def report(results: dict) -> str:
              f"seed {c['seed']}; run {results.get('run_s', 0):,.0f} s", "",
              f"latency over batches {batches[0]['batch']}-{batches[-1]['batch']} (the first batch apart)", "",
              "| engine | first s | p50 s | p95 s | max s | slope s/100 batches | rows/s | objects mid -> end (output) "
-             "| MiB mid -> end | MiB added | local disk MiB mid -> end | reused / rebuilt / snapshots |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|---|"]
+             "| MiB mid -> end | MiB added | local disk MiB mid -> end | copies reused / caught up / rebuilt | snapshots |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|---|---:|"]
     for name, f in s.items():
         disk = f"{f['disk_mid_mib']:.1f} -> {f['disk_end_mib']:.1f}" if "disk_end_mib" in f else "-"
-        copies = f"{f['reused']} / {f['rebuilt']} / {f['snapshots']}" if "reused" in f else "-"
+        copies = f"{f['reused']} / {f['caught_up']} / {f['rebuilt']} | {f['snapshots']}" if "reused" in f else "- | -"
         lines.append(f"| {name} | {f['first_s']:.2f} | {f['p50_s']:.2f} | {f['p95_s']:.2f} | {f['max_s']:.2f} | {f['slope_s_per_100']:+.2f} "
                      f"| {f['rows_per_s']:,.0f} | {f['objects_mid']} -> {f['objects_end']} ({f['output_objects_end']}) "
                      f"| {f['mib_mid']:.1f} -> {f['mib_end']:.1f} | {f['mib_added']:.1f} | {disk} | {copies} |")

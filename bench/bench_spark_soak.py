@@ -275,7 +275,10 @@ def run(spark, args, work: str) -> dict:
             engine.start(spark, stream, args.partitions)
     finally:
         for key, value in saved.items():
-            conf.unset(key) if value is None else conf.set(key, value)
+            if value is None:
+                conf.unset(key)
+            else:
+                conf.set(key, value)
     watermarks = [0] + [max(stream.event_ms_of_file(i) for i in range(b)) for b in range(1, args.batches + 3)]
     for engine in engines:
         engine.watermarks = watermarks

@@ -74,7 +74,9 @@ def _queries(spark, work: str, partitions: int):
     return queries
 
 
-def _progress(query, after: int) -> tuple[list[dict], int]:
+def new_progress(query, after: int) -> tuple[list[dict], int]:
+    """The query's progress reports of the micro-batches after batch id ``after``, in order
+    (a restarted micro-batch counts once, its last report), and the last batch id."""
     by_id = {p["batchId"]: p for p in query.recentProgress if p["batchId"] > after}
     progresses = [by_id[i] for i in sorted(by_id)]
     return progresses, (progresses[-1]["batchId"] if progresses else after)
@@ -117,7 +119,7 @@ def run(args) -> dict:
                 t0 = time.perf_counter()
                 query.processAllAvailable()
                 wall = time.perf_counter() - t0
-                progresses, last[engine] = _progress(query, last[engine])
+                progresses, last[engine] = new_progress(query, last[engine])
                 trigger_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progresses)
                 rows = sum(p["numInputRows"] for p in progresses)
                 row[engine] = {"rows": rows, "micro_batches": len(progresses), "trigger_ms": trigger_ms,

@@ -61,14 +61,20 @@ def peak_rss_mib() -> float:
 
 def dir_bytes(path: str) -> int:
     """Bytes allocated on disk under ``path`` (``st_blocks``, so sparse files such as LMDB's
-    map count what they really use)."""
+    map count what they really use); a file with several hard links under ``path`` (antkv's
+    working copies link their snapshot files from its local cache) counts once."""
     total = 0
+    seen = set()
     for root, _dirs, files in os.walk(path):
         for name in files:
             try:
                 st = os.lstat(os.path.join(root, name))
             except FileNotFoundError:
                 continue  # an engine deleted it while we walked
+            if st.st_nlink > 1:
+                if (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
             total += st.st_blocks * 512
     return total
 

@@ -16,7 +16,7 @@ from .report import NO_WRITE_AMP, aggregate
 DPI = 60
 
 
-def _plt():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -25,7 +25,7 @@ def _plt():
     return plt
 
 
-def _save(fig, path: str) -> str:
+def save_small(fig, path: str) -> str:
     """Save at a low DPI, then re-encode with a 64-colour palette: a 3-5x smaller file for
     line and bar charts, which is what keeps the copies in docs/img small."""
     fig.savefig(path, dpi=DPI)
@@ -48,7 +48,7 @@ def _label(vs: int) -> str:
 
 
 def throughput(out: str, meta: dict, aggs: dict) -> str:
-    plt = _plt()
+    plt = pyplot()
     wls = meta["workloads"]
     cols = min(4, len(wls))
     rows = (len(wls) + cols - 1) // cols
@@ -78,7 +78,7 @@ def throughput(out: str, meta: dict, aggs: dict) -> str:
     fig.suptitle("throughput, MiB/s of user data (log) by value size", fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 0.96))
     path = os.path.join(out, "throughput.png")
-    _save(fig, path)
+    save_small(fig, path)
     plt.close(fig)
     return path
 
@@ -112,7 +112,7 @@ def amplification(out: str, meta: dict, aggs: dict) -> str | None:
     ) if wl in meta["workloads"]]
     if not panels:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 2.8), squeeze=False)
     for ax, (wl, m, t) in zip(axes[0], panels):
         _bars(ax, meta, aggs, wl, m, t)
@@ -120,7 +120,7 @@ def amplification(out: str, meta: dict, aggs: dict) -> str | None:
     fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels) or 1), fontsize=7)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     path = os.path.join(out, "amplification.png")
-    _save(fig, path)
+    save_small(fig, path)
     plt.close(fig)
     return path
 
@@ -129,7 +129,7 @@ def latency(out: str, meta: dict, aggs: dict) -> str | None:
     wls = [w for w in ("fillrandom", "readrandom") if w in meta["workloads"]]
     if not wls:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(1, 2 * len(wls), figsize=(3.2 * 2 * len(wls), 2.8), squeeze=False)
     i = 0
     for wl in wls:
@@ -142,7 +142,7 @@ def latency(out: str, meta: dict, aggs: dict) -> str | None:
     fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels) or 1), fontsize=7)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
     path = os.path.join(out, "latency.png")
-    _save(fig, path)
+    save_small(fig, path)
     plt.close(fig)
     return path
 

@@ -273,12 +273,12 @@ def test_a_copy_another_process_moved_past_catches_up_by_its_changelogs(tmp_path
     s.put(b"k0000", b"new")
     coord.publish(2, [s.commit(), other])
     s = open_store(loc, "op", 1, 2, manifest=coord.marker(2).manifests[1], options=options)
-    assert s.reused_working_copy == (not snapshot) and s.memo == {}
+    assert s.reused_working_copy == s.caught_up_working_copy == (not snapshot) and s.memo == {}
     caught_up = sorted(s.items())
     s.abort()
     release_idle_stores()
     with open_store(loc, "op", 1, 2, manifest=coord.marker(2).manifests[1], options=options) as s:
-        assert not s.reused_working_copy and caught_up == sorted(s.items())
+        assert not s.reused_working_copy and not s.caught_up_working_copy and caught_up == sorted(s.items())
     assert dict(caught_up)[b"from-the-other-worker"] == b"1" and b"k0001" not in dict(caught_up)
     assert len(caught_up) == 300
     release_idle_stores()

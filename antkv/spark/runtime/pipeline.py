@@ -134,6 +134,7 @@ class PartitionMetrics:
     write_amplification: float  # the working copy's engine write amplification
     rescaled: bool
     reports: dict = field(default_factory=dict)  # what the function put in PartitionState.reports
+    caught_up_working_copy: bool = False  # the reused copy was of an older version: its changelogs were applied
 
 
 @dataclass(frozen=True)
@@ -382,7 +383,7 @@ class StatefulPipeline:
                 cache_hits=after["hits"] - before["hits"],
                 cache_downloads=after["downloads"] - before["downloads"],
                 write_amplification=float(write_amp), rescaled=plans is not None,
-                reports=state.reports)
+                reports=state.reports, caught_up_working_copy=store.caught_up_working_copy)
             yield pd.DataFrame({COMMIT_COLUMN: [msg.to_json()], METRICS_COLUMN: [json.dumps(asdict(metrics))]})
 
         return task

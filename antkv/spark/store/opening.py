@@ -69,10 +69,12 @@ def open_store(location, operator: str, partition: int, version: int, *, manifes
     if manifest is not None and not isinstance(manifest, str):
         raise TypeError(f"manifest must be an object name (str), not {type(manifest).__name__}")
     copy = None if manifest is None else held.take(loc, operator, source)
-    if copy is not None and copy.manifest_name != manifest and not _catch_up(copy, loc, operator, source,
-                                                                            version, manifest):
-        copy.destroy()  # another version's copy that cannot be brought to this one: rebuild
-        copy = None
+    caught_up = False
+    if copy is not None and copy.manifest_name != manifest:
+        caught_up = _catch_up(copy, loc, operator, source, version, manifest)
+        if not caught_up:
+            copy.destroy()  # another version's copy that cannot be brought to this one: rebuild
+            copy = None
     reused = copy is not None
     if copy is None:
         copy = _build(loc, operator, source, version, manifest, options)
@@ -80,6 +82,7 @@ def open_store(location, operator: str, partition: int, version: int, *, manifes
         _check_present(loc, copy)
     store = StateStore(loc, operator, partition, copy, options)
     store.reused_working_copy = reused
+    store.caught_up_working_copy = caught_up
     return store
 
 

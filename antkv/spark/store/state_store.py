@@ -130,6 +130,7 @@ class StateStore:
         self._ingested = False  # ranges were ingested: this batch commits a snapshot
         self._done = False
         self.reused_working_copy = False  # opened on a copy this process held (no load, or a catch-up)
+        self.caught_up_working_copy = False  # ... of an older version, brought here by its changelogs
         self.bytes_referenced = 0  # after commit: bytes of every object the new version names
 
     @property

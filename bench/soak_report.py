@@ -1,0 +1,177 @@
+"""The soak bench's answers checked across engines, its table and its plots.
+
+:func:`engine_outputs` reads what an engine emitted over the whole stream (Spark's memory
+sink; antkv's published output files); :func:`compare_outputs` compares them as multisets of
+rows.
+:func:`summary` reduces each engine's measured batches to p50, p95 and max latency, the least-squares slope of latency per 100 batches, the
+throughput (input rows over the summed latencies), and how storage and memory ended.  The
+first batch (the query's start: planning, Python workers, imports; paid by whichever engine the
+rotation puts first) is reported apart, and the two flush files at the end are not measured.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+from bench.measure import median, percentile
+from bench.plots import pyplot, save_small
+
+MiB = 1 << 20
+
+
+def engine_outputs(spark, engine, files: int) -> list[tuple]:
+    """Every row ``engine`` emitted over the ``files`` files of the stream."""
+    if not engine.antkv:
+        return [tuple(r) for r in spark.table(engine.table).collect()]
+    from antkv.spark import Location
+    from antkv.spark.runtime.output import output_dataframe, published_output
+    from bench.soak_workload import OUTPUT_SCHEMA
+
+    loc = Location("file://" + engine.state)
+    names = []
+    for version in range(1, files + 1):
+        record = published_output(loc, engine.operator, version)
+        names += list(record.files) if record is not None else []
+    return [tuple(r) for r in output_dataframe(spark, loc, names, OUTPUT_SCHEMA).collect()]
+
+
+def compare_outputs(outputs: dict[str, list[tuple]]) -> dict:
+    """The engines' output rows (name -> rows, the first the reference) compared as multisets."""
+    rows = {name: Counter(r) for name, r in outputs.items()}
+    reference = next(iter(rows))
+    differences = []
+    for name, got in rows.items():
+        missing, extra = rows[reference] - got, got - rows[reference]
+        if missing or extra:
+            sample = next(iter(missing or extra))
+            differences.append(f"{name} lacks {sum(missing.values())} and adds {sum(extra.values())} rows of "
+                               f"{reference}'s (e.g. {'lacks' if missing else 'adds'} {sample})")
+    reasons = Counter()
+    for row, n in rows[reference].items():
+        reasons[row[-1]] += n
+    return {"equal": not differences, "difference": "; ".join(differences),
+            "rows": {name: sum(c.values()) for name, c in rows.items()}, "closed": dict(reasons)}
+
+
+def slope_per_100(values: list[float]) -> float:
+    """The least-squares slope of ``values`` over their index, per 100 steps."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean_x, mean_y = (n - 1) / 2, sum(values) / n
+    sxx = sum((i - mean_x) ** 2 for i in range(n))
+    return 100 * sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values)) / sxx
+
+
+def measured(results: dict) -> list[dict]:
+    """The batches the figures are over: not the first, when there are others, nor the flush."""
+    batches = [b for b in results["per_batch"] if not b["flush"]]
+    return batches[1:] or batches
+
+
+def summary(results: dict) -> dict:
+    """Per engine: the figures of the table (module docstring)."""
+    batches = measured(results)
+    out = {}
+    for name in results["engines"]:
+        rows = [b[name] for b in batches]
+        lat = [r["latency_s"] for r in rows]
+        s = sorted(lat)
+        half = rows[len(rows) // 2]
+        figures = {
+            "first_s": results["per_batch"][0][name]["latency_s"], "p50_s": median(lat), "p95_s": percentile(s, 95), "max_s": s[-1], "slope_s_per_100": slope_per_100(lat),
+            "rows_per_s": sum(r["rows"] for r in rows) / sum(lat) if sum(lat) else 0.0,
+            "wall_rows_per_s": sum(r["rows"] for r in rows) / sum(r["wall_s"] for r in rows),
+            "mib_added": sum(r["bytes_added"] for r in rows) / MiB,
+            "objects_mid": half["objects"], "objects_end": rows[-1]["objects"],
+            "output_objects_end": rows[-1]["output_objects"],
+            "mib_mid": half["bytes"] / MiB, "mib_end": rows[-1]["bytes"] / MiB,
+            "max_worker_rss_mib": max(r["max_worker_rss"] for r in rows) / MiB,
+            "max_jvm_rss_mib": max(r["jvm_rss"] for r in rows) / MiB,
+        }
+        if "local_disk" in rows[0]:
+            figures["disk_mid_mib"] = half["local_disk"] / MiB
+            figures["disk_end_mib"] = rows[-1]["local_disk"] / MiB
+        if "reused" in rows[0]:
+            figures.update({k: sum(r[k] for r in rows) for k in ("reused", "caught_up", "rebuilt", "snapshots")})
+        out[name] = figures
+    return out
+
+
+def report(results: dict) -> str:
+    c = results["config"]
+    n = c["batches"]
+    s = summary(results)
+    batches = measured(results)
+    lines = [f"# Soak: {n} batches of {c['rows']:,} rows, {c['keys']:,} keys once grown, expiry after "
+             f"{c['ttl_batches']} idle batches, {c['partitions']} state partitions, local[2], {results['cores']} cores, "
+             f"seed {c['seed']}; run {results.get('run_s', 0):,.0f} s", "",
+             f"latency over batches {batches[0]['batch']}-{batches[-1]['batch']} (the first batch apart)", "",
+             "| engine | first s | p50 s | p95 s | max s | slope s/100 batches | rows/s | objects mid -> end (output) "
+             "| MiB mid -> end | MiB added | local disk MiB mid -> end | copies reused / caught up / rebuilt | snapshots |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|---|---:|"]
+    for name, f in s.items():
+        disk = f"{f['disk_mid_mib']:.1f} -> {f['disk_end_mib']:.1f}" if "disk_end_mib" in f else "-"
+        copies = f"{f['reused']} / {f['caught_up']} / {f['rebuilt']} | {f['snapshots']}" if "reused" in f else "- | -"
+        lines.append(f"| {name} | {f['first_s']:.2f} | {f['p50_s']:.2f} | {f['p95_s']:.2f} | {f['max_s']:.2f} | {f['slope_s_per_100']:+.2f} "
+                     f"| {f['rows_per_s']:,.0f} | {f['objects_mid']} -> {f['objects_end']} ({f['output_objects_end']}) "
+                     f"| {f['mib_mid']:.1f} -> {f['mib_end']:.1f} | {f['mib_added']:.1f} | {disk} | {copies} |")
+    lines.append("")
+    rss = max(f["max_worker_rss_mib"] for f in s.values())
+    jvm = max(f["max_jvm_rss_mib"] for f in s.values())
+    lines.append(f"largest Python worker RSS {rss:,.0f} MiB, JVM RSS {jvm:,.0f} MiB (shared by every engine)")
+    antkv = [e for e in s if e.startswith("antkv")]
+    spark = [e for e in s if e.startswith("spark")]
+    for a in antkv:
+        for b in spark:
+            lines.append(f"{a} / {b}: throughput {s[a]['rows_per_s'] / s[b]['rows_per_s']:.1f}x, "
+                         f"p95 {s[a]['p95_s']:.2f} s against {s[b]['p95_s']:.2f} s")
+    out = results["outputs"]
+    lines.append(f"outputs {'equal' if out['equal'] else 'DIFFER: ' + out['difference']}: "
+                 f"{out['rows']} rows, closed {out['closed']}")
+    return "\n".join(lines)
+
+
+def plots(results: dict, directory: str) -> list[str]:
+    """``soak-latency.png`` (latency per batch, one line per engine) and ``soak-storage.png``
+    (bytes added, objects, antkv's local disk and the processes' RSS per batch)."""
+    plt = pyplot()
+    os.makedirs(directory, exist_ok=True)
+    batches = [b for b in results["per_batch"] if not b["flush"]]
+    xs = [b["batch"] for b in batches]
+    engines = results["engines"]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for name in engines:
+        ax.plot(xs, [b[name]["latency_s"] for b in batches], marker=".", label=name)
+    ax.set_xlabel("batch")
+    ax.set_ylabel("latency, s (triggerExecution)")
+    ax.set_title("batch latency over the run")
+    ax.legend(fontsize="small")
+    paths = [save_small(fig, os.path.join(directory, "soak-latency.png"))]
+    plt.close(fig)
+
+    fig, axes = plt.subplots(4, 1, figsize=(9, 12), sharex=True)
+    for name in engines:
+        axes[0].plot(xs, [b[name]["bytes_added"] / MiB for b in batches], marker=".", label=name)
+        axes[1].plot(xs, [b[name]["objects"] for b in batches], label=name)
+        if "local_disk" in batches[0][name]:
+            axes[2].plot(xs, [b[name]["local_disk"] / MiB for b in batches], label=name)
+    if "spark_local_disk" in batches[0]:
+        axes[2].plot(xs, [b["spark_local_disk"] / MiB for b in batches], label="spark.local.dir (every Spark engine)")
+    first = engines[0]
+    axes[3].plot(xs, [b[first]["max_worker_rss"] / MiB for b in batches], label="largest Python worker")
+    axes[3].plot(xs, [b[first]["workers_rss"] / MiB for b in batches], label="all Python workers")
+    axes[3].plot(xs, [b[first]["jvm_rss"] / MiB for b in batches], label="JVM")
+    for ax, title, unit in zip(axes, ("bytes each batch added to the checkpoint (and antkv's location)",
+                                      "objects in the checkpoint (and antkv's location)",
+                                      "local disk: antkv's cache (working copies, snapshot files), Spark's local dir",
+                                      "resident memory after each batch"), ("MiB", "objects", "MiB", "MiB")):
+        ax.set_title(title, fontsize="medium")
+        ax.set_ylabel(unit)
+        ax.legend(fontsize="x-small")
+    axes[-1].set_xlabel("batch")
+    fig.tight_layout()
+    paths.append(save_small(fig, os.path.join(directory, "soak-storage.png")))
+    plt.close(fig)
+    return paths

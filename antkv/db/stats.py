@@ -250,6 +250,7 @@ class Statistics(DBState):
         from ..base.filenames import wal_file_name
         from ..record.batch import decode_batch
         from ..record.log_format import LogReader
+        from ..record.wal import is_header_record
 
         with self._mutex:
             log_number = self._versions.log_number
@@ -268,6 +269,6 @@ class Statistics(DBState):
             for offset, payload in LogReader(data, path):
                 batch_ops = decode_batch(payload, path, offset)[1]
                 ops += len(batch_ops)
-                records += bool(offset or batch_ops)  # not the WAL's header record (antkv/record/wal.py)
+                records += not is_header_record(offset, batch_ops)
             files += 1
         return {"wal_files": files, "wal_records": records, "wal_entries": ops}

@@ -31,6 +31,11 @@ def header_record(next_sequence: int) -> bytes:
     return frame(encode_batch(next_sequence, []))
 
 
+def is_header_record(offset: int, ops) -> bool:
+    """Whether the batch ``ops`` read at ``offset`` of a WAL is its header record."""
+    return offset == 0 and not ops
+
+
 def create_wal(fs, path: str, next_sequence: int) -> LogWriter:
     """Create the WAL ``path``, write its header record and sync it; the writer appends the
     database's batches after it."""

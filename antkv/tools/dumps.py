@@ -13,6 +13,7 @@ from ..base.filenames import current_file_name
 from ..manifest.version_edit import VersionEdit
 from ..record.batch import decode_batch
 from ..record.log_format import LogReader
+from ..record.wal import is_header_record
 
 
 def _show(data: bytes, limit: int = 64) -> str:
@@ -38,7 +39,7 @@ def dump_wal(fs, path: str) -> Iterable[str]:
     first_seq = last_seq = None
     for offset, payload in reader:
         seq, ops = decode_batch(payload, path, offset)
-        if offset == 0 and not ops:
+        if is_header_record(offset, ops):
             yield f"@0 header record: the first write gets sequence {seq}"
             continue
         records += 1

@@ -74,8 +74,11 @@ QUICK = {"batches": 4, "rows": 200, "keys": 400, "ttl_batches": 1}
 class Engine:
     """One engine's streaming query and where its files are."""
 
-    def __init__(self, name: str, work: str):
+    def __init__(self, name: str, work: str, output_retention: int | None = None):
         self.name = name
+        self.output_retention = output_retention  # antkv: batches of published output kept
+        self.emitted: list[tuple] = []  # antkv: the rows of every published output, read as they come
+        self.outputs_read = 0  # antkv: the newest version whose output is in ``emitted``
         self.inputs = os.path.join(work, f"input-{name}")
         self.checkpoint = os.path.join(work, f"checkpoint-{name}")
         self.state = os.path.join(work, f"state-{name}")  # antkv's location
@@ -120,7 +123,8 @@ class Engine:
         if self.name == "antkv-pipeline":
             func = workload.PipelineFunction(ttl)
             self.runner = StatefulPipeline(location, self.operator, "key", func, workload.OUTPUT_SCHEMA,
-                                           partitions=partitions, options=options, metrics_path=self.metrics)
+                                           partitions=partitions, options=options, metrics_path=self.metrics,
+                                           output_retention=self.output_retention)
 
             def on_batch(df, batch_id):
                 func.watermark_ms = self.watermarks[int(batch_id)]
@@ -129,7 +133,8 @@ class Engine:
         processor = workload.with_ttl(workload.processor_class(), ttl)()
         self.runner = TransformWithState(location, self.operator, "key", processor, workload.OUTPUT_SCHEMA,
                                          time_mode="EventTime", event_time_column="ts", partitions=partitions,
-                                         options=options, metrics_path=self.metrics)
+                                         options=options, metrics_path=self.metrics,
+                                         output_retention=self.output_retention)
         return self.runner.foreach_batch()
 
     def feed(self, source: str, name: str) -> dict:
@@ -161,6 +166,20 @@ class Engine:
         if self.antkv:
             row["local_disk"] = dir_bytes(self.cache)
         return row
+
+    def read_new_output(self, spark) -> None:
+        """Read the output of the versions published since the last call (untimed: a downstream
+        consumer's work, done before ``output_retention`` deletes it)."""
+        from antkv.spark import Location, output_versions
+        from antkv.spark.runtime.output import output_dataframe, published_output
+
+        loc = Location("file://" + self.state)
+        for version in output_versions(loc, self.operator):
+            if version > self.outputs_read:
+                record = published_output(loc, self.operator, version)
+                frame = output_dataframe(spark, loc, record.files, workload.OUTPUT_SCHEMA)
+                self.emitted += [tuple(r) for r in frame.collect()]
+                self.outputs_read = version
 
 
 def _stream_log(path: str) -> bool:
@@ -261,7 +280,7 @@ def run(spark, args, work: str) -> dict:
     cloudpickle.register_pickle_by_value(workload)  # the workers need not find the bench package
     stream = workload.SoakStream(seed=args.seed, batches=args.batches, rows=args.rows, keys=args.keys,
                                  ttl_batches=args.ttl_batches)
-    engines = [Engine(name, work) for name in args.engines]
+    engines = [Engine(name, work, args.output_retention) for name in args.engines]
     source = os.path.join(work, "source")
     os.makedirs(source)
     conf = spark.conf
@@ -283,7 +302,8 @@ def run(spark, args, work: str) -> dict:
     for engine in engines:
         engine.watermarks = watermarks
     local_dir = _spark_local_dir(spark)
-    results = {"config": {k: getattr(args, k) for k in ("batches", "rows", "keys", "ttl_batches", "partitions", "seed")},
+    results = {"config": {k: getattr(args, k) for k in ("batches", "rows", "keys", "ttl_batches", "partitions", "seed",
+                                                        "output_retention")},
                "engines": [e.name for e in engines], "cores": os.cpu_count(), "per_batch": []}
     started = time.perf_counter()
     try:
@@ -294,6 +314,8 @@ def run(spark, args, work: str) -> dict:
             for engine in engines[first:] + engines[:first]:
                 row[engine.name] = engine.feed(source, name)
                 row[engine.name].update(process_memory())
+                if engine.antkv:
+                    engine.read_new_output(spark)
             if local_dir:
                 row["spark_local_disk"] = dir_bytes(local_dir)
             results["per_batch"].append(row)
@@ -305,7 +327,7 @@ def run(spark, args, work: str) -> dict:
             if engine.antkv:
                 for batch, figures in _antkv_batches(engine).items():
                     results["per_batch"][batch][engine.name].update(figures)
-        results["outputs"] = compare_outputs({e.name: engine_outputs(spark, e, args.batches + 2) for e in engines})
+        results["outputs"] = compare_outputs({e.name: engine_outputs(spark, e) for e in engines})
     finally:
         for engine in engines:
             if engine.query is not None:
@@ -321,6 +343,8 @@ def main(argv=None) -> None:
     p.add_argument("--ttl-batches", type=int, default=None,
                    help=f"a key expires this many batches after its last row, default {FULL['ttl_batches']}")
     p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--output-retention", type=int, default=10,
+                   help="antkv: batches of published output kept (the bench reads each as it is published)")
     p.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--quick", action="store_true", help="a few tiny batches: a smoke test")

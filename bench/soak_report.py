@@ -20,20 +20,11 @@ from bench.plots import pyplot, save_small
 MiB = 1 << 20
 
 
-def engine_outputs(spark, engine, files: int) -> list[tuple]:
-    """Every row ``engine`` emitted over the ``files`` files of the stream."""
-    if not engine.antkv:
-        return [tuple(r) for r in spark.table(engine.table).collect()]
-    from antkv.spark import Location
-    from antkv.spark.runtime.output import output_dataframe, published_output
-    from bench.soak_workload import OUTPUT_SCHEMA
-
-    loc = Location("file://" + engine.state)
-    names = []
-    for version in range(1, files + 1):
-        record = published_output(loc, engine.operator, version)
-        names += list(record.files) if record is not None else []
-    return [tuple(r) for r in output_dataframe(spark, loc, names, OUTPUT_SCHEMA).collect()]
+def engine_outputs(spark, engine) -> list[tuple]:
+    """Every row ``engine`` emitted over the stream (antkv's read batch by batch as published)."""
+    if engine.antkv:
+        return list(engine.emitted)
+    return [tuple(r) for r in spark.table(engine.table).collect()]
 
 
 def compare_outputs(outputs: dict[str, list[tuple]]) -> dict:

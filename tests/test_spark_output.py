@@ -16,8 +16,18 @@ import pytest
 from pyspark import TaskContext, cloudpickle
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from antkv.spark import Location, StatefulPipeline, StoreOptions, TransformWithState, read_output, release_idle_stores
-from antkv.spark.store.location import OUTPUT_DIR
+import antkv
+from antkv.spark import (
+    Location,
+    StatefulPipeline,
+    StoreOptions,
+    TransformWithState,
+    output_versions,
+    read_output,
+    release_idle_stores,
+)
+from antkv.spark.runtime.output import retire_output, write_output_log
+from antkv.spark.store.location import OUTPUT_DIR, output_file_name
 
 from test_spark_store_model import s3_server  # noqa: F401
 
@@ -221,3 +231,44 @@ def location_marker_outputs(location, version):
 
 def _die(version, parts):
     raise RuntimeError("the driver dies before publishing")
+
+
+def test_output_retention_keeps_the_newest_batches_output_only(spark, tmp_path):
+    """``output_retention=2``: after each batch the location holds the output files and records
+    of the two newest batches, those read back whole, and an older batch's output is a clear
+    error; without it every batch's output stays."""
+    loc = Location(str(tmp_path / "state"))
+    pipe = StatefulPipeline(loc, "sums", "key", running_sum, SCHEMA, partitions=2, key_groups=16,
+                            options=StoreOptions(cache_dir=str(tmp_path / "cache")), output_retention=2)
+    for b in range(5):
+        pipe.run(_frame(spark, b), b)
+        kept = sorted(int(d) for d in loc.list_subdirs(f"sums/{OUTPUT_DIR}") if loc.list_dir(f"sums/{OUTPUT_DIR}/{d}"))
+        assert kept == list(range(max(1, b), b + 2))
+        assert output_versions(loc, "sums") == kept
+    everything = expected(range(5))
+    for b in (3, 4):
+        assert sorted(map(tuple, read_output(spark, loc, "sums", b).collect())) == sorted(r for r in everything if r[2] == b)
+    with pytest.raises(antkv.InvalidArgumentError, match="no retained output"):
+        read_output(spark, loc, "sums", 0)
+    with pytest.raises(antkv.InvalidArgumentError, match="output_retention"):
+        StatefulPipeline(loc, "sums", "key", running_sum, SCHEMA, partitions=2, output_retention=0)
+    with pytest.raises(TypeError, match="output_retention"):
+        StatefulPipeline(loc, "sums", "key", running_sum, SCHEMA, partitions=2, output_retention="2")
+
+
+def test_retiring_output_finishes_a_version_an_interrupted_retirement_left(tmp_path):
+    """Files go before their output-log record: a retirement interrupted after a version's
+    files leaves its record, and the next one removes it; names it did not make stay."""
+    loc = Location(str(tmp_path / "state"))
+    for v in (1, 2, 3):
+        names = [output_file_name("sums", v, "a" * 16, 0), output_file_name("sums", v, "b" * 16, 0)]
+        for n in names:
+            loc.create_exclusive(n, b"parquet bytes")
+        write_output_log(loc, "sums", v, names[:1], SCHEMA)
+    loc.create_exclusive(f"sums/{OUTPUT_DIR}/{1:020d}/notes.txt", b"a user's file")
+    loc.delete(output_file_name("sums", 1, "a" * 16, 0))  # as if a retirement died after version 1's files
+    loc.delete(output_file_name("sums", 1, "b" * 16, 0))
+    assert retire_output(loc, "sums", 3, 1) == 1 + 2 + 1  # version 1's record, version 2's files and record
+    assert output_versions(loc, "sums") == [3]
+    assert loc.list_dir(f"sums/{OUTPUT_DIR}/{1:020d}") == ["notes.txt"]
+    assert len(loc.list_dir(f"sums/{OUTPUT_DIR}/{3:020d}")) == 2

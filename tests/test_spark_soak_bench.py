@@ -70,7 +70,7 @@ def test_the_comparison_names_the_engine_that_differs():
 
 def test_a_quick_soak_run_agrees_across_engines_and_writes_its_table_and_plots(spark, tmp_path):
     provider = spark.conf.get(PROVIDER_CONF, None)
-    args = argparse.Namespace(**dict(QUICK, batches=2, partitions=2, seed=7, engines=ENGINES))
+    args = argparse.Namespace(**dict(QUICK, batches=2, partitions=2, seed=7, engines=ENGINES, output_retention=1))
     results = run(spark, args, str(tmp_path / "work"))
     assert spark.conf.get(PROVIDER_CONF, None) == provider  # the shared session's settings are back
 
@@ -87,6 +87,7 @@ def test_a_quick_soak_run_agrees_across_engines_and_writes_its_table_and_plots(s
             if name.startswith("antkv"):
                 assert figures["reused"] + figures["caught_up"] + figures["rebuilt"] == (2 if batch["batch"] else 0)
                 assert figures["local_disk"] > 0 and "load" in figures["antkv_s"]
+                assert figures["output_objects"] <= 2 + 1  # one batch's files (one per partition) and record
             else:
                 assert figures["spark_ms"]["addBatch"] > 0
     assert max(b["antkv-pipeline"]["max_worker_rss"] for b in results["per_batch"]) > 0

@@ -25,6 +25,7 @@ from antkv.spark import (
     release_idle_stores,
 )
 from antkv.spark.store.local_cache import LocalCache
+from antkv.spark.store.location import partition_dir
 from antkv.spark.store.memory import worker_memory
 from antkv.spark.store.objects import file_digest
 from antkv.spark.store.state_store import read_manifest
@@ -364,6 +365,49 @@ def test_objects_in_the_location_stay_bounded(tmp_path, options):
     # docs/spark.md: markers R + per partition (R manifests + R + C - 1 changelogs + snapshot files)
     bound = retain + P * (retain + retain + chain - 1 + (retain // chain + 2) * files)
     assert max(counts[10:]) <= bound, (counts, bound)
+
+
+def _cached_files(cache, loc, partition):
+    root = cache.object_path(loc, partition_dir("op", partition))
+    return {os.path.join(root, n) for n in os.listdir(root)} if os.path.isdir(root) else set()
+
+
+def test_the_local_cache_keeps_a_partitions_newest_snapshot_not_every_one(tmp_path, options):
+    """A snapshot commit drops the partition's cached files its new snapshot does not name
+    (they left the location once no retained version named them), so the cache of a steady
+    stream stays flat instead of growing to its disk budget; what a working copy links stays."""
+    loc = Location(str(tmp_path / "loc"))
+    coord = CommitCoordinator(loc, "op", P, query_id="q")
+    cache = LocalCache(options.resolved_cache_dir(), options.cache_disk_bytes)
+    sizes = []
+    for v in range(24):  # a new snapshot every 3 batches (max_changelog_chain), compactions rewriting files
+        batch(loc, coord, v, options, {b"k%03d" % (v * 7 + i): os.urandom(300) for i in range(40)})
+        snap = read_manifest(loc, coord.marker(v + 1).manifests[0]).snapshot
+        named = set() if snap is None else {cache.object_path(loc, f.object) for f in snap.files}
+        held = _cached_files(cache, loc, 0)
+        assert named <= held  # the newest snapshot stays cached
+        extra = {f for f in held - named if os.stat(f).st_nlink == 1}
+        assert not extra, sorted(extra)  # nothing unlinked beyond it
+        sizes.append(sum(os.path.getsize(f) for f in held))
+    assert max(sizes[12:]) < 3 * min(sizes[12:])  # flat, not growing batch after batch
+    # every retained version still opens, downloading what the cache dropped
+    release_idle_stores()
+    for v in (23, 24):
+        assert state(loc, v, 0, options) == state(loc, v, 0, StoreOptions(cache_dir=str(tmp_path / "cold")))
+
+
+def test_dropping_superseded_files_keeps_named_and_linked_ones(tmp_path):
+    cache = LocalCache(str(tmp_path / "cache"), 1 << 30)
+    loc = Location(str(tmp_path / "loc"))
+    root = cache.object_path(loc, "op/p00000")
+    os.makedirs(root)
+    for n in ("a.sst", "b.sst", "c.sst", "d.sst.tmp-1-x"):
+        with open(os.path.join(root, n), "wb") as f:
+            f.write(b"x" * 10)
+    os.link(os.path.join(root, "b.sst"), str(tmp_path / "linked"))
+    assert cache.drop_superseded(loc, "op/p00000", ["op/p00000/a.sst"]) == 10
+    assert sorted(os.listdir(root)) == ["a.sst", "b.sst", "d.sst.tmp-1-x"]
+    assert cache.drop_superseded(loc, "op/p00001", []) == 0  # a partition never cached
 
 
 def test_key_count_reads_the_base_per_key_or_by_one_scan(tmp_path, options):

@@ -113,7 +113,7 @@ class TransformWithState:
                  event_time_column: str | None = None, watermark_delay_ms: int = 0,
                  partitions: int, key_groups: int = DEFAULT_KEY_GROUPS, clock=None,
                  query_id: str | None = None, options=None, metrics_path: str | None = None,
-                 min_versions_to_retain: int = 2):
+                 min_versions_to_retain: int = 2, output_retention: int | None = None):
         for method in ("init", "handleInputRows"):
             if not callable(getattr(processor, method, None)):
                 raise TypeError(f"processor must be a StatefulProcessor: it has no {method}()")
@@ -139,7 +139,7 @@ class TransformWithState:
         self.pipeline = StatefulPipeline(
             location, operator, key, _unset_function, _ddl(output_schema), partitions=partitions,
             key_groups=key_groups, query_id=query_id, options=options, metrics_path=metrics_path,
-            min_versions_to_retain=min_versions_to_retain)
+            min_versions_to_retain=min_versions_to_retain, output_retention=output_retention)
         self.key = tuple(self.pipeline.key)
         self.min_versions_to_retain = min_versions_to_retain
         self.watermark_ms = 0  # of the last batch run (EventTime)

@@ -19,6 +19,10 @@ Spark's file-commit protocol, tied to the state's marker:
    files under ``_output/<v>/`` that the marker does not name -- failed, retried, speculative and
    replayed attempts' -- are deleted.  Nothing else is touched: not a later version's files (its
    attempts may be running), nor a name this module did not make.
+5. **Driver, retention** (:func:`retire_output`, only with a pipeline's ``output_retention``
+   ``= R``): once version ``v`` is published, the output of versions ``<= v - R`` is deleted,
+   files first and output-log record last.  Without it, every batch's output is kept, as a file
+   sink keeps its table.
 
 Readers (:func:`read_output`, :func:`output_dataframe`) read exactly the files of the output log
 or marker, never a listing, so no row is read twice or missed; the DataFrame is lazy and is read
@@ -35,6 +39,7 @@ from antkv.spark.store.location import (
     Location,
     check_operator,
     check_version,
+    marker_name,
     new_attempt_id,
     output_dir,
     output_file_name,
@@ -190,14 +195,60 @@ def cleanup_output(coordinator: CommitCoordinator, version: int) -> int:
     return deleted
 
 
+def retire_output(location: Location, operator: str, version: int, retention: int) -> int:
+    """Delete the published output of every version ``<= version - retention`` (the output of
+    the newest ``retention`` batches stays); returns how many objects were deleted.
+
+    A version's files go first (every attempt's: the winners the record names and any loser
+    left), its output-log record last, so a crash in between leaves the record, and the next
+    call, which finds versions by listing the output log, finishes the version.  Only names
+    this module makes are deleted.  REQUIRES: ``version`` is published."""
+    cutoff = check_version(version) - retention
+    deleted = 0
+    for v in output_versions(location, operator):
+        if v > cutoff:
+            break
+        directory = output_dir(operator, v)
+        for base in location.list_dir(directory):
+            target = parse_temporary_name(base)
+            if parse_output_file_name(operator, f"{directory}/{target or base}") == v:
+                location.delete(f"{directory}/{base}")
+                deleted += 1
+        location.delete(output_log_name(operator, v))
+        deleted += 1
+    return deleted
+
+
+def check_output_retention(retention) -> int | None:
+    """``output_retention`` as given to a pipeline: None (keep every batch's output) or an
+    int >= 1."""
+    if retention is None:
+        return None
+    if isinstance(retention, bool) or not isinstance(retention, int):
+        raise TypeError(f"output_retention must be an int or None, not {type(retention).__name__}")
+    if retention < 1:
+        raise antkv.InvalidArgumentError(f"output_retention must be >= 1, got {retention}")
+    return retention
+
+
 def published_output(location, operator: str, version: int) -> OutputLogRecord | None:
-    """The output-log record of published ``version``; None when no output was recorded for it."""
+    """The output-log record of published ``version``; None when no output was recorded for it.
+
+    InvalidArgumentError when the version's output is not retained: its marker and record
+    retired, or its files deleted by ``output_retention``."""
     location = as_location(location)
     operator = check_operator(operator)
     name = output_log_name(operator, check_version(version))
     if location.exists(name):
         return OutputLogRecord.decode(location.read(name), location.path(name))
-    marker = read_marker(location, operator, version)  # CorruptionError when it was never published
+    if not location.exists(marker_name(operator, version)):
+        raise antkv.InvalidArgumentError(
+            f"version {version} of {operator!r} has no retained output (never published, or older "
+            f"than the operator's retained versions and output_retention)")
+    marker = read_marker(location, operator, version)
+    if marker.outputs and not location.exists(marker.outputs[0]):
+        raise antkv.InvalidArgumentError(
+            f"the output of version {version} of {operator!r} was deleted by output_retention")
     return None if marker.outputs is None else OutputLogRecord(operator, version, "", marker.outputs)
 
 

@@ -58,7 +58,15 @@ from dataclasses import asdict, dataclass, field
 import antkv
 
 from antkv.spark.runtime.collector import task_collections
-from antkv.spark.runtime.output import OutputWriter, cleanup_output, ensure_output_log, output_dataframe, write_output_log
+from antkv.spark.runtime.output import (
+    OutputWriter,
+    check_output_retention,
+    cleanup_output,
+    ensure_output_log,
+    output_dataframe,
+    retire_output,
+    write_output_log,
+)
 from antkv.spark.store.commit_message import CommitMessage
 from antkv.spark.store.commit_protocol import CommitCoordinator
 from antkv.spark.runtime.output_schema import OutputCheck
@@ -172,12 +180,14 @@ class StatefulPipeline:
     string).  ``rows`` holds every row of one or more keys of the partition's batch (a chunk
     of the partition's stream: ``func`` is called once per chunk, and once with no rows for a
     partition without any), with the key-group column ``__key_group``.  ``partitions`` may change between runs (a rescale at the next batch);
-    ``key_groups`` may not.  ``metrics_path`` (a local file) receives one JSON line per batch."""
+    ``key_groups`` may not.  ``metrics_path`` (a local file) receives one JSON line per batch.
+    ``output_retention=R`` keeps the published output of the newest ``R`` batches only (None:
+    every batch's, as a file table keeps its files)."""
 
     def __init__(self, location, operator: str, key, func, schema: str, *, partitions: int,
                  key_groups: int = DEFAULT_KEY_GROUPS, query_id: str | None = None,
                  options: StoreOptions | None = None, metrics_path: str | None = None,
-                 min_versions_to_retain: int = 2):
+                 min_versions_to_retain: int = 2, output_retention: int | None = None):
         from pyspark.sql.types import StructType
 
         self.location = as_location(location)
@@ -200,6 +210,7 @@ class StatefulPipeline:
         self.coordinator = CommitCoordinator(self.location, self.operator, partitions,
                                              query_id=query_id or self.operator,
                                              min_versions_to_retain=min_versions_to_retain)
+        self.output_retention = check_output_retention(output_retention)
         self.history: list[BatchMetrics] = []
 
     # ------------------------------------------------------------------ driver
@@ -269,6 +280,8 @@ class StatefulPipeline:
         write_output_log(self.location, self.operator, version, files, self.schema)
         coord.cleanup(version)
         cleanup_output(coord, version)
+        if self.output_retention is not None:
+            retire_output(self.location, self.operator, version, self.output_retention)
         publish_s = time.perf_counter() - t0
         local = sum(m.cache_hits + m.reused_working_copy for m in parts)
         total = local + sum(m.cache_downloads + (not m.reused_working_copy) for m in parts)

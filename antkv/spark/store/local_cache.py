@@ -17,6 +17,9 @@ Invariants:
 * eviction (under ``LOCK``) removes the least recently used files in ``objects/`` until their
   total is within ``disk_budget``, but never one with another link: such a file is in use by a
   working copy (the engine's files are hard links), and removing it would free nothing;
+* a snapshot commit removes the partition's unlinked files its new snapshot does not name
+  (:meth:`LocalCache.drop_superseded`), so a steady stream's cache stays the size of its
+  working set instead of growing to the budget;
 * a working copy belongs to the process holding its ``owner.lock``; a directory whose lock can
   be taken belongs to a process that ended, and is removed by the next :meth:`LocalCache.sweep`.
 
@@ -155,6 +158,36 @@ class LocalCache:
                 _unlink_quietly(p)
                 freed += size
             return freed
+
+    def drop_superseded(self, location: Location, directory: str, named) -> int:
+        """Remove the cached files of ``location`` under ``directory`` (a partition's objects)
+        that ``named`` (object names: the snapshot a working copy just committed) does not hold
+        and no working copy links; returns bytes freed.
+
+        A snapshot supersedes the partition's older ones: the location deletes their files once
+        no retained version names them, and this process would otherwise keep its copies until
+        the disk budget forced them out.  A task that reopens an older version downloads what
+        it lacks again, so dropping early costs at most a download, never an answer."""
+        root = self.object_path(location, directory)
+        named = {self.object_path(location, name) for name in named}
+        freed = 0
+        with os_errors(root), self._locked():
+            try:
+                names = os.listdir(root)
+            except FileNotFoundError:
+                return 0
+            for n in names:
+                p = os.path.join(root, n)
+                if p in named or ".tmp-" in n:
+                    continue
+                try:
+                    st = os.stat(p)
+                except FileNotFoundError:
+                    continue
+                if st.st_nlink == 1 and os.path.isfile(p):
+                    _unlink_quietly(p)
+                    freed += st.st_size
+        return freed
 
     def usage(self) -> int:
         total = 0

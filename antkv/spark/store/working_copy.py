@@ -35,7 +35,7 @@ import antkv
 import xxhash
 
 from antkv.spark.store.local_cache import LocalCache, os_errors
-from antkv.spark.store.location import Location, snapshot_file_name
+from antkv.spark.store.location import Location, partition_dir, snapshot_file_name
 from antkv.spark.store.row_cache import RowCache
 from antkv.spark.store.objects import (
     CHANGE_DELETE,
@@ -243,7 +243,10 @@ class WorkingCopy:
         self.db.checkpoint(tmp)
         with os_errors(tmp):
             try:
-                return self._upload_checkpoint(location, tmp, operator, partition, version, attempt)
+                result = self._upload_checkpoint(location, tmp, operator, partition, version, attempt)
+                self.cache.drop_superseded(location, partition_dir(operator, partition),
+                                           [ref.object for ref in result[0].files])
+                return result
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
                 self.cache.evict()

@@ -95,3 +95,23 @@ def test_range_tombstones_hide_table_entries(tmp_path, policy):
         for _ in range(2):
             got = [db.get(b"k%03d" % i) for i in range(100)]
             assert got == [None if 10 <= i < 20 else b"v" for i in range(100)]
+
+
+@pytest.mark.parametrize("policy", ["clock", "lru"])
+def test_a_cold_read_counts_one_miss_and_leaves_the_block_for_the_next(tmp_path, policy):
+    """The fused path reads a missing block itself (``TableReader.load_searchable``): one miss
+    counted, the block cached, and the next read of the block one hit."""
+    path = str(tmp_path / "db")
+    with antkv.open(path, max_background_jobs=0) as db:
+        for i in range(200):
+            db.put(b"key%05d" % i, b"v%d" % i)
+        db.flush()
+    cache = antkv.Cache(1 << 20, policy=policy)
+    with antkv.open(path, block_cache=cache) as db:
+        before = cache.stats()
+        assert db.get(b"key00007") == b"v7"
+        cold = cache.stats()
+        assert (cold["misses"] - before["misses"], cold["hits"] - before["hits"]) == (1, 0)
+        assert db.get(b"key00008") == b"v8"  # the same block
+        warm = cache.stats()
+        assert (warm["misses"] - cold["misses"], warm["hits"] - cold["hits"]) == (0, 1)

@@ -92,24 +92,66 @@ class ClockShard(Shard):
         self.ring_usage -= e.charge
 
     def evict(self, charge: int) -> None:
-        """Sweep until ``usage + charge <= capacity`` or the ring is empty."""
+        """Sweep until ``usage + charge <= capacity`` or the ring is empty (:meth:`unlink`
+        inline: a block read that misses the cache runs this once per insert)."""
         ring, table = self.ring, self.table
         chances = len(table)  # reference bits this sweep may clear before it stops sparing entries
-        while self.usage + charge > self.capacity and ring.next is not ring:
-            e = self.hand
+        limit = self.capacity - charge
+        usage, ring_usage, evicted = self.usage, self.ring_usage, 0
+        e = self.hand
+        while usage > limit and ring.next is not ring:
             if e is ring:
-                self.hand = e.next
+                e = e.next
                 continue
             if e.hit and chances > 0:
                 e.hit = False
                 chances -= 1
-                self.hand = e.next
+                e = e.next
                 continue
-            self.unlink(e)
+            p, n = e.prev, e.next
+            p.next = n
+            n.prev = p
+            e.prev = e.next = None
             del table[e.key]
             e.in_cache = False
-            self.usage -= e.charge
-            self.evictions += 1
+            usage -= e.charge
+            ring_usage -= e.charge
+            evicted += 1
+            e = n
+        self.hand = e
+        self.usage, self.ring_usage = usage, ring_usage
+        self.evictions += evicted
+
+    def put(self, key, value, charge: int, high: bool) -> bool:
+        """:meth:`Shard.insert` of an unpinned entry with the link inline (a block read's
+        insert); False, and nothing kept, when it cannot fit."""
+        if self.usage + charge > self.capacity:
+            self.evict(charge)
+            if self.usage + charge > self.capacity:
+                self.rejected += 1
+                return False
+        e = Handle(key, value, charge, high, self)
+        if high:
+            e.hit = True
+        table = self.table
+        old = table.get(key)
+        table[key] = e
+        self.usage += charge
+        self.inserts += 1
+        if old is not None:
+            old.in_cache = False
+            if old.refs:
+                self.detached_usage += old.charge
+            else:
+                self.unlink(old)
+                self.usage -= old.charge
+        hand = self.hand
+        p = hand.prev
+        e.prev = p
+        e.next = hand
+        p.next = hand.prev = e
+        self.ring_usage += charge
+        return True
 
     def set_capacity(self, capacity: int) -> None:
         self.capacity = capacity

@@ -50,3 +50,7 @@ class Shard:
         else:
             self.link(e)
         return e
+
+    def put(self, key, value, charge: int, high: bool) -> bool:
+        """Insert an unpinned entry; False (and nothing kept) if it cannot fit."""
+        return self.insert(key, value, charge, high, False) is not None

@@ -7,14 +7,17 @@ what four functions would do one call each:
 
 1. the bloom probe (:func:`antkv.sst.bloom.may_contain_probe`, on the key's hash computed once);
 2. the index search (the first index key >= the key names the only block that can hold it);
-3. the block cache hit, without a lock (the clock policy's hit: :mod:`antkv.memory.clock`);
+3. the block cache hit, without a lock (the clock policy's hit: :mod:`antkv.memory.clock`),
+   or on a miss the block read, checked and cached (:meth:`TableReader.load_searchable`);
 4. the search of a cached fixed-width block (``bytes.find`` on its key column, the layout
    cached with the block: :func:`antkv.sst.block.searchable_block`), when the newest version
    of the key is visible.
 
-Anything else takes the general path, which gives the same answers: a cache miss, a decoded or
-variable-width block, an index key equal to the key, an older version to look for, a cache
-whose hits lock (the LRU policy) or no cache go to :meth:`TableReader.find`; range tombstones
+Anything else takes the general path, which gives the same answers: a block fetched but
+decoded or of variable-width keys, or whose newest version is not the one visible, is searched
+by :meth:`TableReader.search_cached` (the block is not looked up twice, so the cache counts
+one hit or one miss per block a read touches); an index key equal to the key, a cache whose
+hits lock (the LRU policy) or no cache go to :meth:`TableReader.find`; range tombstones
 anywhere in the tables hand the whole lookup to :func:`table_get_covered`.
 """
 
@@ -25,14 +28,17 @@ from bisect import bisect_left
 from ..base.dbformat import MAX_KIND
 from ..manifest.version_set import find_file
 from ..sst.block import SEARCHABLE_FIELDS
-from ..sst.bloom import key_probe, may_contain_probe
+from ..sst.bloom import DIGEST_HEAD, LANE_MASK, PROBE_TABLE, digest, key_probe, may_contain_probe
 
 
 def table_get(sv, key: bytes, read_seq: int, open_table):
     """Newest visible ``(seq, kind, value)`` of ``key`` in the tables of super version ``sv``,
     or None (absent or covered by a range tombstone)."""
-    probe = key_probe(key)  # the key's hash, once for every filter probed
-    x, pe, pf, _ = probe
+    # key_probe(key), inline: the key's hash, once for every filter probed
+    d = digest(key)
+    x, a, b = DIGEST_HEAD(d)
+    pe, pf = PROBE_TABLE[a & LANE_MASK], PROBE_TABLE[b & LANE_MASK]
+    probe = x, pe, pf, d
     klen = len(key)
     neg = -read_seq
     version = sv.version
@@ -85,14 +91,22 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
                 e.hit = True
                 s.count_hit()
                 block = e.value
-        if block is None or len(block) != SEARCHABLE_FIELDS:
+            else:
+                s.count_miss()
+                block = r.load_searchable(i)
+        if block is None:
             found = r.find(key, neg)
+            if found is not None:
+                return found
+            continue
+        if len(block) != SEARCHABLE_FIELDS:  # decoded by an iterator
+            found = r.search_cached(block, i, key, neg)
             if found is not None:
                 return found
             continue
         buf, _size, width, n, seqs_off, qw, kinds_off, ends, g, _r = block
         if width != klen or not width:  # (0: not one width; an empty key is never one)
-            found = r.find(key, neg)
+            found = r.search_cached(block, i, key, neg)
             if found is not None:
                 return found
             continue
@@ -106,8 +120,8 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
         at = seqs_off + j * qw
         seq = int.from_bytes(buf[at : at + qw], "little")
         kind = buf[kinds_off + j]
-        if seq > read_seq or kind > MAX_KIND:  # an older version, or damage: find() says which
-            found = r.find(key, neg)
+        if seq > read_seq or kind > MAX_KIND:  # an older version, or damage: the general search says which
+            found = r.search_cached(block, i, key, neg)
             if found is not None:
                 return found
             continue

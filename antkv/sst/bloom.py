@@ -61,12 +61,12 @@ LANE_BITS = 14  # PART OF THE FILE FORMAT: mask table index bits
 MAX_MASKS = 6  # 16-bit lanes in digest bytes 4..15
 BITS_PER_MASK = 3
 _LN2 = 0.6931471805599453
-_LANE_MASK = (1 << LANE_BITS) - 1
-_HIGH_BYTE_MASK = bytes(b & (_LANE_MASK >> 8) for b in range(256))  # for bytes.translate
+LANE_MASK = (1 << LANE_BITS) - 1
+_HIGH_BYTE_MASK = bytes(b & (LANE_MASK >> 8) for b in range(256))  # for bytes.translate
 _SWAP = sys.byteorder != "little"  # arrays are native-endian; the format is little-endian
 
 digest = mmh3.mmh3_x64_128_digest  # PART OF THE FILE FORMAT (seed 0)
-_HEAD = struct.Struct("<IHH").unpack_from  # x, lane 0, lane 1 of a digest
+DIGEST_HEAD = struct.Struct("<IHH").unpack_from  # x, lane 0, lane 1 of a digest
 _MORE_LANES = struct.Struct("<4H").unpack_from  # lanes 2..5, from digest byte 8
 
 
@@ -166,8 +166,8 @@ def key_probe(user_key: bytes) -> tuple:
     probes up to one filter per L0 table and level): ``(x, mask 0 probes, mask 1 probes,
     digest)`` (see the module docstring)."""
     d = digest(user_key)
-    x, a, b = _HEAD(d)
-    return x, PROBE_TABLE[a & _LANE_MASK], PROBE_TABLE[b & _LANE_MASK], d
+    x, a, b = DIGEST_HEAD(d)
+    return x, PROBE_TABLE[a & LANE_MASK], PROBE_TABLE[b & LANE_MASK], d
 
 
 def may_contain_probe(filt: tuple[bytes, int, int], probe: tuple) -> bool:
@@ -190,7 +190,7 @@ def may_contain_probe(filt: tuple[bytes, int, int], probe: tuple) -> bool:
     if k == 2 * BITS_PER_MASK:  # the default (10 bits per key): two masks, both tested
         return True
     for lane in _MORE_LANES(d, 8)[: k // BITS_PER_MASK - 2]:
-        e = PROBE_TABLE[lane & _LANE_MASK]
+        e = PROBE_TABLE[lane & LANE_MASK]
         if not (bits[o + e[0]] & e[1] and bits[o + e[2]] & e[3] and bits[o + e[4]] & e[5]):
             return False
     return True

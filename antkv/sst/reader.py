@@ -201,6 +201,23 @@ class TableReader:
             raise DBClosedError(f"table {self.path} is closed") from e
         raise e
 
+    def load_searchable(self, i: int) -> tuple:
+        """Data block ``i`` (its index position) read from the file with one ``pread``, checked,
+        in searchable form (:func:`~antkv.sst.block.searchable_block`) and put in the cache: a
+        point read's cache miss (the caller has counted it).  REQUIRES: a cache."""
+        f = self._file
+        if f is None:
+            raise DBClosedError(f"table {self.path} is closed")
+        _, _, offsets, sizes = self._index
+        offset, size = offsets[i], sizes[i]
+        try:
+            buf, size = check_block(f.read(offset, size + BLOCK_TRAILER_SIZE), offset, size, self._verify, self.path)
+        except (AntIOError, CorruptionError) as e:
+            self._read_failed(e)
+        block = searchable_block(buf, size, self.path, offset)
+        self._cache.put((self._cache_id, offset), block, size + _SEARCHABLE_CHARGE)
+        return block
+
     def _data_block(self, offset: int, size: int):
         """The decoded data block at ``offset`` (through the cache when there is one)."""
         cache = self._cache
@@ -310,27 +327,18 @@ class TableReader:
         if cache is None:
             buf, size = self._read(offset, sizes[i])
             return search_block(buf, size, user_key, neg_read, self.path, offset)
-        ckey = (self._cache_id, offset)
-        block = cache.get(ckey)
+        block = cache.get((self._cache_id, offset))
         if block is None:
-            # the miss: _read inline (one pread through the file system, then the checks)
-            f = self._file
-            if f is None:
-                raise DBClosedError(f"table {self.path} is closed")
-            size = sizes[i]
-            try:
-                buf = f.read(offset, size + BLOCK_TRAILER_SIZE)
-                buf, size = check_block(buf, offset, size, self._verify, self.path)
-            except (AntIOError, CorruptionError) as e:
-                self._read_failed(e)
-            block = searchable_block(buf, size, self.path, offset)
-            cache.put(ckey, block, size + _SEARCHABLE_CHARGE)
-            return search_searchable(block, user_key, neg_read, self.path, offset)
+            block = self.load_searchable(i)
+        return self.search_cached(block, i, user_key, neg_read)
+
+    def search_cached(self, block: tuple, i: int, user_key: bytes, neg_read: int) -> tuple[int, int, bytes] | None:
+        """:meth:`find` in data block ``i`` once it is fetched from the cache (either form)."""
         if len(block) == SEARCHABLE_FIELDS:
             # point reads keep blocks raw and search the bytes; a decoded block costs ~2.5x the
             # memory, and promoting blocks on a second touch made random reads over a table
             # near the cache size thrash (decode, evict, read again)
-            return search_searchable(block, user_key, neg_read, self.path, offset)
+            return search_searchable(block, user_key, neg_read, self.path, self._index[2][i])
         keys, negs, kinds, values = block
         j = bisect_left(keys, user_key)
         if j == len(keys) or keys[j] != user_key:

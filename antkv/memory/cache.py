@@ -257,20 +257,10 @@ class Cache:
 
     def put(self, key: Hashable, value: Any, charge: int, priority: str = "low") -> bool:
         """Insert without a handle; False (and nothing kept) if it cannot fit."""
-        if type(charge) is not int or charge < 0:
-            _check_int("charge", charge, 0)
-        high = _PRIORITIES.get(priority)
-        if high is None:
-            high = _priority(priority)
-        s = self.shards[hash(key) & self.mask]
-        lock = s.lock
-        lock.acquire()
-        try:
-            return s.put(key, value, charge, high)
-        finally:
-            lock.release()
+        return self._insert(key, value, charge, priority, False)
 
     def _insert(self, key: Hashable, value: Any, charge: int, priority: str, pin: bool):
+        """``pin``: the shard's ``insert`` (the pinned entry); else its ``put`` (kept or not)."""
         if type(charge) is not int or charge < 0:
             _check_int("charge", charge, 0)
         high = _PRIORITIES.get(priority)
@@ -280,7 +270,9 @@ class Cache:
         lock = s.lock
         lock.acquire()
         try:
-            return s.insert(key, value, charge, high, pin)
+            if pin:
+                return s.insert(key, value, charge, high, True)
+            return s.put(key, value, charge, high)
         finally:
             lock.release()
 

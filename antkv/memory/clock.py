@@ -130,21 +130,7 @@ class ClockShard(Shard):
             if self.usage + charge > self.capacity:
                 self.rejected += 1
                 return False
-        e = Handle(key, value, charge, high, self)
-        if high:
-            e.hit = True
-        table = self.table
-        old = table.get(key)
-        table[key] = e
-        self.usage += charge
-        self.inserts += 1
-        if old is not None:
-            old.in_cache = False
-            if old.refs:
-                self.detached_usage += old.charge
-            else:
-                self.unlink(old)
-                self.usage -= old.charge
+        e = self.new_entry(key, value, charge, high)
         hand = self.hand
         p = hand.prev
         e.prev = p

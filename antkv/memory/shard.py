@@ -30,6 +30,16 @@ class Shard:
                         f"{self.capacity} and the rest is pinned"
                     )
                 return None
+        e = self.new_entry(key, value, charge, high)
+        if pin:
+            e.refs = 1
+        else:
+            self.link(e)
+        return e
+
+    def new_entry(self, key, value, charge: int, high: bool) -> Handle:
+        """A new entry for ``key``, in the table and charged (replacing any entry of ``key``:
+        an unpinned one leaves the list, a pinned one is detached), not yet in the list."""
         e = Handle(key, value, charge, high, self)
         if high and self.referenced_on_insert_if_high:
             e.hit = True
@@ -45,10 +55,6 @@ class Shard:
             else:
                 self.unlink(old)
                 self.usage -= old.charge
-        if pin:
-            e.refs = 1
-        else:
-            self.link(e)
         return e
 
     def put(self, key, value, charge: int, high: bool) -> bool:

@@ -1,5 +1,6 @@
 """The row cache of a state store's working copy: honest memory charges, eviction, the one
-budget per process (charged to the block cache, idle caches reclaimed first), warming from
+budget per process (charged to the block cache, shared fairly, idle caches reclaimed first),
+admission that keeps a cache hitting when the state outgrows it, warming from
 changelogs, and reads that stay exact across batches, reuse and rebuilds."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pytest
 
 import antkv
 from antkv.spark import StoreOptions, open_store, release_idle_stores
-from antkv.spark.store.row_cache import CHUNK, ENTRY_OVERHEAD, MISSING, RowBudget, RowCache
+from antkv.spark.store.row_cache import ADMIT_EVERY, CHUNK, ENTRY_OVERHEAD, MISSING, RowBudget, RowCache
 
 
 @pytest.mark.parametrize("n, key_len, value_len", [(20000, 16, 30), (30000, 28, 0), (5000, 40, 200)])
@@ -30,28 +31,32 @@ def test_entries_are_charged_what_they_take(n, key_len, value_len):
     assert 0.7 <= measured / rows.used <= 1.3, (measured, rows.used)
 
 
-def test_a_cache_grows_by_chunks_then_evicts_its_oldest_entries():
+def test_a_full_cache_admits_one_new_key_in_admit_every_evicting_its_oldest_entries():
     budget = RowBudget(2 * CHUNK, None)
     rows = RowCache(budget)
     value = b"v" * 20_000
-    for i in range(40):
-        rows.put(b"k%03d" % i, value)
+    admitted = []
+    for i in range(40 + 8 * ADMIT_EVERY):
+        key = b"k%03d" % i
+        if rows.put(key, value):
+            admitted.append(key)
+        assert (key in rows.rows) == (admitted[-1:] == [key])
         assert rows.used <= rows.chunks * CHUNK <= budget.limit
     assert rows.chunks == 2 and budget.lent == 2 * CHUNK
-    kept = sorted(rows.rows)
-    assert kept == [b"k%03d" % i for i in range(40 - len(kept), 40)]  # the newest, oldest gone first
-    newest = kept[-1]
-    rows.put(newest, b"w" * 60_000)  # rewriting a key never evicts it
+    filled = next(i for i, k in enumerate(admitted) if k != b"k%03d" % i)  # what fit before it was full
+    late = admitted[filled:]
+    assert len(late) == (40 + 8 * ADMIT_EVERY - filled) // ADMIT_EVERY  # one newcomer in ADMIT_EVERY
+    assert list(rows.rows) == admitted[len(late):]  # each evicted the oldest entry
+    newest = late[-1]
+    rows.put(newest, b"w" * 60_000)  # rewriting a key never evicts it, nor is refused
     assert rows.rows[newest] == b"w" * 60_000 and rows.used <= rows.chunks * CHUNK
     rows.put(b"huge", b"x" * (3 * CHUNK))  # larger than the whole budget: not cached, nothing lost
     assert rows.rows.get(b"huge", MISSING) is MISSING and newest in rows.rows
-    rows.put(b"absent", None)
-    assert rows.rows[b"absent"] is None
     rows.close()
     assert budget.lent == 0 and rows.rows == {}
 
 
-def test_idle_caches_give_their_budget_to_a_busy_one_least_recently_used_first():
+def test_a_cache_below_its_share_takes_chunks_from_idle_caches_least_recently_used_first():
     budget = RowBudget(2 * CHUNK, None)
     first, second, busy = RowCache(budget), RowCache(budget), RowCache(budget)
     for rows, tag in ((first, b"a"), (second, b"b")):
@@ -64,9 +69,38 @@ def test_idle_caches_give_their_budget_to_a_busy_one_least_recently_used_first()
     assert first.rows == {} and first.chunks == 0  # the least recently active went first
     assert second.rows == {b"b": b"x" * (CHUNK // 2)}
     second.activate()  # in use again: never reclaimed
-    busy.put(b"d", b"x" * (CHUNK // 2))
+    busy.put(b"d", b"x" * (CHUNK // 2))  # busy holds its share (2 chunks, 2 caches holding them)
     assert b"b" in second.rows and budget.lent <= budget.limit
-    assert b"d" in busy.rows and b"c" not in busy.rows  # busy made room by evicting its own oldest
+    assert b"c" in busy.rows and b"d" not in busy.rows  # a newcomer refused, not an entry evicted
+    second.deactivate()
+    busy.put(b"e", b"x" * (CHUNK // 2))  # at its share still: idle second keeps its chunk
+    assert second.chunks == 1 and b"b" in second.rows
+
+
+def test_caches_used_in_turn_keep_hitting_when_their_state_outgrows_the_budget():
+    """Two working copies used in turn, batch after batch, each reading then rewriting every
+    key of a state that together is three times the budget: each keeps a share that hits."""
+    budget = RowBudget(8 * CHUNK, None)
+    copies = [RowCache(budget), RowCache(budget)]
+    value_len = 2000
+    per_copy = 3 * budget.limit // 2 // (value_len + 8 + ENTRY_OVERHEAD)
+    for batch in range(8):
+        hits = 0
+        for n, rows in enumerate(copies):
+            rows.activate()
+            for i in range(per_copy):
+                key = b"%d-%06d" % (n, i)
+                if rows.lookup(key) is MISSING:
+                    rows.put(key, b"o" * value_len)  # the engine's answer, as StateStore.get caches it
+                else:
+                    hits += 1
+                rows.write_many([(key, b"n" * value_len)])  # the batch's write of the key
+                assert rows.used <= rows.chunks * CHUNK and budget.lent <= budget.limit
+            rows.deactivate()
+        assert sum(c.chunks for c in copies) * CHUNK == budget.lent
+    # at best a third of the state fits; insertion-order eviction alone hits nothing here
+    assert abs(copies[0].chunks - copies[1].chunks) <= 1
+    assert hits >= 0.25 * 2 * per_copy, hits
 
 
 def test_the_budget_is_charged_to_the_block_cache():
@@ -121,7 +155,7 @@ def test_a_prefix_read_whole_answers_absent_keys_until_an_entry_of_it_is_evicted
     assert rows.lookup(b"ac1") is MISSING  # a prefix not read whole: unknown
     rows.discard(b"aa1")  # a delete keeps the prefix whole: the key is now absent
     assert rows.lookup(b"aa1") is None and b"aa" in rows.complete
-    for i in range(8):  # more than the budget: the oldest entries go, and their prefixes' wholeness
+    for i in range(8 * ADMIT_EVERY):  # more than the budget: the oldest entries go, and their prefixes' wholeness
         rows.put(b"zz%d" % i, big)
     assert rows.rows.get(b"ab1", MISSING) is MISSING and b"ab" not in rows.complete
     assert rows.lookup(b"ab1") is MISSING  # not "absent": the cache no longer knows

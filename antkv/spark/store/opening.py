@@ -143,7 +143,7 @@ def _snapshot_objects(manifest: Manifest | None) -> tuple:
 
 def _build(loc, operator, partition, version, name, options) -> WorkingCopy:
     copy = WorkingCopy(cache_for(options), options.engine_options(),
-                       RowCache(worker_row_budget(options.memory_bytes, options.row_cache_bytes)))
+                       RowCache(worker_row_budget(options.memory_bytes, options.row_cache_budget())))
     try:
         if name is None:
             copy.open_empty()

@@ -45,6 +45,7 @@ import antkv
 
 ENTRY_OVERHEAD = 112  # bytes per cached entry beyond its key and value (dict slot, two bytes headers)
 CHUNK = 256 * 1024  # budget taken from (and given back to) the process's RowBudget at a time
+ADMIT_EVERY = 16  # a full cache admits one key it does not hold of this many (the others are not cached)
 PREFIX_LEN = 2  # the prefixes the cache may hold whole: key groups
 PLANNED_ENTRY_BYTES = 256  # what an entry is assumed to cost when planning to read key groups whole
 _SMALL = 256  # a cache this small is searched for a range deletion's keys; a larger one is cleared
@@ -58,8 +59,8 @@ class RowBudget:
     block cache holds ``lent / CHUNK`` pinned dummy entries for it (fewer only if a strict
     cache refused one: that chunk is then not lent).  When the budget is spent, the caches of
     working copies no store is using (idle copies kept for reuse, often of versions another
-    process has moved past) are emptied, least recently active first, before a cache in use
-    is refused a chunk."""
+    process has moved past) give chunks back, least recently active first, to a cache in use
+    that holds less than its fair share (``_reclaim``)."""
 
     def __init__(self, limit: int, cache: antkv.Cache | None):
         self.limit = limit
@@ -69,6 +70,7 @@ class RowBudget:
         self._handles: list = []
         self._next = 0
         self._members: dict[int, RowCache] = {}
+        self._holders = 0  # members holding at least one chunk
         self._clock = 0  # orders activations, for reclaiming the least recently active first
         self._lock = threading.Lock()
 
@@ -104,6 +106,7 @@ class RowBudget:
                 except antkv.MemoryLimitError:
                     return False
             self.lent += CHUNK
+            self._holders += not rows.chunks
             rows.chunks += 1
             return True
 
@@ -116,16 +119,34 @@ class RowBudget:
             self.lent -= CHUNK
             if self._handles:
                 self._cache.release(self._handles.pop(), erase_if_last_ref=True)
+        self._holders -= rows.chunks > 0
         rows.chunks = 0
 
     def _reclaim(self, requester: "RowCache") -> None:
-        """REQUIRES the lock.  Empty idle caches, least recently active first, until a chunk
-        is free."""
+        """REQUIRES the lock.  Free one chunk for ``requester`` from an idle cache, least
+        recently active first, if ``requester`` holds less than its fair share: the budget
+        divided among the caches holding any of it.  A cache at its share must make room
+        among its own entries: working copies used in turn (the partitions one worker
+        serves, batch after batch) each keep a share instead of emptying each other."""
+        holders = self._holders + (not requester.chunks)
+        if requester.chunks >= max(1, self.limit // CHUNK // holders):
+            return
         idle = [c for c in self._members.values() if c is not requester and not c.active and c.chunks]
-        for rows in sorted(idle, key=lambda c: c.last_active):
-            self._give_back(rows)
-            if self.lent + CHUNK <= self.limit:
-                return
+        if idle:
+            self._shed_chunk(min(idle, key=lambda c: c.last_active))
+
+    def _shed_chunk(self, rows: "RowCache") -> None:
+        """REQUIRES the lock.  Take one chunk back from idle ``rows``, evicting its oldest
+        entries until the rest fit."""
+        room = (rows.chunks - 1) * CHUNK
+        entries = rows.rows
+        while rows.used > room and entries:
+            rows._evict(next(iter(entries)))
+        rows.chunks -= 1
+        self._holders -= not rows.chunks
+        self.lent -= CHUNK
+        if self._handles:
+            self._cache.release(self._handles.pop(), erase_if_last_ref=True)
 
 
 class RowCache:
@@ -133,7 +154,7 @@ class RowCache:
     time, between :meth:`activate` and :meth:`deactivate`; while inactive, the budget may
     empty it (under its lock) to lend its memory to another cache."""
 
-    __slots__ = ("rows", "complete", "used", "chunks", "active", "last_active", "_budget")
+    __slots__ = ("rows", "complete", "used", "chunks", "active", "last_active", "refused", "_budget")
 
     def __init__(self, budget: RowBudget):
         self.rows: dict[bytes, bytes | None] = {}
@@ -142,6 +163,7 @@ class RowCache:
         self.chunks = 0  # chunks of budget this cache holds
         self.active = False
         self.last_active = 0
+        self.refused = 0  # keys the full cache did not hold and had to refuse or admit (ADMIT_EVERY)
         self._budget = budget
         budget.join(self)
 
@@ -188,7 +210,7 @@ class RowCache:
             charge = len(key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
         else:
             charge = (0 if value is None else len(value)) - (0 if old is None else len(old))
-        if self.used + charge > self.chunks * CHUNK and not self._make_room(charge, key):
+        if self.used + charge > self.chunks * CHUNK and not self._make_room(charge, key, old is MISSING):
             self._evict(key)
             return False
         rows[key] = value
@@ -250,14 +272,21 @@ class RowCache:
         """Forget everything, give the budget back and leave it."""
         self._budget.leave(self)
 
-    def _make_room(self, charge: int, keep: bytes) -> bool:
+    def _make_room(self, charge: int, keep: bytes, new: bool) -> bool:
         """Grow the reservation, else evict the oldest entries (never ``keep``), until
-        ``charge`` more bytes fit; False if they cannot."""
+        ``charge`` more bytes fit; False if they cannot, or if ``keep`` is a ``new`` key the
+        full cache does not admit (all but one in :data:`ADMIT_EVERY`)."""
         if charge > self._budget.limit:
             return False
         budget = self._budget
         while self.used + charge > self.chunks * CHUNK and budget.take_chunk(self):
             pass
+        if self.used + charge <= self.chunks * CHUNK:
+            return True
+        if new:
+            self.refused += 1
+            if self.refused % ADMIT_EVERY:
+                return False
         rows = self.rows
         while self.used + charge > self.chunks * CHUNK and rows:
             oldest = next(iter(rows))

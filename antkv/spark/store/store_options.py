@@ -24,7 +24,7 @@ class StoreOptions:
     snapshot_ratio: float = 0.5  # ... or changelog bytes beyond this fraction of the snapshot's
     max_changelog_bytes: int = 64 * MiB  # a batch changing more commits a snapshot instead
     max_idle_stores: int = 16  # committed working copies kept open per process for reuse
-    row_cache_bytes: int = 64 * MiB  # the row caches of the process's working copies, together
+    row_cache_bytes: int | None = None  # the row caches of the process's working copies, together (None: memory_bytes // 4)
     engine: dict = field(default_factory=dict)  # antkv.Options overrides for the stores' databases
 
     def __post_init__(self):
@@ -36,6 +36,8 @@ class StoreOptions:
             elif f.name == "engine":
                 if not isinstance(v, dict):
                     raise TypeError("engine must be a dict of antkv.Options fields")
+            elif f.name == "row_cache_bytes" and v is None:
+                continue
             elif f.name == "snapshot_ratio":
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise TypeError("snapshot_ratio must be a number")
@@ -51,6 +53,12 @@ class StoreOptions:
         if self.cache_dir is not None:
             return os.fspath(self.cache_dir)
         return os.environ.get("ANTKV_SPARK_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "antkv-spark-cache")
+
+    def row_cache_budget(self) -> int:
+        """The bytes the process's row caches may hold together: ``row_cache_bytes``, or a
+        quarter of ``memory_bytes`` -- room for a worker's hot state, leaving the rest of the
+        budget to table blocks and memtables."""
+        return self.memory_bytes // 4 if self.row_cache_bytes is None else self.row_cache_bytes
 
     def engine_options(self) -> antkv.Options:
         cache, wbm = worker_memory(self.memory_bytes)

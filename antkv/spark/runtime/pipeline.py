@@ -75,6 +75,7 @@ from antkv.spark.store.keygroups import (
     DEFAULT_KEY_GROUPS,
     check_partition_key_groups,
     ensure_key_group_count,
+    key_group_prefix,
     key_group_range,
     plan_rescale,
     validate_parallelism,
@@ -110,16 +111,46 @@ class PartitionState(KeyedState):
         self.partition = partition
         self.partitions = partitions
         self.reports: dict = {}
+        self._chunk = None  # (the rows the runtime handed the function, their GroupedBatch)
+
+    def begin_chunk(self, rows) -> None:
+        """The runtime is about to call the function with ``rows`` (whole keys, sorted by key
+        group and key in the JVM): find their groups once, for ``grouped``/``groups`` of
+        ``rows``, and read the key groups they touch densely into the row cache
+        (``StateStore.warm_touched``: one ordered scan instead of a point read per key)."""
+        import numpy as np
+
+        grouped = group_batch(rows, KEY_GROUP_COLUMN, self.key_columns, presorted=True)
+        self._chunk = (rows, grouped)
+        if len(grouped):
+            groups, per_group = np.unique(grouped.key_groups, return_counts=True)
+            self.store.warm_touched({key_group_prefix(int(g)): int(n) for g, n in zip(groups, per_group)})
+
+    def _grouped_chunk(self, frame):
+        chunk = self._chunk
+        return chunk[1] if chunk is not None and chunk[0] is frame else None
 
     def groups(self, frame, key_group_col: str = KEY_GROUP_COLUMN, key_cols=None):
         """For each group of grouping-key values of ``frame``: set it as the current key and
         yield ``(key tuple, rows)``."""
-        return super().groups(frame, key_group_col, self.key_columns if key_cols is None else key_cols)
+        batch = self._grouped_chunk(frame) if key_group_col == KEY_GROUP_COLUMN and key_cols is None else None
+        if batch is None:
+            return super().groups(frame, key_group_col, self.key_columns if key_cols is None else key_cols)
+        return self._iter_grouped(batch)
+
+    def _iter_grouped(self, batch):
+        rows = batch.frame
+        for key_group, key, start, end in zip(batch.key_groups.tolist(), batch.keys,
+                                              batch.starts.tolist(), batch.ends.tolist()):
+            self.set_current_key(key_group, key)
+            yield key, rows.iloc[start:end]
 
     def grouped(self, frame):
         """The rows sorted by (key group, key) with their group boundaries
-        (:class:`antkv.spark.state.views.GroupedBatch`), for column-wise work over groups."""
-        return group_batch(frame, KEY_GROUP_COLUMN, self.key_columns)
+        (:class:`antkv.spark.state.views.GroupedBatch`), for column-wise work over groups
+        (the rows the runtime handed the function come sorted: their groups are found once)."""
+        batch = self._grouped_chunk(frame)
+        return batch if batch is not None else group_batch(frame, KEY_GROUP_COLUMN, self.key_columns)
 
 
 @dataclass(frozen=True)
@@ -329,6 +360,7 @@ class StatefulPipeline:
             called = False
             for rows in whole_key_chunks(frames, KEY_GROUP_COLUMN, state.key_columns):
                 called = True
+                state.begin_chunk(rows)
                 yield from _frames_of(func(state, rows))
             if not called:
                 yield from _frames_of(func(state, pd.DataFrame({c: [] for c in input_columns + [KEY_GROUP_COLUMN]})))

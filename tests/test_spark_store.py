@@ -27,8 +27,8 @@ from antkv.spark import (
 from antkv.spark.store.local_cache import LocalCache
 from antkv.spark.store.location import partition_dir
 from antkv.spark.store.memory import worker_memory
-from antkv.spark.store.objects import file_digest
-from antkv.spark.store.state_store import read_manifest
+from antkv.spark.store.objects import encode_changelog, estimated_changelog_bytes, file_digest
+from antkv.spark.store.state_store import as_location, read_manifest
 
 from test_spark_store_model import location_objects, referenced_objects, s3_server  # noqa: F401 (a fixture)
 
@@ -562,3 +562,25 @@ def test_membership_answers_from_the_entry_without_reading_the_value_log(tmp_pat
             s.get(b"big02")
     finally:
         s.abort()
+
+
+def test_a_changelog_is_sized_before_it_is_encoded(tmp_path):
+    """A commit estimates its changelog (records' size x the ratio of their compressed head)
+    to skip encoding one a snapshot replaces anyway; the estimate tracks the encoded size for
+    incompressible values, and a batch that rewrote its state with them commits a snapshot."""
+    rnd = {b"k%06d" % i: os.urandom(1024) for i in range(2000)}
+    rnd.update({b"gone%03d" % i: None for i in range(50)})
+    actual = len(encode_changelog([(b"a", b"b")], rnd))
+    assert 0.98 <= estimated_changelog_bytes([(b"a", b"b")], rnd) / actual <= 1.02
+    small = {b"a": b"1", b"b": None}  # under the sample: the records' exact size
+    assert estimated_changelog_bytes([], small) == (5 + 1 + 4 + 1) + (5 + 1)
+    loc, options = f"file://{tmp_path}/state", StoreOptions(cache_dir=str(tmp_path / "cache"))
+    coord = CommitCoordinator(loc, "op", 1, query_id="q")
+    for version in (1, 2):
+        store = open_store(loc, "op", 0, version - 1, manifest=coord.base_manifests(version - 1)[0], options=options)
+        for key in rnd:
+            store.put(key, os.urandom(1024))
+        msg = store.commit()
+        assert msg.snapshot
+        coord.publish(version, [msg])
+    assert read_manifest(as_location(loc), msg.manifest).changelogs == ()

@@ -362,16 +362,42 @@ def encode_changelog(ranges, changes) -> bytes:
     Ranges are replayed first, so a point change must be newer than every range it falls in
     (the store keeps it that way: a range deletion turns earlier changes in it into deletes).
     """
+    return seal(KIND_CHANGELOG, _changelog_payload(ranges, changes.items()), compress=True)
+
+
+def _changelog_payload(ranges, items) -> bytes:
     rec, ln = _REC.pack, _LEN.pack
     parts = []
     for b, e in ranges:
         parts += (rec(CHANGE_DELETE_RANGE, len(b)), b, ln(len(e)), e)
-    for k, v in changes.items():
+    for k, v in items:
         if v is None:
             parts += (rec(CHANGE_DELETE, len(k)), k)
         else:
             parts += (rec(CHANGE_PUT, len(k)), k, ln(len(v)), v)
-    return seal(KIND_CHANGELOG, b"".join(parts), compress=True)
+    return b"".join(parts)
+
+
+_ESTIMATE_SAMPLE = 256 * 1024  # bytes of records compressed to estimate a changelog's ratio
+
+
+def estimated_changelog_bytes(ranges, changes) -> int:
+    """About the size of ``encode_changelog(ranges, changes)``, without encoding it: the
+    records' exact size times the compression ratio of the first ~256 KiB of them.  What a
+    commit checks first, so that a batch whose changelog a snapshot would replace anyway (it
+    rewrote much of the state) does not compress it for nothing."""
+    head, sampled = [], 0
+    raw = sum(_REC.size + _LEN.size + len(b) + len(e) for b, e in ranges)
+    for k, v in changes.items():
+        size = _REC.size + len(k) + (0 if v is None else _LEN.size + len(v))
+        raw += size
+        if sampled < _ESTIMATE_SAMPLE:
+            head.append((k, v))
+            sampled += size
+    if raw <= _ESTIMATE_SAMPLE:
+        return raw
+    sample = _changelog_payload((), head)
+    return raw * len(zstandard.ZstdCompressor(level=1).compress(sample)) // max(1, len(sample))
 
 
 def decode_changelog(data: bytes, name: str):

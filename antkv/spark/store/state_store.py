@@ -73,7 +73,14 @@ from antkv.spark.store.idle_copies import held
 from antkv.spark.store.location import Location, changelog_name, manifest_name, marker_name, new_attempt_id
 from antkv.spark.store.key_counts import add_counts, aligned, count_all, count_changes, in_range, scan_counts
 from antkv.spark.store.row_cache import MISSING, PREFIX_LEN
-from antkv.spark.store.objects import FileRef, Manifest, Marker, encode_changelog, merge_ranges
+from antkv.spark.store.objects import (
+    FileRef,
+    Manifest,
+    Marker,
+    encode_changelog,
+    estimated_changelog_bytes,
+    merge_ranges,
+)
 from antkv.spark.store.store_options import MiB, StoreOptions
 from antkv.spark.store.working_copy import WorkingCopy
 
@@ -448,9 +455,11 @@ class StateStore:
             nbytes = nobjects = 0
             wrote_snapshot = False
             if self._changes or self._ranges or self._ingested or self._untracked:
-                log = None  # not encoded when a snapshot is due whatever its size
-                if not (self._overflow or self._needs_snapshot(snapshot, chain, 0)):
-                    log = encode_changelog(merge_ranges(self._ranges), self._changes)
+                log = None  # not encoded when a snapshot is due whatever its size, or likely due
+                ranges = merge_ranges(self._ranges)
+                if not (self._overflow or self._needs_snapshot(snapshot, chain, 0) or self._needs_snapshot(
+                        snapshot, chain, estimated_changelog_bytes(ranges, self._changes) * 4 // 5)):
+                    log = encode_changelog(ranges, self._changes)
                 if log is None or self._needs_snapshot(snapshot, chain, len(log)):
                     snapshot, nbytes, nobjects = copy.write_snapshot(
                         loc, self.operator, self.partition, version, attempt)

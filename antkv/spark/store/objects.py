@@ -108,13 +108,17 @@ _COMPRESS_MANIFEST = 4096  # manifest JSON bytes beyond which it is stored compr
 
 
 def seal(kind: bytes, payload: bytes, compress: bool = False) -> bytes:
-    """Wrap ``payload`` in an envelope of ``kind``."""
+    """Wrap ``payload`` in an envelope of ``kind`` (the checksum covers the header, the stored
+    payload and its length; the payload is copied once, into the envelope)."""
     codec = CODEC_NONE
     if compress:
         payload = zstandard.ZstdCompressor(level=1).compress(payload)
         codec = CODEC_ZSTD
-    body = MAGIC + kind + bytes((codec,)) + payload
-    return body + _TRAILER.pack(len(payload), xxhash.xxh3_64_intdigest(body + struct.pack("<Q", len(payload))))
+    header = MAGIC + kind + bytes((codec,))
+    check = xxhash.xxh3_64(header)
+    check.update(payload)
+    check.update(struct.pack("<Q", len(payload)))
+    return b"".join((header, payload, _TRAILER.pack(len(payload), check.intdigest())))
 
 
 def unseal(kind: bytes, data: bytes, name: str) -> bytes:
@@ -356,13 +360,23 @@ def merge_ranges(ranges) -> list[tuple[bytes, bytes]]:
     return [(b, e) for b, e in out]
 
 
+_ESTIMATE_SAMPLE = 256 * 1024  # bytes of records compressed to estimate a changelog's ratio
+_WORTH_COMPRESSING = 0.9  # a changelog whose head compresses no better than this is stored as is
+
+
+def _compressed_ratio(sample: bytes) -> float:
+    return len(zstandard.ZstdCompressor(level=1).compress(sample)) / max(1, len(sample))
+
+
 def encode_changelog(ranges, changes) -> bytes:
     """``ranges``: ``[(begin, end)]``; ``changes``: ``{key: value or None}`` (None = deleted).
 
     Ranges are replayed first, so a point change must be newer than every range it falls in
     (the store keeps it that way: a range deletion turns earlier changes in it into deletes).
+    Compressed with zstd unless its first 256 KiB do not compress (random values).
     """
-    return seal(KIND_CHANGELOG, _changelog_payload(ranges, changes.items()), compress=True)
+    payload = _changelog_payload(ranges, changes.items())
+    return seal(KIND_CHANGELOG, payload, compress=_compressed_ratio(payload[:_ESTIMATE_SAMPLE]) < _WORTH_COMPRESSING)
 
 
 def _changelog_payload(ranges, items) -> bytes:
@@ -376,9 +390,6 @@ def _changelog_payload(ranges, items) -> bytes:
         else:
             parts += (rec(CHANGE_PUT, len(k)), k, ln(len(v)), v)
     return b"".join(parts)
-
-
-_ESTIMATE_SAMPLE = 256 * 1024  # bytes of records compressed to estimate a changelog's ratio
 
 
 def estimated_changelog_bytes(ranges, changes) -> int:
@@ -396,8 +407,7 @@ def estimated_changelog_bytes(ranges, changes) -> int:
             sampled += size
     if raw <= _ESTIMATE_SAMPLE:
         return raw
-    sample = _changelog_payload((), head)
-    return raw * len(zstandard.ZstdCompressor(level=1).compress(sample)) // max(1, len(sample))
+    return int(raw * min(1.0, _compressed_ratio(_changelog_payload((), head))))
 
 
 def decode_changelog(data: bytes, name: str):

@@ -182,8 +182,17 @@ def _encode_key_element(value, out: bytearray) -> None:
         _encode_key_element(plain, out)
 
 
+_ONE_STR_HEAD = bytes((K_STR,))
+_ONE_STR_TAIL = b"\x00" + bytes((K_END,))
+
+
 def encode_key(key: tuple) -> bytes:
     """The order-preserving, prefix-free encoding of a grouping-key tuple."""
+    if type(key) is tuple and len(key) == 1 and type(key[0]) is str:  # the commonest key, inlined
+        raw = key[0].encode("utf-8")
+        if b"\x00" in raw:
+            raw = raw.replace(b"\x00", b"\x00\xff")
+        return _ONE_STR_HEAD + raw + _ONE_STR_TAIL
     if not isinstance(key, tuple):
         raise TypeError(f"a grouping key must be a tuple, not {type(key).__name__}")
     out = bytearray()
@@ -327,6 +336,14 @@ def _encode_row_into(row, out: bytearray) -> None:
                 out.append((z & 0x7F) | 0x80)
                 z >>= 7
             out.append(z)
+        elif type(value) is bytes:  # as common, inlined: the length (LEB128), then the bytes
+            out.append(R_BYTES)
+            n = len(value)
+            while n > 0x7F:
+                out.append((n & 0x7F) | 0x80)
+                n >>= 7
+            out.append(n)
+            out += value
         elif value is None:
             out.append(R_NONE)
         elif type(value) is tuple:  # a nested row (a value state's row inside its TTL pair)
@@ -377,17 +394,20 @@ def _decode_row_at(data: bytes, pos: int) -> tuple[tuple, int]:
                     break
                 shift += 7
             out.append(z >> 1 if not z & 1 else -((z + 1) >> 1))
-        elif tag == R_NONE:
-            out.append(None)
-        elif tag == R_FALSE or tag == R_TRUE:
-            out.append(tag == R_TRUE)
         elif tag == R_BYTES or tag == R_STR:
-            n, pos = _get_varint(data, pos)
+            n = data[pos]
+            pos += 1
+            if n > 0x7F:
+                n, pos = _get_varint(data, pos - 1)
             if pos + n > len(data):
                 raise IndexError("string runs past the end")
             raw = bytes(data[pos : pos + n])
             pos += n
             out.append(raw.decode("utf-8") if tag == R_STR else raw)
+        elif tag == R_NONE:
+            out.append(None)
+        elif tag == R_FALSE or tag == R_TRUE:
+            out.append(tag == R_TRUE)
         elif tag == R_FLOAT:
             out.append(_D_LE.unpack_from(data, pos)[0])
             pos += 8

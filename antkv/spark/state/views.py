@@ -65,6 +65,7 @@ class KeyedState:
         self.owned = owned
         self._names: dict[str, tuple[int, bytes]] = {}
         self._key_group_bytes: bytes | None = None
+        self._key_group = None  # the key group _key_group_bytes encodes
         self._encoded_key = b""
         self._key: tuple | None = None
 
@@ -72,13 +73,15 @@ class KeyedState:
 
     def set_current_key(self, key_group: int, key: tuple) -> None:
         """Make ``key`` (a tuple) in ``key_group`` the key every view reads and writes."""
-        if key_group not in self.owned:
-            raise KeyGroupError(
-                f"key group {key_group} is outside this partition's key groups "
-                f"[{self.owned.start}, {self.owned.stop})"
-            )
+        if key_group != self._key_group:  # keys come grouped by key group: checked once per group
+            if key_group not in self.owned:
+                raise KeyGroupError(
+                    f"key group {key_group} is outside this partition's key groups "
+                    f"[{self.owned.start}, {self.owned.stop})"
+                )
+            self._key_group_bytes = key_group_prefix(int(key_group))
+            self._key_group = key_group
         self._encoded_key = encode_key(key)
-        self._key_group_bytes = key_group_prefix(int(key_group))
         self._key = key
 
     @property
@@ -150,11 +153,19 @@ class ValueState(_StateVariable):
         return self._key() in self._keyed.store
 
     def get(self) -> tuple | None:
-        raw = self._keyed.store.get(self._key())
+        keyed = self._keyed
+        prefix = keyed._key_group_bytes  # _key(), inlined: a value state is read once per key
+        if prefix is None:
+            keyed._prefix(self._sid)  # raises: no current key
+        raw = keyed.store.get(prefix + self._sid + keyed._encoded_key)
         return None if raw is None else decode_row(raw)
 
     def update(self, new_value: tuple) -> None:
-        self._keyed.store.put(self._key(), encode_row(new_value))
+        keyed = self._keyed
+        prefix = keyed._key_group_bytes
+        if prefix is None:
+            keyed._prefix(self._sid)
+        keyed.store.put(prefix + self._sid + keyed._encoded_key, encode_row(new_value))
 
     def clear(self) -> None:
         self._keyed.store.delete(self._key())

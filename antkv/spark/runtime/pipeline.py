@@ -113,7 +113,7 @@ class PartitionState(KeyedState):
         self.reports: dict = {}
         self._chunk = None  # (the rows the runtime handed the function, their GroupedBatch)
 
-    def begin_chunk(self, rows) -> None:
+    def _begin_chunk(self, rows) -> None:
         """The runtime is about to call the function with ``rows`` (whole keys, sorted by key
         group and key in the JVM): find their groups once, for ``grouped``/``groups`` of
         ``rows``, and read the key groups they touch densely into the row cache
@@ -360,7 +360,7 @@ class StatefulPipeline:
             called = False
             for rows in whole_key_chunks(frames, KEY_GROUP_COLUMN, state.key_columns):
                 called = True
-                state.begin_chunk(rows)
+                state._begin_chunk(rows)
                 yield from _frames_of(func(state, rows))
             if not called:
                 yield from _frames_of(func(state, pd.DataFrame({c: [] for c in input_columns + [KEY_GROUP_COLUMN]})))

@@ -84,7 +84,7 @@ from antkv.spark.store.location import check_operator
 from antkv.spark.store.pipeline_record import check_key_columns, ensure_pipeline_record
 from antkv.spark.store.rescale import open_rescaled_store
 from antkv.spark.state.chunks import whole_key_chunks
-from antkv.spark.state.views import KeyedState, group_batch
+from antkv.spark.state.views import KeyedState, group_batch, groups_of
 from antkv.spark.store.idle_copies import local_cache_counters
 from antkv.spark.store.opening import open_store
 from antkv.spark.store.state_store import as_location
@@ -136,14 +136,7 @@ class PartitionState(KeyedState):
         batch = self._grouped_chunk(frame) if key_group_col == KEY_GROUP_COLUMN and key_cols is None else None
         if batch is None:
             return super().groups(frame, key_group_col, self.key_columns if key_cols is None else key_cols)
-        return self._iter_grouped(batch)
-
-    def _iter_grouped(self, batch):
-        rows = batch.frame
-        for key_group, key, start, end in zip(batch.key_groups.tolist(), batch.keys,
-                                              batch.starts.tolist(), batch.ends.tolist()):
-            self.set_current_key(key_group, key)
-            yield key, rows.iloc[start:end]
+        return self._each_current(groups_of(batch))
 
     def grouped(self, frame):
         """The rows sorted by (key group, key) with their group boundaries

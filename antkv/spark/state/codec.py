@@ -394,20 +394,17 @@ def _decode_row_at(data: bytes, pos: int) -> tuple[tuple, int]:
                     break
                 shift += 7
             out.append(z >> 1 if not z & 1 else -((z + 1) >> 1))
+        elif tag == R_NONE:
+            out.append(None)
+        elif tag == R_FALSE or tag == R_TRUE:
+            out.append(tag == R_TRUE)
         elif tag == R_BYTES or tag == R_STR:
-            n = data[pos]
-            pos += 1
-            if n > 0x7F:
-                n, pos = _get_varint(data, pos - 1)
+            n, pos = _get_varint(data, pos)
             if pos + n > len(data):
                 raise IndexError("string runs past the end")
             raw = bytes(data[pos : pos + n])
             pos += n
             out.append(raw.decode("utf-8") if tag == R_STR else raw)
-        elif tag == R_NONE:
-            out.append(None)
-        elif tag == R_FALSE or tag == R_TRUE:
-            out.append(tag == R_TRUE)
         elif tag == R_FLOAT:
             out.append(_D_LE.unpack_from(data, pos)[0])
             pos += 8

@@ -132,7 +132,12 @@ class KeyedState:
     def groups(self, frame, key_group_col: str, key_cols):
         """For each group of ``frame`` (see :func:`group_batch`): make it the current key and
         yield ``(key, rows)``."""
-        for key_group, key, rows in iter_groups(frame, key_group_col, key_cols):
+        yield from self._each_current(iter_groups(frame, key_group_col, key_cols))
+
+    def _each_current(self, groups):
+        """Make each ``(key group, key, rows)`` of ``groups`` the current key in turn and
+        yield ``(key, rows)``."""
+        for key_group, key, rows in groups:
             self.set_current_key(key_group, key)
             yield key, rows
 
@@ -392,7 +397,11 @@ def _block_slicer(block, np):
 def iter_groups(frame, key_group_col: str, key_cols):
     """Yield ``(key group, key tuple, rows)`` for each group of a pandas DataFrame or an Arrow
     table/record batch (see :func:`group_batch`), ``rows`` being a DataFrame slice."""
-    batch = group_batch(frame, key_group_col, key_cols)
+    yield from groups_of(group_batch(frame, key_group_col, key_cols))
+
+
+def groups_of(batch: GroupedBatch):
+    """Yield ``(key group, key tuple, rows)`` for each group of ``batch``."""
     rows = batch.frame
     for key_group, key, start, end in zip(batch.key_groups.tolist(), batch.keys,
                                           batch.starts.tolist(), batch.ends.tolist()):

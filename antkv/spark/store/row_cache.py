@@ -31,10 +31,16 @@ dict slot and the two bytes objects' headers, measured with ``tracemalloc`` in
 :class:`RowBudget` (``StoreOptions.row_cache_bytes``), which charges what it lends to the
 process's block cache as pinned dummy entries, as the write buffer manager charges memtables:
 the row caches, the memtables and the table blocks of every store in the process stay within
-the one ``StoreOptions.memory_bytes`` figure.  A cache takes budget in :data:`CHUNK` steps;
-when the budget is spent, idle caches are emptied first (:class:`RowBudget`), then the cache
-evicts its own oldest entries (insertion order; an overwrite keeps its place); an entry larger
-than what it can free is simply not cached.
+the one ``StoreOptions.memory_bytes`` figure (a quarter of it by default).  A cache takes
+budget in :data:`CHUNK` steps; when the budget is spent, idle caches give chunks to a cache in
+use that holds less than its fair share of the budget (:class:`RowBudget`).  Then a key the
+cache does not hold is admitted one time in :data:`ADMIT_EVERY`, by evicting the cache's oldest
+entries (insertion order; an overwrite keeps its place), and otherwise not cached; a key it
+holds is always updated.  A stateful batch reads and writes its keys in the same order every
+batch: with eviction alone, a state larger than the cache would evict each entry just before
+its next read and never hit, where refusing most newcomers keeps most of what the cache holds
+hitting, and a key read often still gets in soon.  An entry larger than what the cache can
+free is simply not cached.
 """
 
 from __future__ import annotations
@@ -115,12 +121,8 @@ class RowBudget:
         rows.rows.clear()
         rows.complete.clear()
         rows.used = 0
-        for _ in range(rows.chunks):
-            self.lent -= CHUNK
-            if self._handles:
-                self._cache.release(self._handles.pop(), erase_if_last_ref=True)
-        self._holders -= rows.chunks > 0
-        rows.chunks = 0
+        while rows.chunks:
+            self._return_chunk(rows)
 
     def _reclaim(self, requester: "RowCache") -> None:
         """REQUIRES the lock.  Free one chunk for ``requester`` from an idle cache, least
@@ -142,6 +144,11 @@ class RowBudget:
         entries = rows.rows
         while rows.used > room and entries:
             rows._evict(next(iter(entries)))
+        self._return_chunk(rows)
+
+    def _return_chunk(self, rows: "RowCache") -> None:
+        """REQUIRES the lock.  One chunk of ``rows`` back to the budget (what it holds fits
+        the rest) and its dummy entry out of the block cache."""
         rows.chunks -= 1
         self._holders -= not rows.chunks
         self.lent -= CHUNK
@@ -152,7 +159,7 @@ class RowBudget:
 class RowCache:
     """The row cache of one working copy; see the module docstring.  Used by one store at a
     time, between :meth:`activate` and :meth:`deactivate`; while inactive, the budget may
-    empty it (under its lock) to lend its memory to another cache."""
+    take its chunks back (under its lock), evicting its entries, to lend them to another cache."""
 
     __slots__ = ("rows", "complete", "used", "chunks", "active", "last_active", "refused", "_budget")
 

@@ -47,6 +47,7 @@ passes any :class:`antkv.Options` field (e.g. ``-o num_levels=10``).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from typing import Callable, Sequence
@@ -172,9 +173,17 @@ def _version_line() -> str:
     return f"antkv {__version__} (Python {platform.python_version()})"
 
 
+@functools.lru_cache(maxsize=1)
+def _parser() -> argparse.ArgumentParser:
+    """The parser, built once per process: parsing leaves it as it was, and building it (some
+    250 arguments, each message looked up through ``gettext``) costs more than most commands
+    when ``main`` is called in a loop."""
+    return build_parser()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
-    parser = build_parser()
+    parser = _parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or a usage error (2), already printed

@@ -25,10 +25,10 @@ def test_every_kill_point(config, seed):
     step = max(1, total_calls // 120)  # at most ~120 kill points per workload
     checked = 0
     for n in range(1, total_calls + 1, step):
-        for mode in ("kill", "power", "partial"):
-            inner, acked, _, crashed = run_until_crash(ops, options, n, seed)
-            assert crashed
-            check_recovery(inner, ops, acked, mode, options, seed * 1000 + n)
+        inner, acked, _, crashed = run_until_crash(ops, options, n, seed)
+        assert crashed
+        for mode in ("kill", "power", "partial"):  # each crash of the same interrupted run
+            check_recovery(inner.clone(), ops, acked, mode, options, seed * 1000 + n)
             checked += 1
     assert checked >= 3 * min(total_calls, 100)
 

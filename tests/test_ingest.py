@@ -329,9 +329,35 @@ def test_ingest_database_refuses_unsealed_value_log(tmp_path):
 # --------------------------------------------------------------------------- crashes
 
 
+_SETUPS: dict = {}  # (kind, move) -> (file system, model before, model after), built once
+
+
 def _crash_run(crash_at, mode_seed, kind: str, move: bool):
-    """Set up (not counted), then ingest with a crash at file-system call ``crash_at``
-    (None: no crash).  Returns ``(inner fs, crashed, the model before, the model after)``."""
+    """Set up (not counted; a copy of the same setup each time), then ingest with a crash at
+    file-system call ``crash_at`` (None: no crash).  Returns ``(inner fs, crashed, the model
+    before, the model after, the calls made)``."""
+    if (kind, move) not in _SETUPS:
+        _SETUPS[kind, move] = _crash_setup(kind)
+    built, model, after = _SETUPS[kind, move]
+    inner = built.clone()
+    opts = dict(CONFIGS["all-blobs-gc"])
+    fs = FaultInjectionFileSystem(inner, seed=mode_seed)
+    if crash_at is not None:
+        fs.crash_at(crash_at)
+    try:
+        db = antkv.open("db", file_system=fs, **opts)
+        if kind == "external":
+            db.ingest(["ext/f0.sst", "ext/f1.sst"], move=move)
+        else:
+            db.ingest_database("cp", b"k010", b"k040")
+        db.close()
+    except SimulatedCrash:
+        return inner, True, dict(model), dict(after), fs.calls
+    return inner, False, dict(model), dict(after), fs.calls
+
+
+def _crash_setup(kind: str):
+    """The database (and the external files or the checkpoint to ingest) before the ingest."""
     inner = MemoryFileSystem()
     opts = dict(CONFIGS["all-blobs-gc"])
     rng = random.Random(7)
@@ -355,19 +381,32 @@ def _crash_run(crash_at, mode_seed, kind: str, move: bool):
         after = {k: v for k, v in model.items() if not b"k010" <= k < b"k040"}
         after.update({k: v for k, v in src_model.items() if b"k010" <= k < b"k040"})
     db.close()
-    fs = FaultInjectionFileSystem(inner, seed=mode_seed)
-    if crash_at is not None:
-        fs.crash_at(crash_at)
-    try:
-        db = antkv.open("db", file_system=fs, **opts)
-        if kind == "external":
-            db.ingest(["ext/f0.sst", "ext/f1.sst"], move=move)
-        else:
-            db.ingest_database("cp", b"k010", b"k040")
-        db.close()
-    except SimulatedCrash:
-        return inner, True, model, after, fs.calls
-    return inner, False, model, after, fs.calls
+    return inner, model, after
+
+
+def test_a_cloned_memory_file_system_is_the_same_files_and_independent():
+    """What the crash runs rely on: a clone has the files, links, directories and durable
+    state of the original, and neither sees the other's later writes."""
+    fs = MemoryFileSystem()
+    fs.mkdirs("d")
+    w = fs.create("d/a")
+    w.append(b"synced")
+    w.sync()
+    w.append(b"+unsynced")
+    w.close()
+    fs.sync_dir("d")
+    fs.link("d/a", "d/b")
+    twin = fs.clone()
+    assert twin.read_all("d/a") == twin.read_all("d/b") == b"synced+unsynced"
+    assert twin.listdir("d") == fs.listdir("d")
+    twin.truncate("d/b", 2)
+    assert twin.read_all("d/a") == b"sy"  # still one file behind two names
+    assert fs.read_all("d/a") == b"synced+unsynced"  # the original is untouched
+    fs.remove("d/a")
+    assert twin.exists("d/a")
+    twin.crash("power")
+    # what was synced survives (the truncate was not), the link never made durable does not
+    assert twin.read_all("d/a") == b"synced" and not twin.exists("d/b")
 
 
 @pytest.mark.parametrize("kind,move", [("external", False), ("external", True), ("database", False)])

@@ -320,6 +320,29 @@ class MemoryFileSystem(FileSystem):
                 inode.synced_len = len(durable)
                 inode.durable_copy = None
 
+    def clone(self) -> "MemoryFileSystem":
+        """An independent copy of the files (hard links stay links to one file), directories,
+        and what a crash would keep of them; it holds no lock.  A test builds a state once and
+        crashes a copy of it at each point."""
+        with self.mutex:
+            twins: dict[int, _Inode] = {}
+
+            def twin(inode: _Inode) -> _Inode:
+                copy = twins.get(id(inode))
+                if copy is None:
+                    copy = twins[id(inode)] = _Inode()
+                    copy.data = bytearray(inode.data)
+                    copy.synced_len = inode.synced_len
+                    copy.durable_copy = inode.durable_copy
+                return copy
+
+            new = MemoryFileSystem()
+            new._files = {p: twin(i) for p, i in self._files.items()}
+            new._durable_files = {p: twin(i) for p, i in self._durable_files.items()}
+            new._dirs = set(self._dirs)
+            new._durable_dirs = set(self._durable_dirs)
+            return new
+
     def snapshot_state(self) -> dict[str, bytes]:
         """Every file's current bytes, for assertions in tests."""
         with self.mutex:

@@ -4,8 +4,11 @@ and executed, and so is every shell block made only of ``antkv`` commands (with 
 
 Rules a documentation writer follows:
 
-* a Python block runs alone, as a reader would paste it: in a fresh interpreter whose working
-  directory is an empty temporary directory (so use relative paths), with its own imports;
+* a Python block runs alone, as a reader would paste it: in a fresh namespace, as ``__main__``,
+  whose working directory is an empty temporary directory (so use relative paths), with its own
+  imports; consecutive Python blocks of a file share one interpreter, as cells of a notebook
+  do (so a Spark block's ``SparkSession.builder.getOrCreate()`` may get the session an earlier
+  block started, and each block's names are its own);
 * the blocks of one file run in document order in one temporary directory (so a shell block
   may use the database an earlier block made); each shell command line runs on its own and must
   exit 0 unless the line ends with ``# exit N``;
@@ -91,15 +94,18 @@ def _standalone_docs() -> list[str]:
 def test_doc_blocks_run(path, tmp_path):
     env = _env()
     rel = os.path.relpath(path, ROOT)
-    for lang, line, code, marked in blocks(path):
+    cells: list[str] = []  # the scripts of the consecutive Python blocks not run yet
+    for lang, line, code, marked in blocks(path) + [("end", 0, "", False)]:
         if marked:
             continue
         if lang == "python":
             script = tmp_path / f"block_{line}.py"
             script.write_text(code)
-            r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, timeout=300)
-            assert r.returncode == 0, f"{rel}:{line}: the Python block failed:\n{r.stderr.decode(errors='replace')}"
+            cells.append(str(script))
             continue
+        if cells:
+            _run_cells(rel, cells, tmp_path, env)
+            cells = []
         cmds = _shell_lines(code) if lang in ("sh", "bash", "console") else None
         for cmd in cmds or ():
             want = 0
@@ -108,6 +114,30 @@ def test_doc_blocks_run(path, tmp_path):
                 want, cmd = int(m.group(1)), cmd[: m.start()].strip()
             r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, timeout=120)
             assert r.returncode == want, f"{rel}:{line}: `{cmd}` exited {r.returncode}: {r.stderr.decode(errors='replace')}"
+
+
+_CELLS = """
+import sys, traceback
+for path in sys.argv[1:]:
+    with open(path, encoding="utf-8") as f:
+        code = compile(f.read(), path, "exec")
+    try:
+        exec(code, {"__name__": "__main__", "__file__": path})
+    except BaseException:
+        traceback.print_exc()
+        print("FAILED-CELL " + path, file=sys.stderr)
+        sys.exit(1)
+"""
+
+
+def _run_cells(rel: str, cells: list[str], cwd, env: dict) -> None:
+    """Run Python blocks (script paths) in order in one interpreter, each in a fresh namespace."""
+    r = subprocess.run([sys.executable, "-c", _CELLS, *cells], cwd=cwd, env=env, capture_output=True,
+                       timeout=300 * len(cells))
+    err = r.stderr.decode(errors="replace")
+    failed = re.search(r"FAILED-CELL .*block_(\d+)\.py", err)
+    line = failed.group(1) if failed else "?"
+    assert r.returncode == 0, f"{rel}:{line}: the Python block failed:\n{err}"
 
 
 def test_what_runs():

@@ -5,7 +5,7 @@ Usage::
     .venv/bin/python bench/bench_spark_soak.py --quick                 # a smoke run: 4 tiny batches
     .venv/bin/python bench/bench_spark_soak.py                         # 100 batches, the full size
         [--batches 100] [--rows 2000] [--keys 20000] [--ttl-batches 5] [--partitions 4]
-        [--engines antkv-pipeline spark-apply ...] [--seed 1] [--dir /tmp]
+        [--engines antkv-pipeline spark-apply ...] [--memory-mib M] [--seed 1] [--dir /tmp]
         [--json out.json] [--plots DIR] [--keep]
 
 One stream (``bench/soak_workload.py``: Zipf-skewed keys over a key space that grows then
@@ -20,7 +20,13 @@ engine in one local Spark (``local[2]``, ``--partitions`` state partitions):
 * **spark-apply-changelog** / **spark-apply** -- ``applyInPandasWithState`` with an event-time
   timeout, on the RocksDB provider with changelog checkpointing on / off;
 * **spark-tws-changelog** / **spark-tws** -- ``transformWithStateInPandas`` with the same
-  processor, on the RocksDB provider with changelog checkpointing on / off.
+  processor, on the RocksDB provider with changelog checkpointing on / off;
+* **floor** -- the Spark work of antkv-pipeline's batch and nothing else: ``foreachBatch``
+  routing the rows by key group, sorting them and handing each partition's Arrow batches to a
+  Python function that keeps no state and writes no output, then collecting one row per
+  partition.  Its latency is the least any Python state store run this way can take per
+  batch on this machine; the report gives the throughput multiple of each Spark engine it
+  stands for.
 
 Spark's queries write to the ``memory`` sink; antkv's publish their output files with the
 state.  Every batch file is given to each query in turn (the first query rotating by batch),
@@ -62,7 +68,8 @@ from bench.bench_spark_processor import new_progress  # noqa: E402
 from bench.measure import dir_bytes  # noqa: E402
 from bench.soak_report import compare_outputs, engine_outputs, plots, report  # noqa: E402
 
-ENGINES = ("antkv-pipeline", "antkv-tws", "spark-apply-changelog", "spark-tws-changelog", "spark-apply", "spark-tws")
+ENGINES = ("antkv-pipeline", "antkv-tws", "spark-apply-changelog", "spark-tws-changelog", "spark-apply", "spark-tws",
+           "floor")
 CHANGELOG_CONF = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 PARTITIONS_CONF = "spark.sql.shuffle.partitions"
@@ -74,9 +81,10 @@ QUICK = {"batches": 4, "rows": 200, "keys": 400, "ttl_batches": 1}
 class Engine:
     """One engine's streaming query and where its files are."""
 
-    def __init__(self, name: str, work: str, output_retention: int | None = None):
+    def __init__(self, name: str, work: str, output_retention: int | None = None, memory_bytes: int | None = None):
         self.name = name
         self.output_retention = output_retention  # antkv: batches of published output kept
+        self.memory_bytes = memory_bytes  # antkv: StoreOptions.memory_bytes (None: its default)
         self.emitted: list[tuple] = []  # antkv: the rows of every published output, read as they come
         self.outputs_read = 0  # antkv: the newest version whose output is in ``emitted``
         self.inputs = os.path.join(work, f"input-{name}")
@@ -101,6 +109,8 @@ class Engine:
         ttl = stream.ttl_ms
         if self.antkv:
             writer = frame.writeStream.foreachBatch(self._antkv_batch(partitions, ttl))
+        elif self.name == "floor":
+            writer = frame.writeStream.foreachBatch(_floor_batch(partitions))
         else:
             from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -119,6 +129,8 @@ class Engine:
         from antkv.spark import StatefulPipeline, StoreOptions, TransformWithState
 
         options = StoreOptions(cache_dir=self.cache)
+        if self.memory_bytes is not None:
+            options = StoreOptions(cache_dir=self.cache, memory_bytes=self.memory_bytes)
         location = "file://" + self.state
         if self.name == "antkv-pipeline":
             func = workload.PipelineFunction(ttl)
@@ -180,6 +192,25 @@ class Engine:
                 frame = output_dataframe(spark, loc, record.files, workload.OUTPUT_SCHEMA)
                 self.emitted += [tuple(r) for r in frame.collect()]
                 self.outputs_read = version
+
+
+def _floor_batch(partitions: int):
+    """``foreachBatch``'s function of the floor engine: antkv-pipeline's Spark plan (route by
+    key group, sort, one Arrow stream per partition, one collected row per partition) around a
+    task that only reads its rows."""
+    from antkv.spark.runtime.routing import route
+    from antkv.spark.store.keygroups import DEFAULT_KEY_GROUPS
+
+    def task(frames):
+        import pandas as pd
+
+        rows = sum(len(f) for f in frames)
+        yield pd.DataFrame({"rows": [rows]})
+
+    def on_batch(df, batch_id):
+        routed = route(df, ["key"], partitions, DEFAULT_KEY_GROUPS, "__key_group")
+        routed.sortWithinPartitions("__key_group", "key").mapInPandas(task, "rows long").collect()
+    return on_batch
 
 
 def _stream_log(path: str) -> bool:
@@ -280,7 +311,8 @@ def run(spark, args, work: str) -> dict:
     cloudpickle.register_pickle_by_value(workload)  # the workers need not find the bench package
     stream = workload.SoakStream(seed=args.seed, batches=args.batches, rows=args.rows, keys=args.keys,
                                  ttl_batches=args.ttl_batches)
-    engines = [Engine(name, work, args.output_retention) for name in args.engines]
+    memory = None if args.memory_mib is None else args.memory_mib * (1 << 20)
+    engines = [Engine(name, work, args.output_retention, memory) for name in args.engines]
     source = os.path.join(work, "source")
     os.makedirs(source)
     conf = spark.conf
@@ -303,7 +335,7 @@ def run(spark, args, work: str) -> dict:
         engine.watermarks = watermarks
     local_dir = _spark_local_dir(spark)
     results = {"config": {k: getattr(args, k) for k in ("batches", "rows", "keys", "ttl_batches", "partitions", "seed",
-                                                        "output_retention")},
+                                                        "output_retention", "memory_mib")},
                "engines": [e.name for e in engines], "cores": os.cpu_count(), "per_batch": []}
     started = time.perf_counter()
     try:
@@ -327,7 +359,8 @@ def run(spark, args, work: str) -> dict:
             if engine.antkv:
                 for batch, figures in _antkv_batches(engine).items():
                     results["per_batch"][batch][engine.name].update(figures)
-        results["outputs"] = compare_outputs({e.name: engine_outputs(spark, e) for e in engines})
+        results["outputs"] = compare_outputs({e.name: engine_outputs(spark, e) for e in engines
+                                              if e.name != "floor"})
     finally:
         for engine in engines:
             if engine.query is not None:
@@ -345,6 +378,8 @@ def main(argv=None) -> None:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--output-retention", type=int, default=10,
                    help="antkv: batches of published output kept (the bench reads each as it is published)")
+    p.add_argument("--memory-mib", type=int, default=None,
+                   help="antkv's StoreOptions.memory_bytes per Python worker, in MiB (default: its default, 1 GiB)")
     p.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--quick", action="store_true", help="a few tiny batches: a smoke test")

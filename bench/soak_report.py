@@ -6,7 +6,9 @@ compares them as multisets of rows.  Object counts leave out the streaming query
 (offsets, commits, sources), which Spark keeps for ``minBatchesToRetain`` batches whatever the
 state store; the table gives them apart.
 :func:`summary` reduces each engine's measured batches to p50, p95 and max latency, the least-squares slope of latency per 100 batches, the
-throughput (input rows over the summed latencies), and how storage and memory ended.  The
+throughput (input rows over the summed latencies), storage over the steady batches (the largest
+object count, location bytes and local disk of their first half against those of their second
+half: equal when flat, wherever a compaction's sawtooth falls) and the largest RSS.  The
 first batch (the query's start: planning, Python workers, imports; paid by whichever engine the
 rotation puts first) is reported apart, and the two flush files at the end are not measured.
 """
@@ -18,6 +20,7 @@ from collections import Counter
 
 from bench.measure import median, percentile
 from bench.plots import pyplot, save_small
+from bench.soak_workload import SoakStream
 
 MiB = 1 << 20
 
@@ -63,6 +66,22 @@ def measured(results: dict) -> list[dict]:
     return batches[1:] or batches
 
 
+def steady(results: dict) -> list[dict]:
+    """The measured batches once the state is at its steady size: after the key space stopped
+    growing (``SoakStream.growth``) and a key's expiry time more (all of them, if none is)."""
+    c = results["config"]
+    start = int(c["batches"] * SoakStream(seed=0, batches=1, rows=1, keys=1).growth) + c["ttl_batches"]
+    batches = measured(results)
+    return [b for b in batches if b["batch"] >= start] or batches
+
+
+def halves_max(values: list[float]) -> tuple[float, float]:
+    """The largest of the first and of the second half of ``values``: flat when equal, however
+    a sawtooth (compaction, snapshots, garbage collection) falls across the halves."""
+    half = max(1, len(values) // 2)
+    return max(values[:half]), max(values[half:] or values[:half])
+
+
 def _state_objects(figures: dict) -> int:
     """The objects of a batch's checkpoint and location that are not the streaming query's own
     logs (Spark keeps those for ``minBatchesToRetain`` batches, whatever the state store)."""
@@ -77,21 +96,20 @@ def summary(results: dict) -> dict:
         rows = [b[name] for b in batches]
         lat = [r["latency_s"] for r in rows]
         s = sorted(lat)
-        half = rows[len(rows) // 2]
+        still = [b[name] for b in steady(results)]
         figures = {
             "first_s": results["per_batch"][0][name]["latency_s"], "p50_s": median(lat), "p95_s": percentile(s, 95), "max_s": s[-1], "slope_s_per_100": slope_per_100(lat),
             "rows_per_s": sum(r["rows"] for r in rows) / sum(lat) if sum(lat) else 0.0,
             "wall_rows_per_s": sum(r["rows"] for r in rows) / sum(r["wall_s"] for r in rows),
             "mib_added": sum(r["bytes_added"] for r in rows) / MiB,
-            "objects_mid": _state_objects(half), "objects_end": _state_objects(rows[-1]),
+            "objects_halves": halves_max([_state_objects(r) for r in still]),
             "output_objects_end": rows[-1]["output_objects"], "log_objects_end": rows[-1]["log_objects"],
-            "mib_mid": half["bytes"] / MiB, "mib_end": rows[-1]["bytes"] / MiB,
+            "mib_halves": tuple(v / MiB for v in halves_max([r["bytes"] for r in still])),
             "max_worker_rss_mib": max(r["max_worker_rss"] for r in rows) / MiB,
             "max_jvm_rss_mib": max(r["jvm_rss"] for r in rows) / MiB,
         }
         if "local_disk" in rows[0]:
-            figures["disk_mid_mib"] = half["local_disk"] / MiB
-            figures["disk_end_mib"] = rows[-1]["local_disk"] / MiB
+            figures["disk_halves_mib"] = tuple(v / MiB for v in halves_max([r["local_disk"] for r in still]))
         if "reused" in rows[0]:
             figures.update({k: sum(r[k] for r in rows) for k in ("reused", "caught_up", "rebuilt", "snapshots")})
         out[name] = figures
@@ -102,30 +120,42 @@ def report(results: dict) -> str:
     c = results["config"]
     n = c["batches"]
     s = summary(results)
-    batches = measured(results)
+    batches, still = measured(results), steady(results)
     lines = [f"# Soak: {n} batches of {c['rows']:,} rows, {c['keys']:,} keys once grown, expiry after "
              f"{c['ttl_batches']} idle batches, {c['partitions']} state partitions, local[2], {results['cores']} cores, "
              f"seed {c['seed']}; run {results.get('run_s', 0):,.0f} s", "",
-             f"latency over batches {batches[0]['batch']}-{batches[-1]['batch']} (the first batch apart)", "",
-             "| engine | first s | p50 s | p95 s | max s | slope s/100 batches | rows/s | objects mid -> end (output; query log) "
-             "| MiB mid -> end | MiB added | local disk MiB mid -> end | copies reused / caught up / rebuilt | snapshots |",
+             f"latency over batches {batches[0]['batch']}-{batches[-1]['batch']} (the first batch apart); objects, MiB "
+             f"and local disk over the steady batches {still[0]['batch']}-{still[-1]['batch']}: the largest in their "
+             "first half -> in their second half", "",
+             "| engine | first s | p50 s | p95 s | max s | slope s/100 batches | rows/s | objects (output; query log, at the end) "
+             "| MiB | MiB added | local disk MiB | copies reused / caught up / rebuilt | snapshots |",
              "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|---|---:|"]
     for name, f in s.items():
-        disk = f"{f['disk_mid_mib']:.1f} -> {f['disk_end_mib']:.1f}" if "disk_end_mib" in f else "-"
+        disk = "{:.1f} -> {:.1f}".format(*f["disk_halves_mib"]) if "disk_halves_mib" in f else "-"
+        objects, mib = "{} -> {}".format(*f["objects_halves"]), "{:.1f} -> {:.1f}".format(*f["mib_halves"])
         copies = f"{f['reused']} / {f['caught_up']} / {f['rebuilt']} | {f['snapshots']}" if "reused" in f else "- | -"
         lines.append(f"| {name} | {f['first_s']:.2f} | {f['p50_s']:.2f} | {f['p95_s']:.2f} | {f['max_s']:.2f} | {f['slope_s_per_100']:+.2f} "
-                     f"| {f['rows_per_s']:,.0f} | {f['objects_mid']} -> {f['objects_end']} ({f['output_objects_end']}; {f['log_objects_end']}) "
-                     f"| {f['mib_mid']:.1f} -> {f['mib_end']:.1f} | {f['mib_added']:.1f} | {disk} | {copies} |")
+                     f"| {f['rows_per_s']:,.0f} | {objects} ({f['output_objects_end']}; {f['log_objects_end']}) "
+                     f"| {mib} | {f['mib_added']:.1f} | {disk} | {copies} |")
     lines.append("")
     rss = max(f["max_worker_rss_mib"] for f in s.values())
     jvm = max(f["max_jvm_rss_mib"] for f in s.values())
-    lines.append(f"largest Python worker RSS {rss:,.0f} MiB, JVM RSS {jvm:,.0f} MiB (shared by every engine)")
+    budget = c.get("memory_mib") or 1024
+    lines.append(f"largest Python worker RSS {rss:,.0f} MiB (antkv's memory budget per worker {budget:,} MiB), "
+                 f"JVM RSS {jvm:,.0f} MiB (shared by every engine)")
     antkv = [e for e in s if e.startswith("antkv")]
     spark = [e for e in s if e.startswith("spark")]
     for a in antkv:
         for b in spark:
             lines.append(f"{a} / {b}: throughput {s[a]['rows_per_s'] / s[b]['rows_per_s']:.1f}x, "
                          f"p95 {s[a]['p95_s']:.2f} s against {s[b]['p95_s']:.2f} s")
+    if "floor" in s:
+        floor = s["floor"]
+        lines.append(f"floor (Spark's own work of a pipeline batch): p50 {floor['p50_s']:.2f} s, "
+                     f"{floor['rows_per_s']:,.0f} rows/s")
+        for b in spark:
+            lines.append(f"floor / {b}: throughput {floor['rows_per_s'] / s[b]['rows_per_s']:.1f}x "
+                         f"(the most any Python state store run under foreachBatch could reach here)")
     out = results["outputs"]
     lines.append(f"outputs {'equal' if out['equal'] else 'DIFFER: ' + out['difference']}: "
                  f"{out['rows']} rows, closed {out['closed']}")

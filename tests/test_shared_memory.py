@@ -95,3 +95,34 @@ def test_the_budget_holds_under_default_options(tmp_path):
         assert db.get(k) == v
         db.close()
     assert wbm.memory_usage == 0
+
+
+def test_deleted_tables_and_closed_databases_leave_no_blocks_in_a_shared_cache():
+    """A table's cached blocks leave the cache with the table (compacted away, or its database
+    closed): dead blocks would otherwise fill a cache shared by short-lived databases (a Spark
+    worker's working copies) to its capacity, whatever the live data."""
+    cache = antkv.Cache(64 << 20)
+    fs = MemoryFileSystem()
+    opts = dict(file_system=fs, block_cache=cache, max_background_jobs=0, block_size=1024,
+                level0_file_num_compaction_trigger=100)
+    keys = [b"key%05d" % i for i in range(3000)]
+    with antkv.open("db", **opts) as db:
+        for round_ in range(4):  # four overlapping tables, every key in each
+            for k in keys:
+                db.put(k, b"v%d-" % round_ + k * 4)
+            db.flush()
+        for k in keys:
+            db.get(k)  # the newest table's blocks
+        for _, _ in db.items():
+            pass  # and every table's, decoded by the merge
+        before = cache.usage
+        db.compact_range()  # one table remains
+        assert cache.usage < before / 3, (before, cache.usage)
+        for k in keys:
+            db.get(k)
+        live = cache.usage
+        assert live > 0
+    assert cache.usage == 0  # closed: nothing of it stays
+    with antkv.open("db", **opts) as db:  # a reopened database reads and caches again
+        assert db.get(keys[7]) == b"v3-" + keys[7] * 4
+        assert 0 < cache.usage <= live

@@ -485,11 +485,21 @@ class TableReader:
                 yield off, e if isinstance(e, CorruptionError) else CorruptionError(str(e), self.path, off)
 
     def close(self) -> None:
+        """Close the file and take this table's blocks out of the cache: the index and filter
+        it pinned, and every data block it cached.  Its ``cache_id`` is never used again, so a
+        block left behind could only wait for eviction; in a cache shared by many databases
+        (a Spark worker's working copies) the blocks of deleted tables and closed copies would
+        otherwise fill it to its capacity whatever the live data."""
         self.point = None
         f, self._file = self._file, None
         handles, self._handles = self._handles, []
+        cache = self._cache
         for h in handles:
-            self._cache.release(h, erase_if_last_ref=True)
+            cache.release(h, erase_if_last_ref=True)
+        if cache is not None and self._cache_id is not None and f is not None:
+            erase, cache_id = cache.erase, self._cache_id
+            for offset in self._index[2]:
+                erase((cache_id, offset))
         if f is not None:
             f.close()
 

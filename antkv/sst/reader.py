@@ -70,6 +70,7 @@ class TableReader:
         self._file = None
         self._cache = None
         self._handles: list = []
+        self._cache_id: int | None = None  # set once the index is loaded and the table cached
         self._fragments: FragmentedRangeTombstones | None = None  # built on first use
         # (filter bits, filter blocks, k, index keys, block offsets, cache id, cache shards,
         # shard mask) for the fused point read; None when it must take find(): a table with
@@ -112,7 +113,6 @@ class TableReader:
         props = self.properties
         if props.num_data_blocks != len(index[0]) or props.num_range_deletions != len(self.range_tombstones):
             raise CorruptionError("properties disagree with the index or range-del block", path, props_handle[0])
-        self._cache_id = None
         if cache is not None:
             self._cache_id = cache.new_id()
             self._handles.append(

@@ -128,9 +128,8 @@ class Engine:
     def _antkv_batch(self, partitions: int, ttl: int):
         from antkv.spark import StatefulPipeline, StoreOptions, TransformWithState
 
-        options = StoreOptions(cache_dir=self.cache)
-        if self.memory_bytes is not None:
-            options = StoreOptions(cache_dir=self.cache, memory_bytes=self.memory_bytes)
+        budget = {} if self.memory_bytes is None else {"memory_bytes": self.memory_bytes}
+        options = StoreOptions(cache_dir=self.cache, **budget)
         location = "file://" + self.state
         if self.name == "antkv-pipeline":
             func = workload.PipelineFunction(ttl)
@@ -198,6 +197,7 @@ def _floor_batch(partitions: int):
     """``foreachBatch``'s function of the floor engine: antkv-pipeline's Spark plan (route by
     key group, sort, one Arrow stream per partition, one collected row per partition) around a
     task that only reads its rows."""
+    from antkv.spark.runtime.pipeline import KEY_GROUP_COLUMN
     from antkv.spark.runtime.routing import route
     from antkv.spark.store.keygroups import DEFAULT_KEY_GROUPS
 
@@ -208,8 +208,8 @@ def _floor_batch(partitions: int):
         yield pd.DataFrame({"rows": [rows]})
 
     def on_batch(df, batch_id):
-        routed = route(df, ["key"], partitions, DEFAULT_KEY_GROUPS, "__key_group")
-        routed.sortWithinPartitions("__key_group", "key").mapInPandas(task, "rows long").collect()
+        routed = route(df, ["key"], partitions, DEFAULT_KEY_GROUPS, KEY_GROUP_COLUMN)
+        routed.sortWithinPartitions(KEY_GROUP_COLUMN, "key").mapInPandas(task, "rows long").collect()
     return on_batch
 
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+from antkv.spark.store.store_options import StoreOptions
 from bench.measure import median, percentile
 from bench.plots import pyplot, save_small
-from bench.soak_workload import SoakStream
+from bench.soak_workload import GROWTH
 
 MiB = 1 << 20
 
@@ -68,9 +69,9 @@ def measured(results: dict) -> list[dict]:
 
 def steady(results: dict) -> list[dict]:
     """The measured batches once the state is at its steady size: after the key space stopped
-    growing (``SoakStream.growth``) and a key's expiry time more (all of them, if none is)."""
+    growing (``soak_workload.GROWTH``) and a key's expiry time more (all of them, if none is)."""
     c = results["config"]
-    start = int(c["batches"] * SoakStream(seed=0, batches=1, rows=1, keys=1).growth) + c["ttl_batches"]
+    start = int(c["batches"] * GROWTH) + c["ttl_batches"]
     batches = measured(results)
     return [b for b in batches if b["batch"] >= start] or batches
 
@@ -140,7 +141,7 @@ def report(results: dict) -> str:
     lines.append("")
     rss = max(f["max_worker_rss_mib"] for f in s.values())
     jvm = max(f["max_jvm_rss_mib"] for f in s.values())
-    budget = c.get("memory_mib") or 1024
+    budget = c.get("memory_mib") or StoreOptions().memory_bytes // MiB
     lines.append(f"largest Python worker RSS {rss:,.0f} MiB (antkv's memory budget per worker {budget:,} MiB), "
                  f"JVM RSS {jvm:,.0f} MiB (shared by every engine)")
     antkv = [e for e in s if e.startswith("antkv")]

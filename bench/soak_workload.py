@@ -52,11 +52,14 @@ def ttl_ms(ttl_batches: int) -> int:
     return ttl_batches * MINUTE_MS + MINUTE_MS // 2
 
 
+GROWTH = 0.3  # the share of the batches over which the key space grows
+
+
 class SoakStream:
     """The input of the bench; see the module docstring.  ``file(b)`` is the same for a seed."""
 
     def __init__(self, *, seed: int, batches: int, rows: int, keys: int, zipf: float = 1.1,
-                 growth: float = 0.3, delete_share: float = 0.05, ttl_batches: int = 10):
+                 growth: float = GROWTH, delete_share: float = 0.05, ttl_batches: int = 10):
         import numpy as np
 
         if min(batches, rows, keys, ttl_batches) < 1 or zipf <= 0 or not 0 <= delete_share < 1 or not 0 <= growth <= 1:

@@ -296,12 +296,17 @@ def test_every_store_of_a_process_shares_one_memory_budget(tmp_path, options):
 
 def test_a_working_copy_leaves_flushing_to_the_shared_write_buffer_manager(loc, options):
     """A copy's memtable limit (256 MiB) is above the engine's default: the process's write
-    buffer manager bounds all copies together; ``StoreOptions.engine`` still overrides it."""
+    buffer manager bounds all copies together.  Its data blocks (16 KiB) are larger than the
+    engine's default too (docs/spark-design.md).  ``StoreOptions.engine`` overrides both."""
     with open_store(loc, "op", 0, 0, options=StoreOptions(cache_dir=options.cache_dir)) as s:
         assert s._db.options.write_buffer_size == 256 << 20 > antkv.Options().write_buffer_size
+        assert s._db.options.block_size == 16 << 10 > antkv.Options().block_size
         s.abort()
     with open_store(loc, "op", 0, 0, options=options) as s:  # the fixture's engine override
         assert s._db.options.write_buffer_size == options.engine["write_buffer_size"] < 1 << 20
+        s.abort()
+    with open_store(loc, "op", 0, 0, options=StoreOptions(cache_dir=options.cache_dir, engine={"block_size": 4096})) as s:
+        assert s._db.options.block_size == 4096
         s.abort()
 
 

@@ -11,6 +11,11 @@ from antkv.spark.store.memory import worker_memory
 
 MiB = 1 << 20
 _COPY_WRITE_BUFFER = 256 * MiB  # a working copy's memtable limit (engine_options)
+# a working copy's data block size (engine_options): state values are often 100 B - 4 KiB, a
+# 4 KiB block then holds a handful of entries, and a batch that rewrites its state pays the
+# per-block work (index entry, filter, checksum, write) per handful when it flushes and when a
+# rebuilt copy reads its key groups whole.  Point reads come from the row cache first.
+_COPY_BLOCK_SIZE = 16 * 1024
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class StoreOptions:
         # bounds every copy's memtables together; a smaller limit per copy would only flush
         # sooner, before a batch's overwrites collapse (docs/spark-design.md, "Memory")
         base = dict(block_cache=cache, write_buffer_manager=wbm, background_process=False,
-                    avoid_flush_during_shutdown=True, write_buffer_size=_COPY_WRITE_BUFFER)
+                    avoid_flush_during_shutdown=True, write_buffer_size=_COPY_WRITE_BUFFER,
+                    block_size=_COPY_BLOCK_SIZE)
         base.update(self.engine)
         return antkv.Options(**base)

@@ -27,7 +27,7 @@ from antkv.spark import (
 from antkv.spark.store.local_cache import LocalCache
 from antkv.spark.store.location import partition_dir
 from antkv.spark.store.memory import worker_memory
-from antkv.spark.store.objects import encode_changelog, estimated_changelog_bytes, file_digest
+from antkv.spark.store.objects import changelog_size_floor, encode_changelog, file_digest
 from antkv.spark.store.state_store import as_location, read_manifest
 
 from test_spark_store_model import location_objects, referenced_objects, s3_server  # noqa: F401 (a fixture)
@@ -570,15 +570,18 @@ def test_membership_answers_from_the_entry_without_reading_the_value_log(tmp_pat
 
 
 def test_a_changelog_is_sized_before_it_is_encoded(tmp_path):
-    """A commit estimates its changelog (records' size x the ratio of their compressed head)
-    to skip encoding one a snapshot replaces anyway; the estimate tracks the encoded size for
-    incompressible values, and a batch that rewrote its state with them commits a snapshot."""
+    """A commit bounds its changelog's size from below (the records' size, and the ratio of the
+    compressed head when they compress) to skip encoding one a snapshot replaces anyway.  The
+    bound is the exact size of a changelog of incompressible values -- the commit then never
+    encodes one only to find it too large -- and below the size of a compressible one; a batch
+    that rewrote its state with random values commits a snapshot."""
     rnd = {b"k%06d" % i: os.urandom(1024) for i in range(2000)}
     rnd.update({b"gone%03d" % i: None for i in range(50)})
-    actual = len(encode_changelog([(b"a", b"b")], rnd))
-    assert 0.98 <= estimated_changelog_bytes([(b"a", b"b")], rnd) / actual <= 1.02
-    small = {b"a": b"1", b"b": None}  # under the sample: the records' exact size
-    assert estimated_changelog_bytes([], small) == (5 + 1 + 4 + 1) + (5 + 1)
+    assert changelog_size_floor([(b"a", b"b")], rnd) == len(encode_changelog([(b"a", b"b")], rnd))
+    text = {b"k%06d" % i: b"%06d the same words again and again " % i * 20 for i in range(2000)}
+    encoded = len(encode_changelog([], text))
+    assert encoded < 0.5 * sum(map(len, text.values())) and 0 < changelog_size_floor([], text) <= encoded
+    assert changelog_size_floor([], {b"a": b"1", b"b": None}) == 0  # under the sample: encoded, then sized
     loc, options = f"file://{tmp_path}/state", StoreOptions(cache_dir=str(tmp_path / "cache"))
     coord = CommitCoordinator(loc, "op", 1, query_id="q")
     for version in (1, 2):

@@ -376,7 +376,13 @@ def encode_changelog(ranges, changes) -> bytes:
     Compressed with zstd unless its first 256 KiB do not compress (random values).
     """
     payload = _changelog_payload(ranges, changes.items())
-    return seal(KIND_CHANGELOG, payload, compress=_compressed_ratio(payload[:_ESTIMATE_SAMPLE]) < _WORTH_COMPRESSING)
+    return seal(KIND_CHANGELOG, payload, compress=_worth_compressing(payload[:_ESTIMATE_SAMPLE])[0])
+
+
+def _worth_compressing(head: bytes) -> tuple[bool, float]:
+    """``(compress?, ratio)`` for a changelog whose payload starts with ``head``."""
+    ratio = _compressed_ratio(head)
+    return ratio < _WORTH_COMPRESSING, ratio
 
 
 def _changelog_payload(ranges, items) -> bytes:
@@ -392,13 +398,20 @@ def _changelog_payload(ranges, items) -> bytes:
     return b"".join(parts)
 
 
-def estimated_changelog_bytes(ranges, changes) -> int:
-    """About the size of ``encode_changelog(ranges, changes)``, without encoding it: the
-    records' exact size times the compression ratio of the first ~256 KiB of them.  What a
-    commit checks first, so that a batch whose changelog a snapshot would replace anyway (it
-    rewrote much of the state) does not compress it for nothing."""
-    head, sampled = [], 0
+_COMPRESSED_MARGIN = 0.8  # a compressed changelog is taken to shrink at most this much more than its head
+
+
+def changelog_size_floor(ranges, changes) -> int:
+    """A lower bound of ``len(encode_changelog(ranges, changes))``, found without encoding:
+    what a commit checks first, so that a batch whose changelog a snapshot would replace anyway
+    (it rewrote much of the state) does not encode it for nothing.
+
+    From the records' exact size and the same head ``encode_changelog`` samples: a changelog
+    whose head does not compress is stored as it is, so the bound is its exact size; one that
+    compresses is bounded by its size times its head's ratio, times a margin.  0 for one no
+    larger than the sample (encoding it costs little)."""
     raw = sum(_REC.size + _LEN.size + len(b) + len(e) for b, e in ranges)
+    head, sampled = [], raw
     for k, v in changes.items():
         size = _REC.size + len(k) + (0 if v is None else _LEN.size + len(v))
         raw += size
@@ -406,8 +419,11 @@ def estimated_changelog_bytes(ranges, changes) -> int:
             head.append((k, v))
             sampled += size
     if raw <= _ESTIMATE_SAMPLE:
-        return raw
-    return int(raw * min(1.0, _compressed_ratio(_changelog_payload((), head))))
+        return 0
+    compress, ratio = _worth_compressing(_changelog_payload(ranges, head)[:_ESTIMATE_SAMPLE])
+    if not compress:
+        return _HEADER_LEN + raw + _TRAILER.size
+    return int(raw * ratio * _COMPRESSED_MARGIN)
 
 
 def decode_changelog(data: bytes, name: str):

@@ -78,7 +78,7 @@ from antkv.spark.store.objects import (
     Manifest,
     Marker,
     encode_changelog,
-    estimated_changelog_bytes,
+    changelog_size_floor,
     merge_ranges,
 )
 from antkv.spark.store.store_options import MiB, StoreOptions
@@ -455,10 +455,10 @@ class StateStore:
             nbytes = nobjects = 0
             wrote_snapshot = False
             if self._changes or self._ranges or self._ingested or self._untracked:
-                log = None  # not encoded when a snapshot is due whatever its size, or likely due
+                log = None  # not encoded when a snapshot is due whatever its size, or due at its least size
                 ranges = merge_ranges(self._ranges)
                 if not (self._overflow or self._needs_snapshot(snapshot, chain, 0) or self._needs_snapshot(
-                        snapshot, chain, estimated_changelog_bytes(ranges, self._changes) * 4 // 5)):
+                        snapshot, chain, changelog_size_floor(ranges, self._changes))):
                     log = encode_changelog(ranges, self._changes)
                 if log is None or self._needs_snapshot(snapshot, chain, len(log)):
                     snapshot, nbytes, nobjects = copy.write_snapshot(

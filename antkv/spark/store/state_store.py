@@ -77,8 +77,8 @@ from antkv.spark.store.objects import (
     FileRef,
     Manifest,
     Marker,
-    encode_changelog,
     changelog_size_floor,
+    encode_changelog,
     merge_ranges,
 )
 from antkv.spark.store.store_options import MiB, StoreOptions

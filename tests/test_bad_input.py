@@ -332,6 +332,44 @@ def test_writes_too_large_to_store_are_refused_before_anything_is_written(tmp_pa
         db.compact_range()
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_the_size_limits_shortcut_gives_the_full_checks_answer(monkeypatch, seed):
+    """``check_ops`` given the batch's user bytes answers without looking at each pair only
+    when the answer cannot differ: random batches, with the limits scaled down to just around
+    each batch's size, are refused (or not) with and without the shortcut alike."""
+    import random
+
+    from antkv.base.dbformat import DELETION, EXPIRING, MERGE, RANGE_DELETION, VALUE
+    from antkv.db.write_limits import ENTRY_OVERHEAD, check_ops
+    from antkv.record import log_format
+    from antkv.sst import format as sst_format
+    from antkv.vlog import format as vlog_format
+
+    rng = random.Random(seed)
+    stored = refused = 0
+    for _ in range(500):
+        ops = [(rng.choice((VALUE, DELETION, MERGE, RANGE_DELETION, EXPIRING)), b"k" * rng.randrange(1, 40),
+                b"v" * rng.choice((0, 3, 12, rng.randrange(20, 200)))) for _ in range(rng.randrange(1, 4))]
+        user_bytes = sum(len(k) + len(v) for _, k, v in ops)
+        near = user_bytes + 60 * len(ops)
+        monkeypatch.setattr(sst_format, "MAX_BLOCK_SIZE", ENTRY_OVERHEAD + rng.randrange(near // 3, near + 40))
+        monkeypatch.setattr(vlog_format, "MAX_RECORD_SIZE",
+                            vlog_format.RECORD_HEADER_SIZE + rng.randrange(near // 3, near + 40))
+        monkeypatch.setattr(log_format, "MAX_RECORD_SIZE", rng.randrange(near // 2, near + 40), raising=False)
+        min_blob_size = rng.choice((1, 8, 64, 1 << 30))
+        outcomes = []
+        for given in (None, user_bytes):
+            try:
+                check_ops(ops, min_blob_size, given)
+                outcomes.append("stored")
+            except antkv.InvalidArgumentError as e:
+                outcomes.append(str(e))
+        assert outcomes[0] == outcomes[1], ops
+        stored += outcomes[0] == "stored"
+        refused += outcomes[0] != "stored"
+    assert stored and refused  # both answers were given
+
+
 def test_write_batch_from_data_validates_every_record(db):
     """Bytes that decode but that no write could have produced are refused, before a write: an
     expiring entry without a valid expiry, or wrapping a pointer; a deletion with a value; a

@@ -26,12 +26,20 @@ BATCH_HEADER = 12  # sequence u64 + count u32 (antkv/record/batch.py)
 RECORD_HEADER = 9  # kind u8 + key length u32 + value length u32
 
 
-def check_ops(ops, min_blob_size: int) -> None:
+def check_ops(ops, min_blob_size: int, user_bytes: int | None = None) -> None:
     """InvalidArgumentError naming the first ``(kind, key, value)`` of ``ops`` that cannot be
     stored (values of at least ``min_blob_size`` bytes go to the value log), or the batch when
-    its WAL record would be too large."""
+    its WAL record would be too large.
+
+    ``user_bytes``, the sum of the keys' and values' lengths, allows the answer without a look
+    at each pair when even the whole batch, each pair counted with a value pointer and an
+    expiry head on top of its value, fits every limit: a pair's inline bytes, its value-log
+    record and the WAL record are each at most that."""
     block = sst_format.MAX_BLOCK_SIZE - ENTRY_OVERHEAD
     vlog = vlog_format.MAX_RECORD_SIZE - vlog_format.RECORD_HEADER_SIZE
+    if user_bytes is not None and BATCH_HEADER + user_bytes + len(ops) * (RECORD_HEADER + POINTER_SIZE + HEAD_SIZE) \
+            <= min(block, vlog, log_format.MAX_RECORD_SIZE):
+        return
     wal_bytes = BATCH_HEADER
     for kind, key, value in ops:
         inline = len(value)

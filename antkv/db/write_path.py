@@ -47,7 +47,7 @@ class WritePath(Background):
     def _write_ops(self, ops: list, sync: bool, disable_wal: bool, user_bytes: int) -> None:
         """Write ``ops`` (``(kind, key, value)``) as one batch; ``user_bytes``: their keys' and values' lengths."""
         if user_bytes + 9 * len(ops) >= CHECK_ABOVE:
-            check_ops(ops, self._min_blob_size)  # too large to store: refused before anything is written
+            check_ops(ops, self._min_blob_size, user_bytes)  # too large to store: refused before anything is written
         with self._write_lock:
             self._check_writable()
             if self._mem.memory >= self._write_buffer_size or self._must_make_room:

@@ -573,8 +573,8 @@ def test_a_changelog_is_sized_before_it_is_encoded(tmp_path):
     """A commit bounds its changelog's size from below (the records' size, and the ratio of the
     compressed head when they compress) to skip encoding one a snapshot replaces anyway.  The
     bound is the exact size of a changelog of incompressible values -- the commit then never
-    encodes one only to find it too large -- and below the size of a compressible one; a batch
-    that rewrote its state with random values commits a snapshot."""
+    encodes one only to find it too large -- and below the size of a compressible one; with a
+    snapshot ratio of 0.5, a batch that rewrote its state with random values commits a snapshot."""
     rnd = {b"k%06d" % i: os.urandom(1024) for i in range(2000)}
     rnd.update({b"gone%03d" % i: None for i in range(50)})
     assert changelog_size_floor([(b"a", b"b")], rnd) == len(encode_changelog([(b"a", b"b")], rnd))
@@ -582,7 +582,7 @@ def test_a_changelog_is_sized_before_it_is_encoded(tmp_path):
     encoded = len(encode_changelog([], text))
     assert encoded < 0.5 * sum(map(len, text.values())) and 0 < changelog_size_floor([], text) <= encoded
     assert changelog_size_floor([], {b"a": b"1", b"b": None}) == 0  # under the sample: encoded, then sized
-    loc, options = f"file://{tmp_path}/state", StoreOptions(cache_dir=str(tmp_path / "cache"))
+    loc, options = f"file://{tmp_path}/state", StoreOptions(cache_dir=str(tmp_path / "cache"), snapshot_ratio=0.5)
     coord = CommitCoordinator(loc, "op", 1, query_id="q")
     for version in (1, 2):
         store = open_store(loc, "op", 0, version - 1, manifest=coord.base_manifests(version - 1)[0], options=options)

@@ -26,7 +26,7 @@ class StoreOptions:
     cache_dir: str | None = None  # None: $ANTKV_SPARK_CACHE_DIR or <tmp>/antkv-spark-cache
     cache_disk_bytes: int = 8 << 30  # disk budget of the local cache's downloaded files
     max_changelog_chain: int = 8  # changelogs on top of a snapshot before the next snapshot
-    snapshot_ratio: float = 0.5  # ... or changelog bytes beyond this fraction of the snapshot's
+    snapshot_ratio: float = 2.0  # ... or changelog bytes beyond this multiple of the snapshot's
     max_changelog_bytes: int = 64 * MiB  # a batch changing more commits a snapshot instead
     max_idle_stores: int = 16  # committed working copies kept open per process for reuse
     row_cache_bytes: int | None = None  # the row caches of the process's working copies, together (None: memory_bytes // 4)

@@ -54,7 +54,7 @@ def _sources(data, nsources: int, seq_start: int, shape: str = "mixed"):
             kind = data.draw(st.sampled_from(kinds))
             entries.append((key, -seq, kind, b"v%d" % seq))
         sources.append(sorted(entries))
-    return sources[::-1]
+    return sources  # each source's versions are older than the one before's
 
 
 # data, number of sources, read_seq, bound (upper or lower), value shape

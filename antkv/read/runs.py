@@ -11,8 +11,9 @@ Merging (:func:`merge_runs`).  Every source keeps a current run and a position i
 ``bound`` be the smallest *last* entry of the sources' current runs.  Every entry <= ``bound``
 of every source is then in a current run (sources are sorted), and every entry not yet taken
 is > the entries taken, so the entries <= ``bound`` form the next merged run: each source's
-part is cut with ``bisect`` and the parts are merged by one sort (timsort finds the sorted
-parts and merges them in C) -- of the keys alone when the parts are VALUEs of distinct keys.  The source that owned ``bound`` moves to its next run.
+part is cut with ``bisect``, and the parts are merged to each key's newest version through
+dicts and one sort of the keys alone, in C loops (:func:`_merge_newest`).  The source that
+owned ``bound`` moves to its next run.
 
 Visibility (:func:`visible_runs`), the rules of :func:`antkv.read.iterators.visible_forward` without
 range tombstones: entries newer than ``read_seq`` are dropped from each source's runs before
@@ -26,9 +27,11 @@ the kinds (DELETION == 0 is the only falsy kind).  Consumers apply the mask with
 Reverse scans (:func:`merge_runs_backward`) use the same ascending runs, taken from the top;
 see the comment above it.
 
-Invariant (relied on by the merge): two entries of different sources never compare equal on
+Invariants (relied on by the merge): two entries of different sources never compare equal on
 ``(key, neg_seq)``, except duplicates of one version (see :mod:`antkv.memtable.memtable`), which the
-first-of-key mask removes.
+first-of-key mask removes; and of two sources holding versions of one key, the newer source
+holds the newer versions (the LSM's order, which point reads rely on too: they stop at the
+first source holding the key).
 """
 
 from __future__ import annotations
@@ -119,9 +122,11 @@ def _cut(keys, negs, lo: int, bkey: bytes, bneg: int) -> int:
 def merge_runs(sources: list[Iterator[Run]]) -> Iterator[Run]:
     """The runs of all ``sources`` merged into runs in internal order (see the module docstring).
 
-    ``sources`` are ordered newest first.  A merged run is ``(keys, negs, kinds, values)``, or
-    ``(keys, None, None, values)`` when every entry in it is a VALUE of a distinct key (the
-    common case, merged by sorting the keys alone; see :func:`_merge_plain`).
+    ``sources`` are ordered newest first.  A merged run is one source's run (or a slice of
+    it) as it is, or the newest versions of several sources' parts (:func:`_merge_newest`):
+    ``(keys, None, kinds, values)``, with ``kinds`` None when every entry is a VALUE.  Either
+    way the first entry of each key in a run is the newest version of the key among the
+    entries merged so far, which is all :func:`visible_runs` reads.
     """
     heads = []  # [keys, negs, kinds, values, position, source, plain], newest source first
     for src in sources:
@@ -158,14 +163,15 @@ def merge_runs(sources: list[Iterator[Run]]) -> Iterator[Run]:
 
 
 def _batch(parts: list) -> Run:
-    """The merged run of ``parts`` (``(head, start, end)`` slices of sorted runs, at least one):
-    a lone part as it is (not copied when it is a whole run), several merged."""
+    """The merged run of ``parts`` (``(head, start, end)`` slices of sorted runs, at least one,
+    newest source first): a lone part as it is (not copied when it is a whole run), several
+    merged to each key's newest version (:func:`_merge_newest`)."""
     if len(parts) == 1:
         h, p, j = parts[0]
         if p == 0 and j == len(h[0]):
             return h[0], h[1], h[2], h[3]
         return h[0][p:j], h[1][p:j], h[2][p:j], h[3][p:j]
-    return _merge_plain(parts) or _merge_general(parts)
+    return _merge_newest(parts)
 
 
 def _is_plain(kinds) -> bool:
@@ -176,32 +182,30 @@ def _is_plain(kinds) -> bool:
     return kinds.count(VALUE) == len(kinds)
 
 
-def _merge_plain(parts: list) -> Run | None:
-    """The merged run of ``parts`` (``(head, start, end)`` slices of sorted runs) if their runs
-    hold only VALUE entries and the parts hold distinct keys, as ``(keys, None, None, values)``;
-    else None.
+def _merge_newest(parts: list) -> Run:
+    """The merged run of ``parts`` (``(head, start, end)`` slices of sorted runs, newest source
+    first) holding only each key's newest version, as ``(keys, None, kinds, values)``, or
+    ``(keys, None, None, values)`` when every part is all VALUEs.
 
-    Sorting the keys alone (bytes comparisons in C) is cheaper than sorting entry tuples; the
-    values follow through a dict, whose size also tells whether any key was repeated.
-    """
-    keys: list = []
-    values: list = []
-    for h, p, j in parts:
-        if not h[6]:
-            return None
-        keys += h[0][p:j]
-        values += h[3][p:j]
-    by_key = dict(zip(keys, values))
-    if len(by_key) != len(keys):
-        return None
+    That is all the merge's consumers look at (the first entry of each key: see
+    :func:`visible_runs`), and it needs no comparison of entries: the parts are laid into dicts
+    oldest source first, each part reversed (a source holds a key's versions newest first), so
+    the version stored last, which wins, is the newest; then the keys alone are sorted (bytes
+    comparisons in C).  A key the merge meets again in the next batch (its older versions
+    beyond this batch's cut) is removed there by the first-of-key rule."""
+    values_of: dict = {}
+    kinds_of: dict | None = None if all(h[6] for h, _p, _j in parts) else {}
+    for h, p, j in reversed(parts):
+        keys = h[0][p:j]
+        values_of.update(zip(reversed(keys), reversed(h[3][p:j])))
+        if kinds_of is not None:
+            kinds_of.update(zip(reversed(keys), reversed(h[2][p:j])))
+    keys = list(values_of)
     keys.sort()
-    return keys, None, None, list(map(by_key.__getitem__, keys))
-
-
-def _merge_general(parts: list) -> Run:
-    """The merged run of ``parts`` by sorting entry tuples."""
-    merged = sorted(chain.from_iterable(zip(h[0][p:j], h[1][p:j], h[2][p:j], h[3][p:j]) for h, p, j in parts))
-    return tuple(zip(*merged))
+    values = list(map(values_of.__getitem__, keys))
+    if kinds_of is None:
+        return keys, None, None, values
+    return keys, None, list(map(kinds_of.__getitem__, keys)), values
 
 
 def visible_runs(merged: Iterator[Run], upper: bytes | None) -> Iterator[tuple]:

@@ -12,6 +12,8 @@ import os
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import antkv
 from antkv.spark import (
@@ -27,7 +29,15 @@ from antkv.spark import (
 from antkv.spark.store.local_cache import LocalCache
 from antkv.spark.store.location import partition_dir
 from antkv.spark.store.memory import worker_memory
-from antkv.spark.store.objects import changelog_size_floor, encode_changelog, file_digest
+from antkv.spark.store.objects import (
+    KIND_CHANGELOG,
+    _changelog_payload,
+    changelog_size_floor,
+    decode_changelog,
+    encode_changelog,
+    file_digest,
+    seal,
+)
 from antkv.spark.store.state_store import as_location, read_manifest
 
 from test_spark_store_model import location_objects, referenced_objects, s3_server  # noqa: F401 (a fixture)
@@ -592,3 +602,44 @@ def test_a_changelog_is_sized_before_it_is_encoded(tmp_path):
         assert msg.snapshot
         coord.publish(version, [msg])
     assert read_manifest(as_location(loc), msg.manifest).changelogs == ()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=6), st.binary(max_size=6)), max_size=3),
+       st.dictionaries(st.binary(max_size=6), st.none() | st.binary(max_size=40), max_size=30),
+       st.booleans())
+def test_a_changelog_decodes_to_its_ranges_then_its_changes_in_order(ranges, changes, text):
+    """A changelog decodes to the range deletions and the point changes it was encoded from,
+    in order, compressed or not (``text``: values that compress)."""
+    if text:
+        changes = {k: None if v is None else v + b" again and again" * 30 for k, v in changes.items()}
+    got_ranges, keys, values, size = decode_changelog(encode_changelog(ranges, changes), "c")
+    assert got_ranges == ranges
+    assert list(zip(keys, values)) == list(changes.items())
+    assert all(type(k) is bytes for k in keys) and all(v is None or type(v) is bytes for v in values)
+    assert size == len(_changelog_payload(ranges, changes.items()))
+
+
+def test_a_malformed_changelog_is_a_corruption_error_at_every_cut():
+    """Every cut of a changelog's records that ends inside a record (sealed with a valid
+    checksum: the decoder's own checks), a range deletion after a point change and an unknown
+    record kind are CorruptionErrors; a cut at a record's end decodes to the records before it."""
+    ranges, changes = [(b"a", b"c")], {b"k1": b"v" * 7, b"k2": None, b"k3": b""}
+    payload = _changelog_payload(ranges, changes.items())
+    ends = {0}
+    for i in range(1, 4):
+        ends.add(len(_changelog_payload(ranges, list(changes.items())[:i - 1])))
+    ends.add(len(_changelog_payload(ranges, [])))
+    ends.add(len(payload))
+    for cut in range(len(payload) + 1):
+        data = seal(KIND_CHANGELOG, payload[:cut])
+        if cut in ends:
+            got = decode_changelog(data, "c")
+            assert len(got[0]) + len(got[1]) == sum(e <= cut for e in sorted(ends)) - 1
+        else:
+            with pytest.raises(antkv.CorruptionError):
+                decode_changelog(data, "c")
+    for bad in (_changelog_payload([], [(b"k", b"v")]) + _changelog_payload([(b"a", b"b")], []),
+                b"\x07" + payload[1:]):
+        with pytest.raises(antkv.CorruptionError):
+            decode_changelog(seal(KIND_CHANGELOG, bad), "c")

@@ -123,26 +123,33 @@ def seal(kind: bytes, payload: bytes, compress: bool = False) -> bytes:
 
 def unseal(kind: bytes, data: bytes, name: str) -> bytes:
     """The payload of an envelope of ``kind``; CorruptionError naming ``name`` if it is not one."""
+    buf, begin, end = _open_envelope(kind, data, name)
+    return buf if begin == 0 and end == len(buf) else buf[begin:end]
+
+
+def _open_envelope(kind: bytes, data: bytes, name: str) -> tuple[bytes, int, int]:
+    """:func:`unseal`'s payload as ``(buffer, begin, end)``: ``data`` itself and the payload's
+    bounds in it when it is stored uncompressed (a changelog of random values can be tens of
+    megabytes: no copy is made), else the decompressed bytes whole."""
     if len(data) < _HEADER_LEN + _TRAILER.size:
         raise CorruptionError(f"object too short ({len(data)} bytes)", name)
     n, check = _TRAILER.unpack_from(data, len(data) - _TRAILER.size)
-    body = data[: len(data) - 8]
-    if xxhash.xxh3_64_intdigest(body) != check:
+    if xxhash.xxh3_64_intdigest(memoryview(data)[: len(data) - 8]) != check:
         raise CorruptionError("object checksum mismatch", name)
     if data[: len(MAGIC)] != MAGIC or data[len(MAGIC): len(MAGIC) + 1] != kind:
         raise CorruptionError(f"not a {kind.decode()} object (bad magic or kind)", name)
     if n != len(data) - _HEADER_LEN - _TRAILER.size:
         raise CorruptionError("object length mismatch", name)
-    payload = data[_HEADER_LEN: _HEADER_LEN + n]
     codec = data[len(MAGIC) + 1]
     if codec == CODEC_ZSTD:
         try:
-            return zstandard.ZstdDecompressor().decompress(payload, max_output_size=1 << 40)
+            out = zstandard.ZstdDecompressor().decompress(data[_HEADER_LEN: _HEADER_LEN + n], max_output_size=1 << 40)
         except zstandard.ZstdError as e:
             raise CorruptionError(f"bad zstd payload: {e}", name) from e
+        return out, 0, len(out)
     if codec != CODEC_NONE:
         raise CorruptionError(f"unknown codec {codec}", name)
-    return payload
+    return data, _HEADER_LEN, _HEADER_LEN + n
 
 
 def file_digest(path: str) -> tuple[int, str]:
@@ -426,28 +433,43 @@ def changelog_size_floor(ranges, changes) -> int:
     return int(raw * ratio * _COMPRESSED_MARGIN)
 
 
-def decode_changelog(data: bytes, name: str):
-    """Yield ``(kind, key, value_or_end)`` records of a changelog object."""
-    payload = unseal(KIND_CHANGELOG, data, name)
-    pos, n = 0, len(payload)
+def decode_changelog(data: bytes, name: str) -> tuple[list, list, list, int]:
+    """``(ranges, keys, values, size)`` of a changelog object: its range deletions
+    ``[(begin, end)]``, its point changes in order (``values[i]`` None: ``keys[i]`` deleted)
+    and its payload's size.  A changelog holds its range deletions first
+    (:func:`encode_changelog` writes them so: they are replayed before its points); a range
+    deletion after a point change is corruption."""
+    payload, pos, n = _open_envelope(KIND_CHANGELOG, data, name)
+    base = pos  # errors give offsets in the payload
     rec, ln = _REC.unpack_from, _LEN.unpack_from
+    ranges, keys, values = [], [], []
+    key_of, value_of = keys.append, values.append
     try:
         while pos < n:
             kind, kl = rec(payload, pos)
-            pos += 5
-            key = payload[pos: pos + kl]
-            pos += kl
-            if kind == CHANGE_DELETE:
-                value = None
-            elif kind in (CHANGE_PUT, CHANGE_DELETE_RANGE):
-                (vl,) = ln(payload, pos)
-                pos += 4
-                value = payload[pos: pos + vl]
-                pos += vl
+            if kind != CHANGE_DELETE_RANGE:
+                break
+            at = pos + 5 + kl
+            (el,) = ln(payload, at)
+            pos = at + 4 + el
+            ranges.append((payload[at - kl: at], payload[at + 4: pos]))
+        while pos < n:  # the points: one loop with no call but the slices and appends
+            kind, kl = rec(payload, pos)
+            at = pos + 5 + kl
+            key_of(payload[at - kl: at])
+            if kind == CHANGE_PUT:
+                (vl,) = ln(payload, at)
+                pos = at + 4 + vl
+                value_of(payload[at + 4: pos])
+            elif kind == CHANGE_DELETE:
+                pos = at
+                value_of(None)
+            elif kind == CHANGE_DELETE_RANGE:
+                raise CorruptionError("changelog range deletion after a point change", name, pos - base)
             else:
-                raise CorruptionError(f"unknown changelog record kind {kind}", name, pos)
-            if pos > n:
-                raise CorruptionError("changelog record runs past the end", name, pos)
-            yield kind, key, value
+                raise CorruptionError(f"unknown changelog record kind {kind}", name, pos - base)
+        if pos > n:  # positions only grow: only the last record can run past the end
+            raise struct.error("past the end")
     except struct.error as e:
-        raise CorruptionError("truncated changelog record", name, pos) from e
+        raise CorruptionError("truncated changelog record", name, min(pos, n) - base) from e
+    return ranges, keys, values, n - base

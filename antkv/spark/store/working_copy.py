@@ -38,9 +38,6 @@ from antkv.spark.store.local_cache import LocalCache, os_errors
 from antkv.spark.store.location import Location, partition_dir, snapshot_file_name
 from antkv.spark.store.row_cache import RowCache
 from antkv.spark.store.objects import (
-    CHANGE_DELETE,
-    CHANGE_DELETE_RANGE,
-    CHANGE_PUT,
     FileRef,
     Manifest,
     Snapshot,
@@ -51,7 +48,7 @@ from antkv.spark.store.objects import (
 
 _SNAPSHOT_SUFFIXES = (".sst", ".vlog")  # immutable engine files, uploaded as objects
 _APPLY_CHUNK = 4096  # changelog records per engine write batch
-_MERGE_BYTES = 64 << 20  # changes of a chain merged in memory before they are written
+_MERGE_BYTES = 64 << 20  # changelog bytes of a chain merged in memory before they are written
 _WHOLE_FACTOR = 16  # changelogs (compressed) of 1/16 of the snapshot's bytes: read the snapshot whole
 
 
@@ -130,27 +127,17 @@ class WorkingCopy:
         held = 0
         for ref in refs:
             path = location.path(ref.object)
-            pending = []  # range deletions read, not yet applied to the merged points
-            for kind, key, value in decode_changelog(_checked_changelog(location, ref, path), path):
-                if kind == CHANGE_DELETE_RANGE:
-                    if begin is not None:
-                        key, value = max(key, begin), min(value, end)
-                        if key >= value:
-                            continue
-                    pending.append((key, value))
-                    continue
-                if begin is not None and not begin <= key < end:
-                    continue
-                if pending:
-                    _drop_covered(points, pending)
-                    ranges += pending
-                    pending = []
-                assert kind in (CHANGE_PUT, CHANGE_DELETE)
-                points[key] = value if kind == CHANGE_PUT else None
-                held += len(key) + (0 if value is None else len(value))
-            if pending:
-                _drop_covered(points, pending)
-                ranges += pending
+            log_ranges, keys, values, size = decode_changelog(_checked_changelog(location, ref, path), path)
+            changes = zip(keys, values)
+            if begin is not None:
+                log_ranges = [(max(b, begin), min(e, end)) for b, e in log_ranges]
+                log_ranges = [(b, e) for b, e in log_ranges if b < e]
+                changes = [(k, v) for k, v in changes if begin <= k < end]
+            if log_ranges:  # a changelog's ranges come before its points, and are older
+                _drop_covered(points, log_ranges)
+                ranges += log_ranges
+            points.update(changes)
+            held += size
             if held >= _MERGE_BYTES:
                 self._write_changes(ranges, points)
                 ranges, points, held = [], {}, 0

@@ -300,3 +300,41 @@ def test_a_chain_writes_no_deletion_of_a_key_the_copy_knows_is_absent(tmp_path):
         assert [copy.rows.lookup(k) for k in (b"aa1", b"aa3", b"aa9")] == [None, None, None]
     finally:
         copy.destroy()
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_filling_a_chunk_at_a_time_equals_marking_and_putting_each_entry(seed, monkeypatch):
+    """RowCache.fill stores whole chunks at once when they fit; the cache must end as marking
+    each prefix when reached and putting each entry leaves it -- entries, wholeness, charge --
+    with budgets that hold everything, part of it, or less than one chunk of entries, with
+    entries cached before the fill, and with chunks of a few entries (a prefix spanning
+    chunks); and a prefix held whole must hold every entry of it."""
+    import random
+
+    from antkv.spark.store import row_cache
+
+    rng = random.Random(seed)
+    if seed % 2:
+        monkeypatch.setattr(row_cache, "_FILL_CHUNK", rng.choice([1, 3, 7]))
+    items = sorted({b"%c%c%05d" % (97 + rng.randrange(3), 97 + rng.randrange(3), rng.randrange(10**5)):
+                    os.urandom(rng.choice([0, 10, 300])) for _ in range(rng.choice([50, 3000, 9000]))}.items())
+    before = [(k, b"old") for k, _ in rng.sample(items, min(len(items), rng.choice([0, 5])))]
+    limit = rng.choice([1 << 30, 4 * CHUNK, CHUNK])
+    states = []
+    for bulk in (True, False):
+        rows = RowCache(RowBudget(limit, None))
+        for k, v in before:
+            rows.put(k, v)
+        if bulk:
+            assert rows.fill(iter(items)) == len(items)
+        else:
+            last = None
+            for k, v in items:
+                if k[:row_cache.PREFIX_LEN] != last:
+                    rows.complete.add(k[:row_cache.PREFIX_LEN])
+                    last = k[:row_cache.PREFIX_LEN]
+                rows.put(k, v)
+        states.append((list(rows.rows.items()), set(rows.complete), rows.used, rows.chunks))
+        assert all(rows.rows.get(k, MISSING) == v for k, v in items if k[:row_cache.PREFIX_LEN] in rows.complete)
+        rows.close()
+    assert states[0] == states[1]

@@ -46,6 +46,7 @@ free is simply not cached.
 from __future__ import annotations
 
 import threading
+from itertools import islice
 
 import antkv
 
@@ -54,6 +55,7 @@ CHUNK = 256 * 1024  # budget taken from (and given back to) the process's RowBud
 ADMIT_EVERY = 16  # a full cache admits one key it does not hold of this many (the others are not cached)
 PREFIX_LEN = 2  # the prefixes the cache may hold whole: key groups
 PLANNED_ENTRY_BYTES = 256  # what an entry is assumed to cost when planning to read key groups whole
+_FILL_CHUNK = 4096  # entries RowCache.fill caches at a time
 _SMALL = 256  # a cache this small is searched for a range deletion's keys; a larger one is cleared
 MISSING = object()  # what RowCache.rows.get returns for a key the cache does not hold
 
@@ -186,18 +188,33 @@ class RowCache:
         return entries * PLANNED_ENTRY_BYTES <= self._budget.limit // 2
 
     def fill(self, items) -> int:
-        """Cache every ``(key, value)`` of ``items`` -- in key order, every entry of each
-        prefix it reaches -- and hold those prefixes whole; returns the entries cached."""
-        complete, put = self.complete, self.put
-        last = None
+        """Cache every ``(key, value)`` of ``items`` (values bytes, keys in order: every entry
+        of each prefix it reaches) and hold those prefixes whole; returns the entries cached.
+
+        Equal to marking each prefix whole as it is reached and :meth:`put` ting each entry
+        (an eviction un-marks its prefix, for good: a prefix is marked once per fill), done
+        :data:`_FILL_CHUNK` entries at a time: a chunk of keys the cache does not hold, whose
+        charge fits after taking budget, is stored with one ``dict.update``."""
+        complete, rows, take = self.complete, self.rows, self._budget.take_chunk
+        marked: set = set()  # prefixes this fill reached (and marked whole)
         n = 0
-        for key, value in items:
-            prefix = key[:PREFIX_LEN]
-            if prefix != last:
-                complete.add(prefix)  # an eviction from here on un-marks it (_evict)
-                last = prefix
-            put(key, value)
-            n += 1
+        it = iter(items)
+        while chunk := list(islice(it, _FILL_CHUNK)):
+            keys, values = zip(*chunk)
+            reached = {k[:PREFIX_LEN] for k in keys} - marked
+            complete.update(reached)
+            marked |= reached
+            n += len(keys)
+            if rows.keys().isdisjoint(keys):
+                charge = sum(map(len, keys)) + sum(map(len, values)) + ENTRY_OVERHEAD * len(keys)
+                while self.used + charge > self.chunks * CHUNK and charge <= self._budget.limit and take(self):
+                    pass
+                if self.used + charge <= self.chunks * CHUNK:
+                    rows.update(chunk)
+                    self.used += charge
+                    continue
+            for key, value in chunk:
+                self.put(key, value)
         return n
 
     def lookup(self, key: bytes):

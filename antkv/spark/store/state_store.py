@@ -326,11 +326,8 @@ class StateStore:
                 wanted.add(prefix)
         read = 0
         for begin, end in _prefix_runs(sorted(wanted)):  # adjacent prefixes: one scan
-            rows.complete.update(p for p in wanted if begin <= p < end)  # an eviction un-marks one
-            put = rows.put
-            for key, value in self._db.items(begin, end):
-                put(key, value)
-                read += 1
+            rows.complete.update(p for p in wanted if begin <= p < end)  # (those without keys too)
+            read += rows.fill(self._db.items(begin, end))  # an eviction un-marks a prefix
         return read
 
     def warm_touched(self, touched: dict) -> int:

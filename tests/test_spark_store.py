@@ -643,3 +643,42 @@ def test_a_malformed_changelog_is_a_corruption_error_at_every_cut():
                 b"\x07" + payload[1:]):
         with pytest.raises(antkv.CorruptionError):
             decode_changelog(seal(KIND_CHANGELOG, bad), "c")
+
+
+def test_a_snapshot_after_the_state_was_rewritten_holds_it_once_in_one_table(tmp_path):
+    """A snapshot commit after batches that rewrote the state (the row cache holding all of
+    it) replaces the working copy's database by the live state in one table: the snapshot
+    names that one table, whatever tables the batches before left.  A snapshot after a
+    batch that changed little keeps the tables and uploads only what is new.  The state
+    reads back exactly, in the copy and rebuilt."""
+    loc = f"file://{tmp_path}/state"
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"), snapshot_ratio=0.5, max_changelog_chain=1)
+    coord = CommitCoordinator(loc, "op", 1, query_id="q")
+    model = {}
+
+    def batch(version, keys):
+        store = open_store(loc, "op", 0, version - 1, manifest=coord.base_manifests(version - 1)[0], options=options)
+        for k in keys:
+            model[k] = os.urandom(1024)
+            store.put(k, model[k])
+        store.delete(b"k0000")
+        model.pop(b"k0000", None)
+        assert dict(store.items()) == model
+        msg = store.commit()
+        coord.publish(version, [msg])
+        return msg, read_manifest(as_location(loc), msg.manifest)
+
+    every = [b"k%04d" % i for i in range(2000)]
+    for version in (1, 2, 3):
+        msg, manifest = batch(version, every)
+        tables = [f for f in manifest.snapshot.files if f.local.endswith(".sst")]
+        assert msg.snapshot and len(tables) == 1 and tables[0].size < 1.2 * 2000 * 1024
+        assert manifest.snapshot.bytes < 1.3 * 2000 * 1024  # no table of an earlier batch
+    assert not batch(4, every[:10])[0].snapshot  # a small change: a changelog
+    msg, manifest = batch(5, every[10:20])  # a snapshot (the chain is full) after small changes
+    assert msg.snapshot and msg.bytes_uploaded < 100 << 10
+    assert len([f for f in manifest.snapshot.files if f.local.endswith(".sst")]) == 2
+    release_idle_stores()
+    store = open_store(loc, "op", 0, 5, manifest=coord.base_manifests(5)[0], options=options)
+    assert dict(store.items()) == model and store.num_keys() == len(model)
+    store.abort()

@@ -458,6 +458,7 @@ class StateStore:
                         snapshot, chain, changelog_size_floor(ranges, self._changes))):
                     log = encode_changelog(ranges, self._changes)
                 if log is None or self._needs_snapshot(snapshot, chain, len(log)):
+                    self._rewrite_if_rewritten(num_keys, chain)
                     snapshot, nbytes, nobjects = copy.write_snapshot(
                         loc, self.operator, self.partition, version, attempt)
                     chain = ()
@@ -484,6 +485,24 @@ class StateStore:
         held.give_back(loc, self.operator, self.partition, copy, self.options.max_idle_stores)
         return CommitMessage(self.operator, self.partition, version, name, base_name, num_keys,
                              nbytes, nobjects, wrote_snapshot)
+
+    def _rewrite_if_rewritten(self, num_keys: int, chain) -> None:
+        """Before a snapshot: replace the working copy's database by the live state in one
+        table (:meth:`WorkingCopy.rewrite`) when the row cache holds that state whole and
+        the changes since the last snapshot -- the ``chain``'s changelogs and this batch's --
+        reach half its bytes.  A checkpoint would then upload a table about that large anyway,
+        beside older tables holding the same keys; a state that changed less keeps its
+        tables (a snapshot uploads only the new one), and so does a batch that ingested
+        ranges (its snapshot names the source partition's objects)."""
+        if self._ingested:
+            return
+        whole = self._rows.whole_state(num_keys)
+        if whole is None:
+            return
+        changed = sum(ref.size for ref in chain) + self._change_bytes
+        if 2 * changed >= sum(len(k) + len(v) for k, v in whole):
+            self._copy.rewrite(whole)
+            self._db = self._copy.db
 
     def _needs_snapshot(self, snapshot, chain, log_bytes: int) -> bool:
         o = self.options

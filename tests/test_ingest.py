@@ -519,3 +519,46 @@ def test_ingested_tables_compacted_in_worker_processes(tmp_path):
         assert db.stats()["compactions"] >= 1
         check(db, model)
         db.verify()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_put_sorted_writes_the_files_a_put_of_each_pair_writes(tmp_path, seed):
+    """``SstFileWriter.put_sorted`` (blocks built in bulk) writes byte for byte the table and
+    value-log file that a ``put`` of each pair in turn writes: values in and beyond the
+    value log's threshold, calls after ``put`` (a block open) and after another
+    ``put_sorted``, an empty call."""
+    rng = random.Random(seed)
+    opts = antkv.Options(block_size=rng.choice([64, 1024, 4096]), enable_blob_files=True, min_blob_size=512)
+    keys = sorted(rng.sample(range(10**6), 600))
+    pairs = [(b"k%07d" % k, os.urandom(rng.choice([0, 10, 100, 700]))) for k in keys]
+    cuts = sorted(rng.sample(range(1, 600), 3))
+    files = []
+    for bulk in (False, True):
+        path = str(tmp_path / f"{bulk}.sst")
+        with antkv.SstFileWriter(path, opts) as w:
+            parts = [pairs[:cuts[0]], pairs[cuts[0]:cuts[1]], [], pairs[cuts[1]:cuts[2]], pairs[cuts[2]:]]
+            for i, part in enumerate(parts):
+                if bulk and i != 1:  # part 1 by put: the next put_sorted starts inside a block
+                    w.put_sorted([k for k, _ in part], [v for _, v in part])
+                else:
+                    for k, v in part:
+                        w.put(k, v)
+        files.append([open(p, "rb").read() for p in (path, path + ".vlog")])
+    assert files[0] == files[1]
+
+
+def test_put_sorted_refuses_what_put_refuses(tmp_path):
+    opts = antkv.Options()
+    with antkv.SstFileWriter(str(tmp_path / "a.sst"), opts) as w:
+        w.put(b"m", b"1")
+        with pytest.raises(antkv.InvalidArgumentError):
+            w.put_sorted([b"a", b"b"], [b"1", b"2"])  # not after the last key
+        w.put_sorted([b"n", b"o"], [b"1", b"2"])
+    for keys, values, error in (([b"b", b"a"], [b"1", b"2"], antkv.InvalidArgumentError),
+                                ([b"a", b"a"], [b"1", b"2"], antkv.InvalidArgumentError),
+                                ([b"a"], [b"1", b"2"], antkv.InvalidArgumentError),
+                                (["a"], [b"1"], TypeError), ([b"a"], [1], TypeError)):
+        w = antkv.SstFileWriter(str(tmp_path / "b.sst"), opts)
+        with pytest.raises(error):
+            w.put_sorted(keys, values)
+        w.abandon()

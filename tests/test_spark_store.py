@@ -682,3 +682,32 @@ def test_a_snapshot_after_the_state_was_rewritten_holds_it_once_in_one_table(tmp
     store = open_store(loc, "op", 0, 5, manifest=coord.base_manifests(5)[0], options=options)
     assert dict(store.items()) == model and store.num_keys() == len(model)
     store.abort()
+
+
+def test_a_state_rewritten_to_nothing_snapshots_an_empty_database(tmp_path):
+    """A batch that deletes every key, committed as a rewritten snapshot, leaves an empty
+    state that reads back empty, rebuilt too, and takes new keys."""
+    loc = f"file://{tmp_path}/state"
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"), max_changelog_bytes=1)  # snapshots only
+    coord = CommitCoordinator(loc, "op", 1, query_id="q")
+    for version, value in ((1, os.urandom(1024)), (2, None), (3, b"back")):
+        store = open_store(loc, "op", 0, version - 1, manifest=coord.base_manifests(version - 1)[0], options=options)
+        store.put(b"zz", b"x")  # over max_changelog_bytes: a snapshot commit
+        for i in range(2000):
+            key = b"k%04d" % i
+            if value is None:
+                store.get(key)
+                store.delete(key)
+            elif version == 1 or i < 3:
+                store.put(key, value)
+        store.delete(b"zz")
+        msg = store.commit()
+        coord.publish(version, [msg])
+        if version == 2:
+            assert msg.snapshot and msg.num_keys == 0
+            assert [f for f in read_manifest(as_location(loc), msg.manifest).snapshot.files
+                    if f.local.endswith(".sst")] == []
+            release_idle_stores()
+    store = open_store(loc, "op", 0, 3, manifest=coord.base_manifests(3)[0], options=options)
+    assert dict(store.items()) == {b"k%04d" % i: b"back" for i in range(3)}
+    store.abort()

@@ -246,6 +246,11 @@ class TableBuilder:
         return self._flushed_entries + len(self._keys)
 
     @property
+    def num_buffered(self) -> int:
+        """Point entries in the current block, not written yet (:meth:`add_sorted` needs none)."""
+        return len(self._keys)
+
+    @property
     def num_value_pointers(self) -> int:
         """Value pointers among the entries add_sorted added (and those add added, once their
         block was written)."""

@@ -217,15 +217,16 @@ class RowCache:
                 self.put(key, value)
         return n
 
-    def whole_state(self, num_keys: int):
-        """Every live ``(key, value)`` of the state in key order, if the cache holds them all,
-        else None.  ``num_keys`` is the state's exact key count: the cache's live entries are
-        live keys with their values (the invariant), so as many of them as there are keys
-        are all of them."""
+    def whole_state(self, num_keys: int) -> tuple[list, list] | None:
+        """``(keys, values)``: every live key of the state in order and its value, if the cache
+        holds them all, else None.  ``num_keys`` is the state's exact key count: the cache's
+        live entries are live keys with their values (the invariant), so as many of them as
+        there are keys are all of them."""
         rows = self.rows
         if len(rows) - list(rows.values()).count(None) != num_keys:
             return None
-        return [(key, rows[key]) for key in sorted(k for k, v in rows.items() if v is not None)]
+        keys = sorted(k for k, v in rows.items() if v is not None)
+        return keys, list(map(rows.__getitem__, keys))
 
     def lookup(self, key: bytes):
         """``key``'s cached value, None if it is absent, or :data:`MISSING` if the cache does

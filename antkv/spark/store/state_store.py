@@ -499,9 +499,10 @@ class StateStore:
         whole = self._rows.whole_state(num_keys)
         if whole is None:
             return
+        keys, values = whole
         changed = sum(ref.size for ref in chain) + self._change_bytes
-        if 2 * changed >= sum(len(k) + len(v) for k, v in whole):
-            self._copy.rewrite(whole)
+        if 2 * changed >= sum(map(len, keys)) + sum(map(len, values)):
+            self._copy.rewrite(keys, values)
             self._db = self._copy.db
 
     def _needs_snapshot(self, snapshot, chain, log_bytes: int) -> bool:

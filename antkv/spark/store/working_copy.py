@@ -221,9 +221,9 @@ class WorkingCopy:
                 if ref is not None and st.st_size == ref.size:
                     self.file_map[name] = FileRef(ref.object, ref.size, ref.xxh3, local=name)
 
-    def rewrite(self, items) -> None:
-        """Replace the database by one holding exactly ``items`` -- the copy's whole state, as
-        ``(key, value)`` pairs in key order -- in one table, before a snapshot commit.
+    def rewrite(self, keys: list, values: list) -> None:
+        """Replace the database by one holding exactly ``keys[i] -> values[i]`` -- the copy's
+        whole state, keys in order -- in one table, before a snapshot commit.
 
         A checkpoint of the database as it is uploads a new level-0 table holding the batches
         since the last snapshot (when they rewrote the state, every key again), and each such
@@ -231,14 +231,13 @@ class WorkingCopy:
         them: work that competes with the batches for the process.  The rewritten database is
         the live state once, so its snapshot is that state once, a copy rebuilt from it reads
         one table, and nothing in it is left to compact.  The old database is closed without
-        flushing its memtable (its contents are all in ``items``) and removed with its
+        flushing its memtable (its contents are all in ``keys``) and removed with its
         directory, which only this copy uses.  An error leaves the copy unusable: the caller
         destroys it."""
         table = os.path.join(self.work.path, "rewrite.sst")
-        with antkv.SstFileWriter(table, self.engine_options) as writer:
-            put = writer.put
-            for key, value in items:
-                put(key, value)
+        if keys:
+            with antkv.SstFileWriter(table, self.engine_options) as writer:
+                writer.put_sorted(keys, values)
         db, self.db = self.db, None
         db.close()
         old = self.work.db_path + ".old"
@@ -247,7 +246,8 @@ class WorkingCopy:
             os.makedirs(self.work.db_path)
             shutil.rmtree(old)
         self.db = antkv.open(self.work.db_path, self.engine_options)
-        self.db.ingest([table], move=True)
+        if keys:
+            self.db.ingest([table], move=True)
         self.file_map = {}  # no engine file of the new database is in the location yet
 
     def write_snapshot(self, location: Location, operator: str, partition: int, version: int,

@@ -458,7 +458,7 @@ class StateStore:
                         snapshot, chain, changelog_size_floor(ranges, self._changes))):
                     log = encode_changelog(ranges, self._changes)
                 if log is None or self._needs_snapshot(snapshot, chain, len(log)):
-                    self._rewrite_if_rewritten(num_keys, chain)
+                    self._rewrite_if_state_rewritten(num_keys, chain)
                     snapshot, nbytes, nobjects = copy.write_snapshot(
                         loc, self.operator, self.partition, version, attempt)
                     chain = ()
@@ -486,7 +486,7 @@ class StateStore:
         return CommitMessage(self.operator, self.partition, version, name, base_name, num_keys,
                              nbytes, nobjects, wrote_snapshot)
 
-    def _rewrite_if_rewritten(self, num_keys: int, chain) -> None:
+    def _rewrite_if_state_rewritten(self, num_keys: int, chain) -> None:
         """Before a snapshot: replace the working copy's database by the live state in one
         table (:meth:`WorkingCopy.rewrite`) when the row cache holds that state whole and
         the changes since the last snapshot -- the ``chain``'s changelogs and this batch's --

@@ -33,7 +33,7 @@ from itertools import chain
 from bisect import bisect_right
 from typing import Callable, Iterator
 
-from ..base.dbformat import DELETION, EXPIRING, VALUE_POINTER
+from ..base.dbformat import DELETION, EXPIRING, VALUE, VALUE_POINTER
 from ..base.expiry import live_inner
 from ..errors import DBClosedError, InvalidArgumentError
 from ..memtable.rangedel import FragmentedRangeTombstones
@@ -305,6 +305,11 @@ class DBIterator:
         # keep it as a _Deferred that value() resolves
         self._resolve = view.resolve if shape[1] else _Deferred
         self._gen: Iterator | None = None
+        # forward with no range tombstone or merge operator in view: the merged entry tuples,
+        # read by next() itself (see _step_plain); _gen is None then
+        self._entries: Iterator | None = None
+        self._neg_read = -view.read_seq
+        self._positioned = False  # seeked at least once (a Python iterator's start: __next__)
         self._forward = True
         self._key: bytes | None = None
         self._value: bytes | None = None
@@ -333,16 +338,58 @@ class DBIterator:
         lo = self._lower
         if start is None or (lo is not None and start < lo):
             start, exclusive = lo, False
+        self._forward = self._positioned = True
+        entries = self._view.plain_forward(start)
+        if entries is not None:
+            self._gen = None
+            self._entries = entries
+            self._step_plain(start if exclusive else None)
+            return
+        self._entries = None
         self._gen = self._view.scan_forward(start, self._upper, exclusive)
-        self._forward = True
         self._advance()
+
+    def _step_plain(self, last: bytes | None) -> None:
+        """Move to the next key of ``_entries`` after ``last`` (whose older versions are
+        skipped) that the view shows: :func:`visible_forward`'s rules without range
+        tombstones, on the cursor itself."""
+        neg_read, upper = self._neg_read, self._upper
+        for key, nseq, kind, value in self._entries:  # type: ignore[union-attr]
+            if nseq < neg_read or key == last:
+                continue
+            if upper is not None and key >= upper:
+                break
+            if kind == VALUE:
+                self._key = key
+                self._value = value
+                return
+            last = key
+            if self._show(key, kind, value):
+                return
+        self._key = self._value = None
+
+    def _show(self, key: bytes, kind: int, value: bytes) -> bool:
+        """Become the newest visible version ``(key, kind, value)`` of a key unless it hides
+        the key (a deletion, an expired entry): whether it did."""
+        if kind == DELETION:
+            return False
+        if kind == EXPIRING:
+            live = live_inner(value, self._view.now)
+            if live is None:
+                return False
+            kind, value = live
+        self._key = key
+        self._value = self._resolve(value) if kind == VALUE_POINTER else value
+        return True
 
     def _start_backward(self, start: bytes | None, exclusive: bool) -> None:
         hi = self._upper
         if start is None or (hi is not None and start >= hi):
             start, exclusive = hi, True
+        self._entries = None
         self._gen = self._view.scan_backward(start, self._lower, exclusive)
         self._forward = False
+        self._positioned = True
         self._advance()
 
     def seek_to_first(self) -> None:
@@ -394,6 +441,24 @@ class DBIterator:
         if not self._forward:
             self._start_forward(self._key, True)
             return
+        entries = self._entries
+        if entries is not None:  # _step_plain(self._key), its common case inline
+            last, neg_read, upper = self._key, self._neg_read, self._upper
+            for key, nseq, kind, value in entries:
+                if nseq < neg_read or key == last:
+                    continue
+                if upper is not None and key >= upper:
+                    break
+                if kind == VALUE:
+                    self._key = key
+                    self._value = value
+                    return
+                if self._show(key, kind, value):
+                    return
+                self._step_plain(key)
+                return
+            self._key = self._value = None
+            return
         # _advance, inline: a cursor's per-entry path
         try:
             key, kind, value = next(self._gen)  # type: ignore[arg-type]
@@ -416,7 +481,7 @@ class DBIterator:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._gen = None
+            self._gen = self._entries = None
             self._view = _ClosedView()
             self._db = _ClosedView
 
@@ -433,7 +498,7 @@ class DBIterator:
         """The current entry -- ``(key, value)``, or the key or value alone (``shape``) -- then
         a step forward (backward with ``reverse``), as ``next(it)`` on a plyvel iterator.  A
         cursor never positioned starts at its first key (its last with ``reverse``)."""
-        if self._gen is None and self._key is None:
+        if not self._positioned:
             if self._reverse:
                 self.seek_to_last()
             else:
@@ -454,7 +519,7 @@ class DBIterator:
         return item
 
     def __del__(self) -> None:
-        self._gen = None
+        self._gen = self._entries = None
 
 
 class _Deferred:

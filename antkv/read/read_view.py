@@ -254,6 +254,18 @@ class ReadView:
 
     # --- scans: (key, kind, value) with pointers unresolved ---
 
+    def plain_forward(self, start: bytes | None) -> Iterator | None:
+        """The merged entry tuples ``(key, -seq, kind, value)`` of every source from ``start``
+        on, versions newer than the read included, when this view needs no more than
+        :func:`~antkv.read.iterators.visible_forward`'s first-of-key rule to read them (no
+        range tombstone in view, no merge operator); else None.  The cursor applies that
+        rule itself, inline in its ``next`` (:class:`~antkv.read.iterators.DBIterator`)."""
+        frags, newer = self._frags or self.fragments()
+        if frags or self.merge_op is not None:
+            return None
+        srcs = self._forward_sources(start, newer)
+        return srcs[0] if len(srcs) == 1 else merge_forward(srcs)
+
     def scan_forward(self, start: bytes | None, upper: bytes | None, exclusive: bool) -> Iterator:
         """The per-entry forward scan (the cursor's: a seek followed by a few ``next`` costs less
         here than setting up the batched merge of :meth:`items`)."""

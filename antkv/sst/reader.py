@@ -187,10 +187,13 @@ class TableReader:
     # --- data blocks ---
 
     def _read(self, offset: int, size: int) -> tuple[bytes, int]:
-        if self._file is None:
+        """The block at ``(offset, size)`` read with one ``pread`` and checked (see
+        :func:`~antkv.sst.format.read_block`)."""
+        f = self._file
+        if f is None:
             raise DBClosedError(f"table {self.path} is closed")
         try:
-            return read_block(self._file, offset, size, self._verify, self.path)
+            return check_block(f.read(offset, size + BLOCK_TRAILER_SIZE), offset, size, self._verify, self.path)
         except (AntIOError, CorruptionError) as e:
             self._read_failed(e)
 
@@ -210,7 +213,7 @@ class TableReader:
             raise DBClosedError(f"table {self.path} is closed")
         _, _, offsets, sizes = self._index
         offset, size = offsets[i], sizes[i]
-        try:
+        try:  # _read, inline
             buf, size = check_block(f.read(offset, size + BLOCK_TRAILER_SIZE), offset, size, self._verify, self.path)
         except (AntIOError, CorruptionError) as e:
             self._read_failed(e)
@@ -416,12 +419,21 @@ class TableReader:
         :meth:`_scan_blocks`)."""
         if self._file is None:  # index(), inline
             raise DBClosedError(f"table {self.path} is closed")
-        ikeys = self._index[0]
-        b = 0 if start is None else bisect_left(ikeys, start)
-        blocks = self._scan_blocks(range(b, len(ikeys)))
+        ikeys, _, offsets, sizes = self._index
+        nblocks = len(ikeys)
         if start is None:
-            return chain.from_iterable(starmap(zip, blocks))
-        return chain.from_iterable(chain(_first_block_from(blocks, start), starmap(zip, blocks)))
+            return chain.from_iterable(starmap(zip, self._scan_blocks(range(nblocks))))
+        b = bisect_left(ikeys, start)
+        if b == nblocks:
+            return iter(())
+        # a seek: the block holding ``start`` is read now, cut there (the cursor reads its
+        # first entry at once anyway), and the blocks after it are left to _scan_blocks
+        keys, negs, kinds, values = self._data_block(offsets[b], sizes[b])
+        j = bisect_left(keys, start)
+        first = zip(keys[j:], negs[j:], kinds[j:], values[j:]) if j else zip(keys, negs, kinds, values)
+        if b + 1 == nblocks:
+            return first
+        return chain(first, chain.from_iterable(starmap(zip, self._scan_blocks(range(b + 1, nblocks)))))
 
     def iter_backward(self, start: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Entry tuples in reverse internal order from the last whose user key <= ``start``."""
@@ -505,17 +517,6 @@ class TableReader:
 
     def __repr__(self) -> str:
         return f"TableReader({self.path!r}, file_number={self.file_number})"
-
-
-def _first_block_from(blocks: Iterator[tuple], start: bytes) -> Iterator[Iterator]:
-    """The ``zip`` of the first of ``blocks`` cut to begin at user key ``start`` (the rest of
-    ``blocks`` is left to the caller)."""
-    for keys, negs, kinds, values in blocks:
-        j = bisect_left(keys, start)
-        if j:
-            keys, negs, kinds, values = keys[j:], negs[j:], kinds[j:], values[j:]
-        yield zip(keys, negs, kinds, values)
-        return
 
 
 def dump_table(fs, path: str) -> Iterator[str]:

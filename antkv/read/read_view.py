@@ -115,7 +115,7 @@ class SuperVersion:
 class ReadView:
     """A super version seen at one read sequence number."""
 
-    __slots__ = ("db", "sv", "read_seq", "now", "merge_op", "_makers", "_frags")
+    __slots__ = ("db", "sv", "read_seq", "now", "merge_op", "_makers", "_frags", "_plain_makers")
 
     def __init__(self, db, sv: SuperVersion, read_seq: int):
         self.db = db
@@ -125,6 +125,7 @@ class ReadView:
         self.merge_op = db.options.merge_operator  # set: scans apply merge operands (merging.py)
         self._makers = None  # see _forward_makers
         self._frags = None  # see fragments
+        self._plain_makers = None  # see plain_forward: () when the view is not plain
 
     def check_open(self) -> None:
         if self.db._closed:
@@ -260,11 +261,20 @@ class ReadView:
         :func:`~antkv.read.iterators.visible_forward`'s first-of-key rule to read them (no
         range tombstone in view, no merge operator); else None.  The cursor applies that
         rule itself, inline in its ``next`` (:class:`~antkv.read.iterators.DBIterator`)."""
-        frags, newer = self._frags or self.fragments()
-        if frags or self.merge_op is not None:
+        makers = self._plain_makers
+        if makers is None:  # decided once: the view's tombstones and merge operator never change
+            frags, _ = self.fragments()
+            makers = self._plain_makers = () if frags or self.merge_op is not None else self._forward_makers()
+        if not makers:
             return None
-        srcs = self._forward_sources(start, newer)
-        return srcs[0] if len(srcs) == 1 else merge_forward(srcs)
+        # _forward_sources without tombstones, inline (a seek's path)
+        if start is None:
+            srcs = [make(None) for _, make, _ in makers]
+        else:
+            srcs = [make(start) for _, make, largest in makers if largest is None or largest >= start]
+        if len(srcs) == 1:
+            return srcs[0]
+        return merge_forward(srcs) if srcs else iter(())
 
     def scan_forward(self, start: bytes | None, upper: bytes | None, exclusive: bool) -> Iterator:
         """The per-entry forward scan (the cursor's: a seek followed by a few ``next`` costs less

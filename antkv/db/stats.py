@@ -245,8 +245,10 @@ class Statistics(DBState):
         and decoding its batch: ``{"wal_files", "wal_records", "wal_entries"}`` (records are the
         write batches, not counting each WAL's header record).  A torn last
         record (a write in flight, or what a crash left for recovery to drop) is not counted;
-        damage before intact records is a CorruptionError.  A read-only view skips a WAL the
-        writer beside it deleted after the listing (flushed: in no state this view holds)."""
+        damage before intact records is a CorruptionError.  A WAL deleted after the listing is
+        skipped when it was flushed: by this database (its number is now below the log number:
+        the writes are in a table), or by the writer beside a read-only view (in no state the
+        view holds)."""
         from ..base.filenames import wal_file_name
         from ..record.batch import decode_batch
         from ..record.log_format import LogReader
@@ -263,8 +265,12 @@ class Statistics(DBState):
             try:
                 data = self._fs.read_all(path)
             except AntIOError:
-                if self.options.read_only and not self._fs.exists(path):
-                    continue  # the writer beside this view flushed and deleted it since the listing
+                if not self._fs.exists(path):
+                    if self.options.read_only:
+                        continue  # the writer beside this view flushed and deleted it since the listing
+                    with self._mutex:
+                        if n < self._versions.log_number:
+                            continue  # flushed and deleted since the listing
                 raise
             for offset, payload in LogReader(data, path):
                 batch_ops = decode_batch(payload, path, offset)[1]

@@ -268,10 +268,13 @@ class ReadView:
         if not makers:
             return None
         # _forward_sources without tombstones, inline (a seek's path)
-        if start is None:
-            srcs = [make(None) for _, make, _ in makers]
-        else:
-            srcs = [make(start) for _, make, largest in makers if largest is None or largest >= start]
+        if len(makers) == 1:
+            _, make, largest = makers[0]
+            return make(start) if start is None or largest is None or largest >= start else iter(())
+        srcs = []
+        for _, make, largest in makers:
+            if start is None or largest is None or largest >= start:
+                srcs.append(make(start))
         if len(srcs) == 1:
             return srcs[0]
         return merge_forward(srcs) if srcs else iter(())

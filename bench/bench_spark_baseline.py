@@ -148,6 +148,27 @@ def session_processor_class():
     return SessionWindow
 
 
+def floor_batch(partitions: int):
+    """A ``foreachBatch`` function doing the Spark work of a ``StatefulPipeline`` batch and nothing
+    else: the pipeline's plan (route by key group, sort, one Arrow stream per partition, one
+    collected row per partition) around a task that only reads its rows.  Its batch time is the
+    least any Python state store run this way can take on the machine."""
+    from antkv.spark.runtime.pipeline import KEY_GROUP_COLUMN
+    from antkv.spark.runtime.routing import route
+    from antkv.spark.store.keygroups import DEFAULT_KEY_GROUPS
+
+    def task(frames):
+        import pandas as pd
+
+        rows = sum(len(f) for f in frames)
+        yield pd.DataFrame({"rows": [rows]})
+
+    def on_batch(df, batch_id):
+        routed = route(df, ["key"], partitions, DEFAULT_KEY_GROUPS, KEY_GROUP_COLUMN)
+        routed.sortWithinPartitions(KEY_GROUP_COLUMN, "key").mapInPandas(task, "rows long").collect()
+    return on_batch
+
+
 def start_session(partitions: int, local_dir: str):
     from pyspark.sql import SparkSession
 

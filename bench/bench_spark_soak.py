@@ -63,7 +63,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import soak_workload as workload  # noqa: E402
-from bench.bench_spark_baseline import ROCKSDB_PROVIDER, checkpoint_files, start_session  # noqa: E402
+from bench.bench_spark_baseline import ROCKSDB_PROVIDER, checkpoint_files, floor_batch, start_session  # noqa: E402
 from bench.bench_spark_processor import new_progress  # noqa: E402
 from bench.measure import dir_bytes  # noqa: E402
 from bench.soak_report import compare_outputs, engine_outputs, plots, report  # noqa: E402
@@ -110,7 +110,7 @@ class Engine:
         if self.antkv:
             writer = frame.writeStream.foreachBatch(self._antkv_batch(partitions, ttl))
         elif self.name == "floor":
-            writer = frame.writeStream.foreachBatch(_floor_batch(partitions))
+            writer = frame.writeStream.foreachBatch(floor_batch(partitions))
         else:
             from pyspark.sql.streaming.state import GroupStateTimeout
 
@@ -191,26 +191,6 @@ class Engine:
                 frame = output_dataframe(spark, loc, record.files, workload.OUTPUT_SCHEMA)
                 self.emitted += [tuple(r) for r in frame.collect()]
                 self.outputs_read = version
-
-
-def _floor_batch(partitions: int):
-    """``foreachBatch``'s function of the floor engine: antkv-pipeline's Spark plan (route by
-    key group, sort, one Arrow stream per partition, one collected row per partition) around a
-    task that only reads its rows."""
-    from antkv.spark.runtime.pipeline import KEY_GROUP_COLUMN
-    from antkv.spark.runtime.routing import route
-    from antkv.spark.store.keygroups import DEFAULT_KEY_GROUPS
-
-    def task(frames):
-        import pandas as pd
-
-        rows = sum(len(f) for f in frames)
-        yield pd.DataFrame({"rows": [rows]})
-
-    def on_batch(df, batch_id):
-        routed = route(df, ["key"], partitions, DEFAULT_KEY_GROUPS, KEY_GROUP_COLUMN)
-        routed.sortWithinPartitions(KEY_GROUP_COLUMN, "key").mapInPandas(task, "rows long").collect()
-    return on_batch
 
 
 def _stream_log(path: str) -> bool:

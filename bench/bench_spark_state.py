@@ -22,7 +22,10 @@ Reported per batch: rows/s (input rows over the micro-batch's ``triggerExecution
 figure for both), commit time (Spark: ``commitTimeMs`` of the state operator, summed over
 partitions; antkv: the stores' commit time summed over partitions), bytes the batch added to
 the checkpoint directory; then one batch in a restarted driver (a new process and JVM):
-**restore**, that batch's time.  Finally **rescale** (antkv only; Spark cannot change a
+**restore**, that batch's time.  Then the **floor**: the pipeline's Spark work (routing,
+sorting, the Arrow stream to Python, one collected row per partition) around a task that only
+reads its rows, on the same input: no Python state store run this way can beat its batch time,
+so its multiple of Spark bounds antkv's.  Finally **rescale** (antkv only; Spark cannot change a
 query's state partitions): a batch job loads ``--rescale-keys`` and 10x as many keys on 2
 partitions, then a batch of 1,000 rows on 3 partitions rescales; reported: the slowest
 partition's state open time (base open + clip + bring-in) for both sizes.  Each phase runs in
@@ -45,6 +48,7 @@ sys.path.insert(0, ROOT)
 
 from bench.bench_spark_baseline import (  # noqa: E402
     checkpoint_files,
+    floor_batch,
     run_child,
     start_session,
     write_batch_file,
@@ -126,6 +130,36 @@ def antkv_phase(args) -> dict:
     return {"batches": batches, "driver_peak_rss_mib": round(peak_rss_mib(), 1)}
 
 
+def floor_phase(args) -> dict:
+    """The pipeline's Spark work without its state (``floor_batch``), ``args.batches`` batches
+    of the same input in this process: the batch time no Python state store run this way can
+    beat on this machine."""
+    work = args.workdir
+    input_dir = os.path.join(work, "input-floor")
+    os.makedirs(input_dir, exist_ok=True)
+    spark = start_session(args.partitions, os.path.join(work, "spark-local"))
+    stream = spark.readStream.schema("key string, value binary, ts timestamp") \
+        .option("maxFilesPerTrigger", 1).parquet(input_dir)
+    query = stream.writeStream.foreachBatch(floor_batch(args.partitions)) \
+        .option("checkpointLocation", os.path.join(work, "checkpoint-floor")).start()
+    batches, last = [], -1
+    try:
+        for batch in range(args.batches):
+            write_batch_file(input_dir, batch, args.keys, args.value_size)
+            query.processAllAvailable()
+            progress = [p for p in query.recentProgress if p["batchId"] > last]
+            last = progress[-1]["batchId"]
+            trigger_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progress)
+            rows = sum(p["numInputRows"] for p in progress)
+            batches.append({"batch": batch, "rows": rows, "trigger_ms": trigger_ms,
+                            "rows_per_s": round(rows / (trigger_ms / 1000), 1) if trigger_ms else None})
+            print(f"  floor batch {batch}: {rows} rows in {trigger_ms} ms", file=sys.stderr)
+    finally:
+        query.stop()
+        spark.stop()
+    return {"batches": batches}
+
+
 def rescale_phase(args) -> dict:
     """Load ``args.keys`` keys on 2 partitions (a batch job), then rescale to 3 with a small batch."""
     work = args.workdir
@@ -170,6 +204,9 @@ def steady(batches: list[dict]) -> float:
     return statistics.median(b["rows_per_s"] for b in (batches[1:] or batches))
 
 
+PHASES = {"antkv": antkv_phase, "floor": floor_phase, "rescale": rescale_phase}
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--keys", type=int, default=20_000)
@@ -179,12 +216,12 @@ def main(argv=None) -> None:
     p.add_argument("--rescale-keys", type=int, default=5_000)
     p.add_argument("--dir", default=None)
     p.add_argument("--json", default=None)
-    p.add_argument("--phase", choices=["antkv", "rescale"], help=argparse.SUPPRESS)
+    p.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
     p.add_argument("--first-batch", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.phase:
-        result = antkv_phase(args) if args.phase == "antkv" else rescale_phase(args)
+        result = PHASES[args.phase](args)
         print(MARKER + json.dumps(result), flush=True)
         return
     if min(args.keys, args.batches, args.partitions, args.rescale_keys) < 1 or args.value_size < 0:
@@ -202,6 +239,8 @@ def main(argv=None) -> None:
         spark_phase = spark_child("apply", 0, args.batches, spark_args, workdir)
         spark = spark_phase["batches"]
         spark_restart = spark_child("apply", args.batches, 1, spark_args, workdir)["batches"][0]
+        print(f"floor (the pipeline's Spark work without state): {args.batches} batches", file=sys.stderr)
+        floor = child("floor", args, workdir)["batches"]
         rescale = []
         for keys in (args.rescale_keys, 10 * args.rescale_keys):
             print(f"antkv rescale 2 -> 3 at {keys:,} keys", file=sys.stderr)
@@ -209,14 +248,18 @@ def main(argv=None) -> None:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     rss = {"antkv": ant_phase["driver_peak_rss_mib"], "spark": spark_phase["driver_peak_rss_mib"]}
-    results.update(antkv=ant, antkv_restart=ant_restart, spark=spark, spark_restart=spark_restart, rescale=rescale,
+    results.update(antkv=ant, antkv_restart=ant_restart, spark=spark, spark_restart=spark_restart, floor=floor,
+                   rescale=rescale,
                    driver_peak_rss_mib=rss)
     report = [f"# antkv vs Spark state store: {args.keys:,} keys, {args.value_size} B values, every key "
               f"updated every batch, {args.partitions} state partitions, local[2]", ""]
     report += table("antkv StatefulPipeline (foreachBatch)", ant, ant_restart)
     report += table("Spark applyInPandasWithState, RocksDB provider", spark, spark_restart)
     a, s = steady(ant), steady(spark)
+    f = steady(floor)
     report.append(f"median rows/s after the first batch: antkv {a:,.0f}, Spark {s:,.0f}: {a / s:.1f}x")
+    report.append(f"floor (the pipeline's Spark work, a task keeping no state): {f:,.0f} rows/s, {f / s:.1f}x Spark; "
+                  f"antkv runs at {a / f:.0%} of it")
     report.append(f"driver's Python process, peak RSS over the {args.batches} batches: antkv {rss['antkv']:,.0f} MiB, "
                   f"Spark {rss['spark']:,.0f} MiB")
     report.append(f"restore (first batch in a restarted driver): antkv {ant_restart['trigger_ms']:,} ms, "

@@ -497,6 +497,28 @@ def test_leftovers_of_interrupted_local_writes_block_nothing_and_are_collected(t
     assert state(loc, 2, 0, options)[b"k000"] == b"v1-0-"
 
 
+@pytest.mark.parametrize("kernel_copy", [True, False])
+def test_a_local_upload_writes_the_files_bytes_once_whichever_way_it_copies(tmp_path, monkeypatch, kernel_copy):
+    """A local upload copies in the kernel where it can, else through memory (a system
+    refusing ``sendfile`` between the two files): the same bytes, and never an overwrite."""
+    import errno
+
+    if not kernel_copy:
+        def refuse(*args):
+            raise OSError(errno.EINVAL, "sendfile refused")
+        monkeypatch.setattr(os, "sendfile", refuse)
+    data = os.urandom(3 << 20) + b"tail"
+    src = tmp_path / "table.sst"
+    src.write_bytes(data)
+    loc = Location(str(tmp_path / "loc"))
+    loc.upload("op/p00000/obj.sst", str(src))
+    assert loc.read("op/p00000/obj.sst") == data
+    with pytest.raises(antkv.IOError, match="already exists"):
+        loc.upload("op/p00000/obj.sst", str(src))
+    assert loc.read("op/p00000/obj.sst") == data
+    assert sorted(os.listdir(tmp_path / "loc" / "op" / "p00000")) == ["obj.sst"]  # no temporary file left
+
+
 def test_a_held_copy_lists_once_and_reads_nothing_and_a_rebuild_downloads_only_missing_files(tmp_path, options):
     from test_spark_faults import make_faulty
 

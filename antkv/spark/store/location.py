@@ -33,6 +33,7 @@ it; any other failure of the file system is an :class:`antkv.IOError` wrapping i
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -313,6 +314,8 @@ class Location:
                 return
             with open(local_path, "rb") as src, self.fs.open_output_stream(p) as dst:
                 _copy_stream(src, dst)
+        except FileExistsError as e:
+            raise AntIOError(f"object {p} already exists: attempt ids must be unique", e, p) from e
         except OSError as e:
             raise AntIOError(f"cannot upload {local_path} to {p}: {e}", e, p) from e
 
@@ -397,13 +400,12 @@ class Location:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
-                with os.fdopen(fd, "wb", closefd=False) as f:
-                    if isinstance(data, (bytes, bytearray, memoryview)):
+                if isinstance(data, (bytes, bytearray, memoryview)):
+                    with os.fdopen(fd, "wb", closefd=False) as f:
                         f.write(data)
-                    else:
-                        _copy_stream(data, f)
-                    f.flush()
-                    os.fsync(fd)
+                else:
+                    _copy_file(data, fd)
+                os.fsync(fd)
             finally:
                 os.close(fd)
             os.link(tmp, p)
@@ -421,6 +423,33 @@ def _fsync_dir(d: str) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+_NOT_FOR_THESE_FILES = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV)
+
+
+def _copy_file(src, dst_fd: int) -> None:
+    """Copy the binary file ``src`` (read from its start) to the descriptor ``dst_fd``: in the
+    kernel (``sendfile``) where the system copies between these files, else through memory.
+    An upload of a working copy's table then costs the process no copy through its memory."""
+    try:
+        src_fd = src.fileno()
+    except (AttributeError, OSError):  # no descriptor (io.UnsupportedOperation is an OSError)
+        src_fd = None
+    if src_fd is not None and hasattr(os, "sendfile"):
+        sent = 0
+        while True:
+            try:
+                n = os.sendfile(dst_fd, src_fd, None, 1 << 30)
+            except OSError as e:
+                if sent == 0 and e.errno in _NOT_FOR_THESE_FILES:
+                    break  # not between these files: copy through memory
+                raise
+            if n == 0:
+                return
+            sent += n
+    with os.fdopen(dst_fd, "wb", closefd=False) as f:
+        _copy_stream(src, f)
 
 
 def _copy_stream(src, dst, chunk: int = 4 << 20) -> None:

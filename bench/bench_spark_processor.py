@@ -4,7 +4,7 @@ Usage::
 
     .venv/bin/python bench/bench_spark_processor.py                          # 10,000 keys
     .venv/bin/python bench/bench_spark_processor.py --keys 100000 --batches 3   # the full size
-        [--partitions 4] [--order interleave|alternate] [--dir /tmp] [--json out.json]
+        [--partitions 4] [--order interleave|alternate|streams] [--dir /tmp] [--json out.json]
 
 The session-window ``StatefulProcessor`` of ``bench_spark_baseline.py`` (event time, a value
 state per key, a timer at the end of the session moved on every event) runs, unchanged, in two
@@ -26,6 +26,8 @@ back to back and waits for two of the other's.  Two Spark batches of the full si
 a minute, and Spark stops the Python workers of a UDF that has not run for a minute (its fixed
 idle timeout), so antkv's next batch starts new workers and rebuilds every working copy: that
 order measures a query whose batches are over a minute apart, not a steady stream.
+``--order streams`` measures steady streams: antkv's batches run back to back, then Spark's, as
+queries fed faster than they process (each query then sees the machine on its own).
 
 Reported per batch and query: rows/s, the input rows over the micro-batches'
 ``triggerExecution`` time (summed over the micro-batches the file caused: Spark adds a batch
@@ -97,6 +99,14 @@ def _antkv_breakdown(work: str, batch: int) -> dict:
             "snapshots": sum(p["snapshot"] for p in parts)}
 
 
+def _schedule(order: str, batches: int) -> list[tuple[int, str]]:
+    """``(batch, engine)`` in the order they run (see the module docstring)."""
+    if order == "streams":
+        return [(b, "antkv") for b in range(batches)] + [(b, "spark") for b in range(batches)]
+    return [(b, engine) for b in range(batches)
+            for engine in (("spark", "antkv") if order == "interleave" or b % 2 == 0 else ("antkv", "spark"))]
+
+
 def run(args) -> dict:
     work = tempfile.mkdtemp(prefix="antkv-processor-bench-", dir=args.dir)
     spark = start_session(args.partitions, os.path.join(work, "spark-local"))
@@ -107,29 +117,31 @@ def run(args) -> dict:
         last = {name: -1 for name in queries}
         source = os.path.join(work, "source")
         os.makedirs(source)
-        for batch in range(args.batches):
-            write_batch_file(source, batch, args.keys, 16)
+        rows = [{"batch": batch} for batch in range(args.batches)]
+        for batch, engine in _schedule(args.order, args.batches):
+            row = rows[batch]
+            row.setdefault("first", engine)
             name = f"batch-{batch:05d}.parquet"
-            order = ["spark", "antkv"] if args.order == "interleave" or batch % 2 == 0 else ["antkv", "spark"]
-            row = {"batch": batch, "first": order[0]}
-            for engine in order:
-                query, inputs = queries[engine]
-                shutil.copyfile(os.path.join(source, name), os.path.join(inputs, "." + name))
-                os.rename(os.path.join(inputs, "." + name), os.path.join(inputs, name))
-                t0 = time.perf_counter()
-                query.processAllAvailable()
-                wall = time.perf_counter() - t0
-                progresses, last[engine] = new_progress(query, last[engine])
-                trigger_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progresses)
-                rows = sum(p["numInputRows"] for p in progresses)
-                row[engine] = {"rows": rows, "micro_batches": len(progresses), "trigger_ms": trigger_ms,
-                               "wall_s": round(wall, 3),
-                               "rows_per_s": round(rows / (trigger_ms / 1000), 1) if trigger_ms else None}
-                print(f"  batch {batch} {engine}: {rows} rows in {trigger_ms} ms "
-                      f"({row[engine]['rows_per_s']} rows/s, {len(progresses)} micro-batches)", file=sys.stderr)
-            row["antkv"]["breakdown"] = _antkv_breakdown(work, batch)
-            print(f"  batch {batch} antkv breakdown: {row['antkv']['breakdown']}", file=sys.stderr)
-            results["per_batch"].append(row)
+            if not os.path.exists(os.path.join(source, name)):
+                write_batch_file(source, batch, args.keys, 16)
+            query, inputs = queries[engine]
+            shutil.copyfile(os.path.join(source, name), os.path.join(inputs, "." + name))
+            os.rename(os.path.join(inputs, "." + name), os.path.join(inputs, name))
+            t0 = time.perf_counter()
+            query.processAllAvailable()
+            wall = time.perf_counter() - t0
+            progresses, last[engine] = new_progress(query, last[engine])
+            trigger_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progresses)
+            n = sum(p["numInputRows"] for p in progresses)
+            row[engine] = {"rows": n, "micro_batches": len(progresses), "trigger_ms": trigger_ms,
+                           "wall_s": round(wall, 3),
+                           "rows_per_s": round(n / (trigger_ms / 1000), 1) if trigger_ms else None}
+            print(f"  batch {batch} {engine}: {n} rows in {trigger_ms} ms "
+                  f"({row[engine]['rows_per_s']} rows/s, {len(progresses)} micro-batches)", file=sys.stderr)
+            if engine == "antkv":
+                row["antkv"]["breakdown"] = _antkv_breakdown(work, batch)
+                print(f"  batch {batch} antkv breakdown: {row['antkv']['breakdown']}", file=sys.stderr)
+        results["per_batch"] = rows
         for query, _ in queries.values():
             query.stop()
     finally:
@@ -160,8 +172,9 @@ def main(argv=None) -> None:
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--order", choices=("interleave", "alternate"), default="interleave",
-                   help="interleave: Spark then antkv every batch; alternate: the first query alternates")
+    p.add_argument("--order", choices=("interleave", "alternate", "streams"), default="interleave",
+                   help="interleave: Spark then antkv every batch; alternate: the first query alternates; "
+                        "streams: antkv's batches back to back, then Spark's")
     p.add_argument("--dir", default=None, help="where the inputs and state go (a temp dir)")
     p.add_argument("--json", default=None, help="also write the full results here")
     p.add_argument("--keep", action="store_true", help="keep the work directory")

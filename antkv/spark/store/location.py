@@ -37,6 +37,7 @@ import errno
 import os
 import re
 import secrets
+import sys
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
@@ -425,7 +426,8 @@ def _fsync_dir(d: str) -> None:
         os.close(dfd)
 
 
-_NOT_FOR_THESE_FILES = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV)
+_NOT_FOR_THESE_FILES = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV, errno.ENOTSOCK)
+_KERNEL_COPY = hasattr(os, "sendfile") and sys.platform.startswith("linux")  # elsewhere it wants a socket
 
 
 def _copy_file(src, dst_fd: int) -> None:
@@ -436,7 +438,7 @@ def _copy_file(src, dst_fd: int) -> None:
         src_fd = src.fileno()
     except (AttributeError, OSError):  # no descriptor (io.UnsupportedOperation is an OSError)
         src_fd = None
-    if src_fd is not None and hasattr(os, "sendfile"):
+    if src_fd is not None and _KERNEL_COPY:
         sent = 0
         while True:
             try:

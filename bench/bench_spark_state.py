@@ -85,78 +85,74 @@ def _pipeline(work: str, partitions: int, metrics: str | None = None):
                             metrics_path=metrics)
 
 
-def antkv_phase(args) -> dict:
-    """``args.batches`` batches from ``args.first_batch`` in this process (a streaming query)."""
+def _stream_batches(args, name: str, make_on_batch):
+    """A streaming query over one new input file per batch, ``foreachBatch(make_on_batch())``
+    (made once the session runs), for ``args.batches`` batches from ``args.first_batch`` in this
+    process; yields each batch's figures (rows, ``triggerExecution`` time, rows/s) as it ends."""
     work = args.workdir
-    input_dir = os.path.join(work, "input-antkv")
-    state_dir = os.path.join(work, "antkv-state")
+    input_dir = os.path.join(work, f"input-{name}")
     os.makedirs(input_dir, exist_ok=True)
     spark = start_session(args.partitions, os.path.join(work, "spark-local"))
-    pipe = _pipeline(work, args.partitions)
     stream = spark.readStream.schema("key string, value binary, ts timestamp") \
         .option("maxFilesPerTrigger", 1).parquet(input_dir)
-    query = stream.writeStream.foreachBatch(pipe.foreach_batch()) \
-        .option("checkpointLocation", os.path.join(work, "checkpoint-antkv")).start()
-    batches, last = [], -1
+    query = stream.writeStream.foreachBatch(make_on_batch()) \
+        .option("checkpointLocation", os.path.join(work, f"checkpoint-{name}")).start()
+    last = -1
     try:
         for batch in range(args.first_batch, args.first_batch + args.batches):
-            before = checkpoint_files(state_dir)
             write_batch_file(input_dir, batch, args.keys, args.value_size)
             query.processAllAvailable()
-            after = checkpoint_files(state_dir)
             progress = [p for p in query.recentProgress if p["batchId"] > last]
             last = progress[-1]["batchId"]
             trigger_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progress)
-            m = pipe.history[-1]
             rows = sum(p["numInputRows"] for p in progress)
-            batches.append({
-                "batch": batch, "rows": rows, "trigger_ms": trigger_ms,
-                "rows_per_s": round(rows / (trigger_ms / 1000), 1) if trigger_ms else None,
-                "commit_ms": round(1000 * sum(p.commit_s for p in m.partition_metrics)),
-                "load_ms": round(1000 * sum(p.load_s for p in m.partition_metrics)),
-                "process_ms": round(1000 * sum(p.process_s for p in m.partition_metrics)),
-                "checkpoint_new_bytes": sum(s for p, s in after.items() if p not in before),
-                "checkpoint_total_bytes": sum(after.values()),
-                "bytes_uploaded": m.bytes_uploaded, "bytes_reused": m.bytes_reused,
-                "keys": m.keys, "cache_hit_ratio": m.cache_hit_ratio,
-                "write_amplification": max(p.write_amplification for p in m.partition_metrics),
-            })
-            b = batches[-1]
-            print(f"  antkv batch {batch}: {rows} rows in {trigger_ms} ms ({b['rows_per_s']} rows/s), "
-                  f"commit {b['commit_ms']} ms, +{b['checkpoint_new_bytes']:,} checkpoint bytes", file=sys.stderr)
+            yield {"batch": batch, "rows": rows, "trigger_ms": trigger_ms,
+                   "rows_per_s": round(rows / (trigger_ms / 1000), 1) if trigger_ms else None}
     finally:
         query.stop()
         spark.stop()
+
+
+def antkv_phase(args) -> dict:
+    """``args.batches`` batches from ``args.first_batch`` of a ``StatefulPipeline`` under
+    ``foreachBatch``, with the state's figures of each batch."""
+    state_dir = os.path.join(args.workdir, "antkv-state")
+    pipe = None
+
+    def make_on_batch():  # a pipeline parses its schema, which needs the session
+        nonlocal pipe
+        pipe = _pipeline(args.workdir, args.partitions)
+        return pipe.foreach_batch()
+
+    batches = []
+    before = checkpoint_files(state_dir)
+    for b in _stream_batches(args, "antkv", make_on_batch):
+        after = checkpoint_files(state_dir)
+        m = pipe.history[-1]
+        b.update({
+            "commit_ms": round(1000 * sum(p.commit_s for p in m.partition_metrics)),
+            "load_ms": round(1000 * sum(p.load_s for p in m.partition_metrics)),
+            "process_ms": round(1000 * sum(p.process_s for p in m.partition_metrics)),
+            "checkpoint_new_bytes": sum(s for p, s in after.items() if p not in before),
+            "checkpoint_total_bytes": sum(after.values()),
+            "bytes_uploaded": m.bytes_uploaded, "bytes_reused": m.bytes_reused,
+            "keys": m.keys, "cache_hit_ratio": m.cache_hit_ratio,
+            "write_amplification": max(p.write_amplification for p in m.partition_metrics),
+        })
+        batches.append(b)
+        before = after
+        print(f"  antkv batch {b['batch']}: {b['rows']} rows in {b['trigger_ms']} ms ({b['rows_per_s']} rows/s), "
+              f"commit {b['commit_ms']} ms, +{b['checkpoint_new_bytes']:,} checkpoint bytes", file=sys.stderr)
     return {"batches": batches, "driver_peak_rss_mib": round(peak_rss_mib(), 1)}
 
 
 def floor_phase(args) -> dict:
-    """The pipeline's Spark work without its state (``floor_batch``), ``args.batches`` batches
-    of the same input in this process: the batch time no Python state store run this way can
-    beat on this machine."""
-    work = args.workdir
-    input_dir = os.path.join(work, "input-floor")
-    os.makedirs(input_dir, exist_ok=True)
-    spark = start_session(args.partitions, os.path.join(work, "spark-local"))
-    stream = spark.readStream.schema("key string, value binary, ts timestamp") \
-        .option("maxFilesPerTrigger", 1).parquet(input_dir)
-    query = stream.writeStream.foreachBatch(floor_batch(args.partitions)) \
-        .option("checkpointLocation", os.path.join(work, "checkpoint-floor")).start()
-    batches, last = [], -1
-    try:
-        for batch in range(args.batches):
-            write_batch_file(input_dir, batch, args.keys, args.value_size)
-            query.processAllAvailable()
-            progress = [p for p in query.recentProgress if p["batchId"] > last]
-            last = progress[-1]["batchId"]
-            trigger_ms = sum(p["durationMs"].get("triggerExecution", 0) for p in progress)
-            rows = sum(p["numInputRows"] for p in progress)
-            batches.append({"batch": batch, "rows": rows, "trigger_ms": trigger_ms,
-                            "rows_per_s": round(rows / (trigger_ms / 1000), 1) if trigger_ms else None})
-            print(f"  floor batch {batch}: {rows} rows in {trigger_ms} ms", file=sys.stderr)
-    finally:
-        query.stop()
-        spark.stop()
+    """The pipeline's Spark work without its state (``floor_batch``) on the same input: the
+    batch time no Python state store run this way can beat on this machine."""
+    batches = []
+    for b in _stream_batches(args, "floor", lambda: floor_batch(args.partitions)):
+        batches.append(b)
+        print(f"  floor batch {b['batch']}: {b['rows']} rows in {b['trigger_ms']} ms", file=sys.stderr)
     return {"batches": batches}
 
 

@@ -25,6 +25,11 @@ at the start); antkv's uses the policy of a database's own cache (``antkv.db.DEF
 RocksDB's is its ``LRUCache`` (rocksdict's ``Cache``).  The other workloads use each engine's
 default cache (32 MiB for both).
 
+The two point-read workloads also run a third reader in each round, after the engines: the
+*floor* (:mod:`bench.read_floor`), the least a pure-Python reader does to get a key from
+antkv's tables through the same cache capacity. The report gives its multiple of RocksDB and
+antkv's share of it: how far antkv's own gets are from what Python allows.
+
 The 100 B databases of a round are made by that round's ``fillrandom``; the 1 KiB ones by an
 untimed load in their own child (``load1k``); overwrite works on a copy.
 """
@@ -43,6 +48,8 @@ import tempfile
 import time
 
 ENGINES = ("antkv", "rocksdb")
+FLOOR = "floor"  # bench/read_floor.py: the point reads, beside the two engines
+POINT_READS = ("readrandom", "readrandom_uncached")
 WORKLOADS = ("fillrandom", "readrandom", "readrandom_uncached", "readseq", "overwrite", "seekrandom", "shortjob")
 UNITS = {"shortjob": "ms"}  # every other figure is operations per second
 KEY_SIZE = 16
@@ -134,7 +141,13 @@ class RocksDB:
         self.db.close()
 
 
-OPEN = {"antkv": AntKV, "rocksdb": RocksDB}
+def _floor(path: str, cache_bytes: int):
+    from .read_floor import FloorReader
+
+    return FloorReader(path, cache_bytes)
+
+
+OPEN = {"antkv": AntKV, "rocksdb": RocksDB, FLOOR: _floor}
 
 
 # --------------------------------------------------------------------------- one measurement
@@ -150,7 +163,7 @@ def cache_capacity(workload: str, num: int) -> int:
 def child(engine: str, workload: str, d: str, num: int, jobs: int, seed: int) -> float:
     """Run one workload of one engine in this (fresh) process; return its figure."""
     __import__("antkv" if engine == "antkv" else "rocksdict")  # imported before any clock starts
-    path = os.path.join(d, f"{engine}-small")
+    path = os.path.join(d, f"{'antkv' if engine == FLOOR else engine}-small")  # the floor reads antkv's
     path1k = os.path.join(d, f"{engine}-1k")
     small_n, large_n = num, max(1000, num // 10)
     reads = min(small_n, 100_000)
@@ -303,6 +316,13 @@ def report(results: dict, extras: dict, workloads: list[str]) -> str:
             f"| {w} | {fmt(statistics.median(a))} {_spread(a)} | {fmt(statistics.median(r))} {_spread(r)} | "
             f"{statistics.median(ratios):.2f}{label} ({min(ratios):.2f}-{max(ratios):.2f}) |"
         )
+    for w in POINT_READS:
+        f, r = results.get(FLOOR, {}).get(w), results["rocksdb"].get(w)
+        if f and r:
+            ratios = [x / y for x, y in zip(f, r)]
+            lines.append(f"\n{w}, the floor (bench/read_floor.py, the same cache): {statistics.median(f):,.0f}/s, "
+                         f"{statistics.median(ratios):.2f}x RocksDB ({min(ratios):.2f}-{max(ratios):.2f}); antkv runs "
+                         f"at {statistics.median(x / y for x, y in zip(results['antkv'][w], f)):.0%} of it")
     for eng in ENGINES:
         firsts = extras.get(eng, {}).get("first_ms")
         if firsts:
@@ -331,7 +351,7 @@ def main(argv: list[str] | None = None) -> None:
     need_large = any(w in workloads for w in ("overwrite", "seekrandom"))
     if need_small and "fillrandom" not in workloads:
         workloads.insert(0, "fillrandom")
-    results: dict = {e: {} for e in ENGINES}
+    results: dict = {e: {} for e in ENGINES + (FLOOR,)}
     extras: dict = {e: {} for e in ENGINES}
     print(f"bench_small: --num {args.num} --rounds {args.rounds} --jobs {args.jobs}; load average "
           f"{os.getloadavg()[0]:.2f}; Python {sys.version.split()[0]}, {os.cpu_count()} CPUs", flush=True)
@@ -346,7 +366,7 @@ def main(argv: list[str] | None = None) -> None:
             if need_large:
                 steps.insert(steps.index(next(w for w in workloads if w in ("overwrite", "seekrandom"))), "load1k")
             for w in steps:
-                for eng in order:
+                for eng in order + (FLOOR,) if w in POINT_READS else order:
                     value, extra = run_child(eng, w, d, args)
                     if w == "load1k":
                         continue

@@ -14,6 +14,7 @@ import sys
 import time
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 from pyspark import cloudpickle
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -114,9 +115,10 @@ def _frame(spark, rows, schema):
 
 
 def run_on_spark(spark, work, name, processor, batches, schema, output_schema, time_mode,
-                 event_time=None, initial=None):
-    """The processor on transformWithStateInPandas with Spark's RocksDB provider, one file per
-    micro-batch; returns every output row, sorted."""
+                 event_time=None, initial=None, api="transformWithStateInPandas"):
+    """The processor on ``api`` (``transformWithStateInPandas``, or the row-based
+    ``transformWithState``) with Spark's RocksDB provider, one file per micro-batch; returns
+    every output row, sorted."""
     inputs, checkpoint = os.path.join(work, f"in-{name}"), os.path.join(work, f"ckpt-{name}")
     os.makedirs(inputs)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
@@ -124,8 +126,7 @@ def run_on_spark(spark, work, name, processor, batches, schema, output_schema, t
     if event_time:
         stream = stream.withWatermark(event_time, "0 seconds")
     grouped_init = None if initial is None else spark.createDataFrame(*initial).groupBy("key")
-    out = stream.groupBy("key").transformWithStateInPandas(
-        processor, output_schema, "Update", time_mode, grouped_init)
+    out = getattr(stream.groupBy("key"), api)(processor, output_schema, "Update", time_mode, grouped_init)
     got = []
     writer = out.writeStream.outputMode("update").option("checkpointLocation", checkpoint) \
         .foreachBatch(lambda df, _: got.extend(tuple(r) for r in df.collect()))
@@ -137,7 +138,7 @@ def run_on_spark(spark, work, name, processor, batches, schema, output_schema, t
     try:
         for i, rows in enumerate(batches):
             tmp = os.path.join(inputs, f".{i}.parquet")
-            _frame(spark, rows, schema).toPandas().to_parquet(tmp, index=False, coerce_timestamps="us")
+            pq.write_table(_frame(spark, rows, schema).toArrow(), tmp, coerce_timestamps="us")  # the types kept
             os.rename(tmp, os.path.join(inputs, f"{i:03d}.parquet"))
             if once:
                 query = writer.trigger(processingTime="1 hour").start()
@@ -180,10 +181,15 @@ def run_on_antkv(spark, work, name, processor, batches, schema, output_schema, t
     return sorted(got), runner
 
 
-def both(spark, tmp_path, name, processor, batches, schema, output_schema, time_mode, restart=False, **kw):
-    want = run_on_spark(spark, str(tmp_path), name, processor, batches, schema, output_schema, time_mode, **kw)
+def both(spark, tmp_path, name, processor, batches, schema, output_schema, time_mode, restart=False, rows=False,
+         **kw):
+    """The processor on Spark and on antkv (``rows``: a row-based processor, on Spark's
+    ``transformWithState``); the outputs must be equal."""
+    api = "transformWithState" if rows else "transformWithStateInPandas"
+    want = run_on_spark(spark, str(tmp_path), name, processor, batches, schema, output_schema, time_mode, api=api,
+                        **kw)
     got, _ = run_on_antkv(spark, str(tmp_path), name, processor, batches, schema, output_schema, time_mode,
-                          restart=restart, **kw)
+                          restart=restart, rows=rows, **kw)
     assert want, "the suite's processors all produce output"
     assert got == want
     return got

@@ -29,6 +29,10 @@ for its partition and batch, in Spark's order:
    by (time, key), each then deleted (:mod:`antkv.spark.processor.timers`: no scan of the state);
 5. the end of TTL'd elements that expired, then ``close()``.
 
+A processor written for Spark 4.1's row-based ``groupBy(key).transformWithState(...)`` runs
+with ``rows=True``: its handlers get and yield ``pyspark.sql.Row`` objects, as Spark's
+row-based worker hands them (:mod:`antkv.spark.processor.rows`).
+
 What the handlers yield is streamed into the task attempt's output files; ``run`` returns the
 batch's published output as a Spark DataFrame (:mod:`antkv.spark.runtime.pipeline`).
 
@@ -58,6 +62,7 @@ from antkv.spark.store.location import event_time_name, marker_name, parse_event
 from antkv.spark.store.objects import KIND_EVENT_TIME, seal, unseal
 from antkv.spark.runtime.pipeline import KEY_GROUP_COLUMN, BatchResult, StatefulPipeline
 from antkv.spark.processor.handle import DeclaringHandle, ProcessorHandle, check_time_mode
+from antkv.spark.processor.rows import RowProcessor
 from antkv.spark.state.chunks import key_chunks
 
 INITIAL_COLUMN = "__antkv_initial"  # 1 on the rows of the initial state, 0 on input rows
@@ -83,6 +88,7 @@ class _Batch:
     event_time: bool
     exact_columns: dict  # integer and boolean columns -> numpy dtype, to undo a union's nulls
     chunk_rows: int  # spark.sql.execution.arrow.maxRecordsPerBatch: the most rows of a key's chunk
+    row_types: tuple | None  # row-based processors: (input types, initial-state types, session time zone)
 
 
 def _ddl(schema) -> str:
@@ -106,14 +112,19 @@ class TransformWithState:
     """Runs a Spark ``StatefulProcessor`` on antkv state, batch after batch; see the module
     docstring.  The arguments after ``output_schema`` are ``transformWithStateInPandas``'s
     (``initial_state`` is a DataFrame holding the key columns under the same names) and
-    :class:`~antkv.spark.runtime.pipeline.StatefulPipeline`'s."""
+    :class:`~antkv.spark.runtime.pipeline.StatefulPipeline`'s.  ``rows=True`` runs a processor
+    written for the row-based ``transformWithState`` (``Row``s in and out) instead of one for
+    ``transformWithStateInPandas``."""
 
     def __init__(self, location, operator: str, key, processor, output_schema, *,
                  output_mode: str = "Update", time_mode: str = "None", initial_state=None,
                  event_time_column: str | None = None, watermark_delay_ms: int = 0,
                  partitions: int, key_groups: int = DEFAULT_KEY_GROUPS, clock=None,
                  query_id: str | None = None, options=None, metrics_path: str | None = None,
-                 min_versions_to_retain: int = 2, output_retention: int | None = None):
+                 min_versions_to_retain: int = 2, output_retention: int | None = None, rows: bool = False):
+        if not isinstance(rows, bool):
+            raise TypeError(f"rows must be a bool, not {type(rows).__name__}")
+        self.rows = rows
         for method in ("init", "handleInputRows"):
             if not callable(getattr(processor, method, None)):
                 raise TypeError(f"processor must be a StatefulProcessor: it has no {method}()")
@@ -162,6 +173,11 @@ class TransformWithState:
             raise antkv.InvalidArgumentError(f"the key columns {missing} are not in the DataFrame")
         batch_ts = int(self.clock() * 1000)
         input_columns = tuple(df.columns)
+        row_types = None
+        if self.rows:
+            initial_types = None if self.initial_state is None else tuple(f.dataType for f in self.initial_state.schema.fields)
+            row_types = (tuple(f.dataType for f in df.schema.fields), initial_types,
+                         df.sparkSession.conf.get("spark.sql.session.timeZone"))
         watermark, max_event_time = -1, None
         if self.time_mode == "EventTime":
             if self.event_time_column not in df.columns:
@@ -178,7 +194,8 @@ class TransformWithState:
             df, initial_columns = self._with_initial_state(df)
         limit = int(df.sparkSession.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch", "10000"))
         batch = _Batch(self.processor, self.key, input_columns, initial_columns, tuple(pipe.columns), self.time_mode,
-                       batch_ts, watermark, self.time_mode == "EventTime", exact, limit if limit > 0 else 2**31 - 1)
+                       batch_ts, watermark, self.time_mode == "EventTime", exact, limit if limit > 0 else 2**31 - 1,
+                       row_types)
 
         def run_processor(state, frames):
             return _run_partition(batch, state, frames)
@@ -339,6 +356,10 @@ def _run_partition(batch: _Batch, state, frames):
     from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
     processor = batch.processor
+    calls = processor  # what the handlers are called on: the processor, or its row-based adapter
+    if batch.row_types is not None:
+        calls = RowProcessor(processor, batch.input_columns, batch.initial_columns, batch.output_columns,
+                             batch.row_types)
     handle = ProcessorHandle(state.store, state.owned, batch.time_mode, batch.batch_timestamp_ms)
     processor.init(handle)
     if batch.time_mode == "None":
@@ -372,18 +393,18 @@ def _run_partition(batch: _Batch, state, frames):
 
             initial, inputs = _initial_and_inputs(batch, pd.concat(list(chunks), ignore_index=True))
             if initial is not None:
-                processor.handleInitialState(key, initial, timer_values)
+                calls.handleInitialState(key, initial, timer_values)
             if not len(inputs):
                 continue
             chunks = (inputs.iloc[i:i + limit].reset_index(drop=True) for i in range(0, len(inputs), limit))
-        out.add(processor.handleInputRows(key, chunks, timer_values))
+        out.add(calls.handleInputRows(key, chunks, timer_values))
         if out.full:
             yield from out.flush()
     if batch.time_mode != "None":
         threshold = batch.batch_timestamp_ms if batch.time_mode == "ProcessingTime" else batch.watermark_ms
         for expiry, _encoded, kg, key in handle.timers.expired(state.owned, threshold):
             handle.set_current_key(kg, key)
-            out.add(processor.handleExpiredTimer(key, timer_values, ExpiredTimerInfo(expiry)))
+            out.add(calls.handleExpiredTimer(key, timer_values, ExpiredTimerInfo(expiry)))
             handle.timers.delete(expiry)
             if out.full:
                 yield from out.flush()

@@ -15,6 +15,7 @@ import time
 import pandas as pd
 import pytest
 from pyspark import cloudpickle
+from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 import antkv
@@ -57,6 +58,10 @@ class Everything(StatefulProcessor):
 
     def handleInputRows(self, key, rows, timerValues):
         values = [v for frame in rows for v in frame["v"]]
+        yield pd.DataFrame({"key": [key[0]], "digest": [self.digest(values)]})
+
+    def digest(self, values) -> str:
+        """Apply a key's values to every state variable; the key's whole state, printed."""
         n = (self.total.get() or (0, ""))[0] + len(values)
         self.total.update((n, values[-1]))
         for state in (self.hour, self.brief):
@@ -70,7 +75,14 @@ class Everything(StatefulProcessor):
         self.handle.registerTimer(FAR + n)
         digest = (self.total.get(), self.hour.get(), self.brief.get(), list(self.seen.get()),
                   sorted(self.items.iterator()), list(self.handle.listTimers()))
-        yield pd.DataFrame({"key": [key[0]], "digest": [repr(plain(digest))]})
+        return repr(plain(digest))
+
+
+class EverythingRows(Everything):
+    """:class:`Everything` written for the row-based ``transformWithState``: Rows in and out."""
+
+    def handleInputRows(self, key, rows, timerValues):
+        yield Row(key=key[0], digest=self.digest([row.v for row in rows]))
 
 
 # --------------------------------------------------------------------------- Spark's side
@@ -156,7 +168,11 @@ def test_apply_in_pandas_with_state_continues_on_antkv(spark, tmp_path):
     assert len(final) == 4
 
 
-def test_transform_with_state_continues_on_antkv(spark, tmp_path):
+@pytest.mark.parametrize("rows", [False, True], ids=["pandas", "rows"])
+def test_transform_with_state_continues_on_antkv(spark, tmp_path, rows):
+    """A ``transformWithStateInPandas`` query, or a row-based ``transformWithState`` one, moves
+    to antkv mid-stream."""
+    processor, api = (EverythingRows, "transformWithState") if rows else (Everything, "transformWithStateInPandas")
     work = str(tmp_path)
     inputs, checkpoint = os.path.join(work, "in"), os.path.join(work, "ckpt")
     os.makedirs(inputs)
@@ -165,8 +181,8 @@ def test_transform_with_state_continues_on_antkv(spark, tmp_path):
 
     def writer(outputs):
         out = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(inputs) \
-            .groupBy("key").transformWithStateInPandas(Everything(), "key string, digest string", "Update",
-                                                       "ProcessingTime")
+            .groupBy("key")
+        out = getattr(out, api)(processor(), "key string, digest string", "Update", "ProcessingTime")
         return out.writeStream.outputMode("update").option("checkpointLocation", checkpoint) \
             .foreachBatch(lambda df, _: outputs.append(sorted(tuple(r) for r in df.collect())))
 
@@ -180,11 +196,11 @@ def test_transform_with_state_continues_on_antkv(spark, tmp_path):
     want = spark_batches(spark, inputs, checkpoint, writer, batches[2:], 2)
 
     location = f"file://{work}/antkv"
-    result = migrate_transform_with_state(spark, migrated, location, "everything", ["key"], Everything(),
+    result = migrate_transform_with_state(spark, migrated, location, "everything", ["key"], processor(),
                                           time_mode="ProcessingTime", partitions=2, key_groups=16)
     assert (result.batch_id, result.version) == (1, 2)
-    runner = TransformWithState(location, "everything", ["key"], Everything(), "key string, digest string",
-                                time_mode="ProcessingTime", partitions=2, key_groups=16)
+    runner = TransformWithState(location, "everything", ["key"], processor(), "key string, digest string",
+                                time_mode="ProcessingTime", partitions=2, key_groups=16, rows=rows)
     got = [output_rows(runner.run(spark.createDataFrame(rows), batch_id).output)
            for batch_id, rows in enumerate(batches[2:], 2)]
     assert got == want

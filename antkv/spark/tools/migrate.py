@@ -1,7 +1,8 @@
 """Moving a query's state from Spark's state store to antkv, without losing a key.
 
-A query that ran batches ``0 .. b`` on Spark (``applyInPandasWithState`` or
-``transformWithStateInPandas``, any state store provider) continues on antkv from batch
+A query that ran batches ``0 .. b`` on Spark (``applyInPandasWithState``,
+``transformWithStateInPandas`` or the row-based ``transformWithState``, any state store
+provider) continues on antkv from batch
 ``b + 1`` with the same answers::
 
     query.stop()                                       # 1. stop it: batch b is its last
@@ -189,7 +190,8 @@ def migrate_transform_with_state(spark, checkpoint: str, location, operator: str
                                  time_mode: str = "None", partitions: int, key_groups: int = DEFAULT_KEY_GROUPS,
                                  watermark_delay_ms: int = 0, operator_id: int = 0, query_id: str | None = None,
                                  options: StoreOptions | None = None) -> MigrationResult:
-    """Carry the state of a ``transformWithStateInPandas`` operator of ``checkpoint`` into
+    """Carry the state of a ``transformWithStateInPandas`` (or row-based ``transformWithState``)
+    operator of ``checkpoint`` into
     version ``b + 1`` of antkv operator ``operator``: every state variable ``processor``
     declares (its ``init`` runs once on the driver) with each element's TTL expiry, and the
     timers.  ``time_mode`` and ``watermark_delay_ms`` are the ones the query and the

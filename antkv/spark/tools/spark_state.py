@@ -90,7 +90,7 @@ def spark_operator(spark, checkpoint: str, operator_id: int, accepted: tuple, ap
     if row["operatorName"] not in accepted:
         raise InvalidArgumentError(
             f"operator {operator_id} of {checkpoint} is {row['operatorName']!r}, not an operator "
-            f"{api} makes: antkv migrates applyInPandasWithState and transformWithStateInPandas state "
+            f"{api} makes: antkv migrates applyInPandasWithState and transformWithState(InPandas) state "
             f"only (operators: {names})")
     stores = {r["stateStoreName"] for r in found}
     if len(stores) != 1:

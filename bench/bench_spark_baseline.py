@@ -148,6 +148,47 @@ def session_processor_class():
     return SessionWindow
 
 
+def session_row_processor_class():
+    """:func:`session_processor_class` written for the row-based ``transformWithState``: the
+    same sessions, read from ``Row``s and yielded as ``Row``s."""
+    from pyspark.sql import Row
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class SessionWindowRows(StatefulProcessor):
+        def init(self, handle):
+            self.handle = handle
+            self.session = handle.getValueState("session", "start long, last long, events long")
+
+        def handleInputRows(self, key, rows, timerValues):
+            start = last = None
+            events = 0
+            if self.session.exists():
+                start, last, events = self.session.get()
+            old_timer = None if last is None else last + SESSION_GAP_MS
+            closed = []
+            for t in sorted(int(row.ts.timestamp() * 1000) for row in rows):
+                if last is not None and t - last > SESSION_GAP_MS:
+                    closed.append(Row(key=key[0], start=start, end=last, events=events))
+                    start, events = None, 0
+                start = t if start is None else start
+                last, events = t if last is None else max(t, last), events + 1
+            if old_timer is not None and old_timer != last + SESSION_GAP_MS:
+                self.handle.deleteTimer(old_timer)
+            self.session.update((start, last, events))
+            self.handle.registerTimer(last + SESSION_GAP_MS)
+            yield from closed
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            start, last, events = self.session.get()
+            self.session.clear()
+            yield Row(key=key[0], start=start, end=last, events=events)
+
+        def close(self):
+            pass
+
+    return SessionWindowRows
+
+
 def floor_batch(partitions: int):
     """A ``foreachBatch`` function doing the Spark work of a ``StatefulPipeline`` batch and nothing
     else: the pipeline's plan (route by key group, sort, one Arrow stream per partition, one

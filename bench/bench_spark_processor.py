@@ -4,7 +4,8 @@ Usage::
 
     .venv/bin/python bench/bench_spark_processor.py                          # 10,000 keys
     .venv/bin/python bench/bench_spark_processor.py --keys 100000 --batches 3   # the full size
-        [--partitions 4] [--order interleave|alternate|streams] [--dir /tmp] [--json out.json]
+        [--partitions 4] [--order interleave|alternate|streams] [--api pandas|rows] [--dir /tmp]
+        [--json out.json]
 
 The session-window ``StatefulProcessor`` of ``bench_spark_baseline.py`` (event time, a value
 state per key, a timer at the end of the session moved on every event) runs, unchanged, in two
@@ -17,6 +18,10 @@ write, a timer delete and a timer registration):
   Spark's RocksDB state store provider, to the ``noop`` sink;
 * **antkv** -- :class:`antkv.spark.TransformWithState` (the same processor object's class,
   ``time_mode="EventTime"``) under ``foreachBatch``, state in a local checkpoint location.
+
+With ``--api rows`` the same sessions come from a processor written for Spark 4.1's row-based
+API (``Row``s in and out, :func:`bench.bench_spark_baseline.session_row_processor_class`):
+Spark runs it with ``groupBy(key).transformWithState``, antkv with ``rows=True``.
 
 Each file is processed by both queries before the next is written, so both see the same
 machine load.  By default the queries take turns, Spark's first (``--order interleave``: S A S
@@ -47,15 +52,18 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.bench_spark_baseline import session_processor_class, start_session, write_batch_file  # noqa: E402
+from bench.bench_spark_baseline import (  # noqa: E402
+    session_processor_class, session_row_processor_class, start_session, write_batch_file)
 
 OUTPUT_SCHEMA = "key string, start long, end long, events long"
 INPUT_SCHEMA = "key string, value binary, ts timestamp"
 
 
-def _queries(spark, work: str, partitions: int):
+def _queries(spark, work: str, partitions: int, api: str = "pandas"):
     from antkv.spark import TransformWithState
 
+    rows = api == "rows"
+    processor = session_row_processor_class if rows else session_processor_class
     queries = {}
     for name in ("spark", "antkv"):
         inputs = os.path.join(work, f"input-{name}")
@@ -63,13 +71,15 @@ def _queries(spark, work: str, partitions: int):
         stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(inputs)
         checkpoint = os.path.join(work, f"checkpoint-{name}")
         if name == "spark":
-            out = stream.withWatermark("ts", "0 seconds").select("key", "ts").groupBy("key") \
-                .transformWithStateInPandas(session_processor_class()(), OUTPUT_SCHEMA, "Update", "EventTime")
+            grouped = stream.withWatermark("ts", "0 seconds").select("key", "ts").groupBy("key")
+            spark_api = grouped.transformWithState if rows else grouped.transformWithStateInPandas
+            out = spark_api(processor()(), OUTPUT_SCHEMA, "Update", "EventTime")
             writer = out.writeStream.format("noop").outputMode("update")
         else:
-            runner = TransformWithState(f"file://{work}/antkv-state", "sessions", "key", session_processor_class()(),
+            runner = TransformWithState(f"file://{work}/antkv-state", "sessions", "key", processor()(),
                                         OUTPUT_SCHEMA, time_mode="EventTime", event_time_column="ts",
-                                        partitions=partitions, metrics_path=os.path.join(work, "antkv-metrics.jsonl"))
+                                        partitions=partitions, metrics_path=os.path.join(work, "antkv-metrics.jsonl"),
+                                        rows=rows)
             writer = stream.select("key", "ts").writeStream.foreachBatch(runner.foreach_batch())
         query = writer.option("checkpointLocation", checkpoint).queryName(f"processor-{name}").start()
         queries[name] = (query, inputs)
@@ -111,9 +121,9 @@ def run(args) -> dict:
     work = tempfile.mkdtemp(prefix="antkv-processor-bench-", dir=args.dir)
     spark = start_session(args.partitions, os.path.join(work, "spark-local"))
     results = {"keys": args.keys, "batches": args.batches, "partitions": args.partitions,
-               "cores": os.cpu_count(), "order": args.order, "per_batch": []}
+               "cores": os.cpu_count(), "order": args.order, "api": args.api, "per_batch": []}
     try:
-        queries = _queries(spark, work, args.partitions)
+        queries = _queries(spark, work, args.partitions, args.api)
         last = {name: -1 for name in queries}
         source = os.path.join(work, "source")
         os.makedirs(source)
@@ -154,7 +164,7 @@ def run(args) -> dict:
 def report(results: dict) -> str:
     lines = [f"# Session-window StatefulProcessor: {results['keys']:,} keys, {results['batches']} batches, "
              f"{results['partitions']} state partitions, local[2], {results['cores']} cores, "
-             f"order {results['order']}", "",
+             f"order {results['order']}, {results.get('api', 'pandas')} API", "",
              "| batch | first | Spark (RocksDB provider) rows/s | antkv rows/s | antkv / Spark |",
              "|---:|---|---:|---:|---:|"]
     for b in results["per_batch"]:
@@ -175,6 +185,8 @@ def main(argv=None) -> None:
     p.add_argument("--order", choices=("interleave", "alternate", "streams"), default="interleave",
                    help="interleave: Spark then antkv every batch; alternate: the first query alternates; "
                         "streams: antkv's batches back to back, then Spark's")
+    p.add_argument("--api", choices=("pandas", "rows"), default="pandas",
+                   help="the processor written for transformWithStateInPandas, or for the row-based transformWithState")
     p.add_argument("--dir", default=None, help="where the inputs and state go (a temp dir)")
     p.add_argument("--json", default=None, help="also write the full results here")
     p.add_argument("--keep", action="store_true", help="keep the work directory")

@@ -26,6 +26,8 @@ them: a field the schema lacks is ignored, a column no field names is null.  Any
 
 from __future__ import annotations
 
+import datetime
+from itertools import chain
 from typing import Callable, Iterator
 
 from pandas import NA
@@ -37,6 +39,38 @@ _FRACTIONAL = {"FloatType", "DoubleType"}
 def _missing(v) -> bool:
     """None, or the NaN / NaT / NA pandas puts where a value is null."""
     return v is None or v is NA or v != v
+
+
+_EPOCH = datetime.datetime(1970, 1, 1)
+
+
+def _zone(name: str):
+    """The session time zone as ``zoneinfo`` has it (as ``pyarrow`` hands it over)."""
+    import zoneinfo
+
+    return datetime.timezone.utc if name in ("UTC", "Z") else zoneinfo.ZoneInfo(name)
+
+
+def _local(ns: int, zone):
+    """The wall time ``ns`` nanoseconds past 1970-01-01 00:00 (pandas' naive local time), in
+    ``zone`` (its first occurrence when a daylight-saving change repeats it), or naive."""
+    t = _EPOCH + datetime.timedelta(microseconds=ns // 1000)
+    return t if zone is None else t.replace(tzinfo=zone)
+
+
+def column_values(series, data_type, timezone: str, convert: Callable) -> list:
+    """The values of a pandas column of Spark type ``data_type`` for the row-based API
+    (``convert`` is its :func:`value_converter`), converted a column at a time."""
+    name = type(data_type).__name__
+    if name in ("TimestampType", "TimestampNTZType") and series.dtype.kind == "M" \
+            and getattr(series.dtype, "tz", None) is None:  # naive local times, as Spark hands them
+        import numpy as np
+
+        zone = _zone(timezone) if name == "TimestampType" else None
+        nat = np.iinfo(np.int64).min
+        ns = series.to_numpy().astype("datetime64[ns]").view("int64").tolist()
+        return [None if v == nat else _local(v, zone) for v in ns]
+    return list(map(convert, series.tolist()))
 
 
 def value_converter(data_type, timezone: str) -> Callable:
@@ -52,15 +86,15 @@ def value_converter(data_type, timezone: str) -> Callable:
     if name in ("TimestampType", "TimestampNTZType"):
         import pandas as pd
 
-        zone = timezone if name == "TimestampType" else None
+        zone = _zone(timezone) if name == "TimestampType" else None
 
         def timestamp(v):
             if _missing(v):
                 return None
             t = pd.Timestamp(v)
-            if zone is not None:
-                t = t.tz_localize(zone, ambiguous=True) if t.tzinfo is None else t.tz_convert(zone)
-            return t.to_pydatetime()
+            if t.tzinfo is not None:  # an instant: in the session's zone
+                return t.tz_convert(zone).to_pydatetime() if zone is not None else t.tz_localize(None).to_pydatetime()
+            return _local(int(t.value), zone)
         return timestamp
     if name == "ArrayType":
         element = value_converter(data_type.elementType, timezone)
@@ -81,24 +115,33 @@ def value_converter(data_type, timezone: str) -> Callable:
 
 
 class RowMaker:
-    """Rows of the columns ``names`` (of Spark types ``types``) from pandas frames."""
+    """Rows of the columns ``names`` (of Spark types ``types``) from pandas frames.  Also a
+    cutter for :func:`antkv.spark.state.chunks.key_chunks`: each incoming batch is converted
+    once, a column at a time, and a key's chunks are lists of its Rows."""
 
     def __init__(self, names, types, timezone: str):
         from pyspark.sql import Row
 
         self.names = list(names)
+        self.types = list(types)
+        self.timezone = timezone
         self.row_type = Row(*self.names)
         self.converters = [value_converter(t, timezone) for t in types]
 
-    def rows(self, frame) -> Iterator:
+    def rows(self, frame) -> list:
         """The rows of ``frame`` (which holds at least the columns ``names``), in its order."""
-        columns = [list(map(convert, frame[n].tolist())) for n, convert in zip(self.names, self.converters)]
-        return map(self.row_type, *columns)
+        columns = [column_values(frame[n], t, self.timezone, convert)
+                   for n, t, convert in zip(self.names, self.types, self.converters)]
+        return list(map(self.row_type, *columns))
 
-    def rows_of_chunks(self, chunks) -> Iterator:
-        """One lazy iterator of the rows of every frame of ``chunks``."""
-        for frame in chunks:
-            yield from self.rows(frame)
+    def slicer(self, frame):
+        """``(start, end)`` -> the list of the Rows ``start:end`` of ``frame`` (a batch)."""
+        rows = self.rows(frame)
+        return lambda start, end: rows[start:end]
+
+    @staticmethod
+    def join(pieces) -> list:
+        return pieces[0] if len(pieces) == 1 else list(chain.from_iterable(pieces))
 
 
 def python_key(key: tuple) -> tuple:
@@ -139,7 +182,8 @@ class RowProcessor:
         self.output_columns = list(output_columns)
 
     def handleInputRows(self, key, chunks, timerValues):
-        rows = self.inputs.rows_of_chunks(chunks)
+        """``chunks``: lists of the key's Rows (cut by :attr:`inputs`), or its frames."""
+        rows = chain.from_iterable(c if isinstance(c, list) else self.inputs.rows(c) for c in chunks)
         return frame_of_rows(self.processor.handleInputRows(python_key(key), rows, timerValues), self.output_columns)
 
     def handleInitialState(self, key, frame, timerValues):

@@ -63,7 +63,7 @@ from antkv.spark.store.objects import KIND_EVENT_TIME, seal, unseal
 from antkv.spark.runtime.pipeline import KEY_GROUP_COLUMN, BatchResult, StatefulPipeline
 from antkv.spark.processor.handle import DeclaringHandle, ProcessorHandle, check_time_mode
 from antkv.spark.processor.rows import RowProcessor
-from antkv.spark.state.chunks import key_chunks
+from antkv.spark.state.chunks import FrameCuts, key_chunks
 
 INITIAL_COLUMN = "__antkv_initial"  # 1 on the rows of the initial state, 0 on input rows
 INITIAL_PREFIX = "__antkv_init__"  # the initial state's columns travel under this prefix
@@ -386,7 +386,8 @@ def _run_partition(batch: _Batch, state, frames):
         state.store.warm_touched({key_group_prefix(int(g)): int(n) for g, n in zip(groups, per_group)})
 
     limit = batch.chunk_rows
-    for kg, key, chunks in key_chunks(frames, KEY_GROUP_COLUMN, list(batch.key), columns, limit, on_batch):
+    cuts = calls.inputs if batch.row_types is not None and not with_initial else FrameCuts  # Rows, or frames
+    for kg, key, chunks in key_chunks(frames, KEY_GROUP_COLUMN, list(batch.key), columns, limit, on_batch, cuts):
         handle.set_current_key(kg, key)
         if with_initial:
             import pandas as pd

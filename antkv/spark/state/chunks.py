@@ -61,18 +61,37 @@ def whole_key_chunks(frames, key_group_col: str, key_cols):
         yield carry.reset_index(drop=True)
 
 
+class FrameCuts:
+    """How :func:`key_chunks` cuts chunks by default: DataFrames numbered from 0, sharing the
+    batch's data.  Another cutter (:class:`antkv.spark.processor.rows.RowMaker`) has the same
+    two methods and hands out other objects for a key's rows."""
+
+    @staticmethod
+    def slicer(frame):
+        """A function ``(start, end)`` -> the rows ``start:end`` of ``frame``, the batch."""
+        return row_slicer(frame)
+
+    @staticmethod
+    def join(pieces):
+        """One chunk from its pieces (a key's rows span pieces only across batches)."""
+        import pandas as pd
+
+        return pieces[0] if len(pieces) == 1 else pd.concat(pieces, ignore_index=True)
+
+
 class _KeyStream:
     """The state of :func:`key_chunks`: the current batch, its groups, and where the next
     chunk of the current key starts."""
 
-    def __init__(self, frames, key_group_col, key_cols, columns, limit, on_batch):
+    def __init__(self, frames, key_group_col, key_cols, columns, limit, on_batch, cuts):
         self.frames = iter(frames)
+        self.cuts = cuts
         self.on_batch = on_batch
         self.key_group_col, self.key_cols = key_group_col, list(key_cols)
         self.columns, self.limit = list(columns), limit
         self.batch = None  # the current frame's GroupedBatch
         self.rows = None  # its frame restricted to the columns handed out
-        self.slice_rows = None  # row_slicer(self.rows): its rows start:end, numbered from 0
+        self.slice_rows = None  # cuts.slicer(self.rows): its rows start:end
         self.group = 0  # the current group of the batch
         self.pos = 0  # the next row of the current group to hand out
 
@@ -84,7 +103,7 @@ class _KeyStream:
                 if self.on_batch is not None:
                     self.on_batch(self.batch)
                 self.rows = self.batch.frame[self.columns]
-                self.slice_rows = row_slicer(self.rows)
+                self.slice_rows = self.cuts.slicer(self.rows)
                 self.group = 0
                 self.pos = int(self.batch.starts[0])
                 return True
@@ -96,8 +115,7 @@ class _KeyStream:
 
     def chunks(self, key_group: int, key: tuple):
         """The current key's rows, ``limit`` at a time; leaves the stream at the next key."""
-        import pandas as pd
-
+        join = self.cuts.join
         pieces, n, limit = [], 0, self.limit
         while True:
             end = int(self.batch.ends[self.group])
@@ -107,7 +125,7 @@ class _KeyStream:
                 n += take
                 self.pos += take
                 if n == limit:
-                    yield _numbered(pieces, pd)
+                    yield join(pieces)
                     pieces, n = [], 0
             self.group += 1
             if self.group < len(self.batch):
@@ -116,25 +134,19 @@ class _KeyStream:
             if not self.load() or self.current() != (key_group, key):
                 break  # the stream ended, or the next batch starts with another key
         if pieces:
-            yield _numbered(pieces, pd)
+            yield join(pieces)
 
 
-def _numbered(pieces, pd):
-    """One chunk from its pieces (each numbered from 0 by ``row_slicer``, sharing the batch's
-    data as Spark's chunks are a processor's own; a key's rows span pieces only across
-    batches)."""
-    return pieces[0] if len(pieces) == 1 else pd.concat(pieces, ignore_index=True)
-
-
-def key_chunks(frames, key_group_col: str, key_cols, columns, limit: int, on_batch=None):
+def key_chunks(frames, key_group_col: str, key_cols, columns, limit: int, on_batch=None, cuts=FrameCuts):
     """Yield ``(key group, key, chunks)`` per key of ``frames`` (sorted by key group and key
     across the stream), ``chunks`` a lazy iterator of DataFrames of ``columns`` holding at most
     ``limit`` rows each; the rows a caller leaves unread are skipped when it asks for the next key.
     ``on_batch(grouped)`` is called with each incoming batch's
-    :class:`~antkv.spark.state.views.GroupedBatch` before its keys are handed out."""
+    :class:`~antkv.spark.state.views.GroupedBatch` before its keys are handed out.  ``cuts``
+    (:class:`FrameCuts` by default) makes the chunks from each batch's frame of ``columns``."""
     if limit < 1:
         raise ValueError("limit must be >= 1")
-    stream = _KeyStream(frames, key_group_col, key_cols, columns, limit, on_batch)
+    stream = _KeyStream(frames, key_group_col, key_cols, columns, limit, on_batch, cuts)
     if not stream.load():
         return
     while stream.batch is not None and stream.group < len(stream.batch):

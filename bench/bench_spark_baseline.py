@@ -105,28 +105,30 @@ def apply_count_and_latest(key, frames, state):
     yield pd.DataFrame({"key": [key[0]], "count": [count]})
 
 
-def session_processor_class():
-    """A session-window StatefulProcessor (defined lazily: pyspark is imported in the child)."""
-    import pandas as pd
+def _session_window_base():
+    """What both session-window processors do with their state (defined lazily: pyspark is
+    imported in the child; a class made in a function travels to the workers by value)."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-    class SessionWindow(StatefulProcessor):
+    class SessionWindowBase(StatefulProcessor):
         def init(self, handle):
             self.handle = handle
             self.session = handle.getValueState("session", "start long, last long, events long")
 
-        def handleInputRows(self, key, rows, timerValues):
+        def advance(self, chunks_of_times) -> list:
+            """Move the key's session over its event times (ms; lists, each handled in time
+            order) and its timer to the session's end; the sessions this closed, as
+            ``(start, end, events)``."""
             start = last = None
             events = 0
             if self.session.exists():
                 start, last, events = self.session.get()
             old_timer = None if last is None else last + SESSION_GAP_MS
             closed = []
-            for frame in rows:
-                times = frame["ts"].to_numpy().astype("datetime64[ms]").astype("int64")
-                for t in sorted(times.tolist()):
+            for times in chunks_of_times:
+                for t in sorted(times):
                     if last is not None and t - last > SESSION_GAP_MS:
-                        closed.append((key[0], start, last, events))
+                        closed.append((start, last, events))
                         start, events = None, 0
                     start = t if start is None else start
                     last, events = t if last is None else max(t, last), events + 1
@@ -134,16 +136,34 @@ def session_processor_class():
                 self.handle.deleteTimer(old_timer)
             self.session.update((start, last, events))
             self.handle.registerTimer(last + SESSION_GAP_MS)
-            if closed:
-                yield pd.DataFrame(closed, columns=["key", "start", "end", "events"])
+            return closed
 
-        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        def expire(self) -> tuple:
+            """The key's session, ``(start, end, events)``, ended by its timer."""
             start, last, events = self.session.get()
             self.session.clear()
-            yield pd.DataFrame({"key": [key[0]], "start": [start], "end": [last], "events": [events]})
+            return start, last, events
 
         def close(self):
             pass
+
+    return SessionWindowBase
+
+
+def session_processor_class():
+    """A session-window StatefulProcessor for ``transformWithStateInPandas``."""
+    import pandas as pd
+
+    class SessionWindow(_session_window_base()):
+        def handleInputRows(self, key, rows, timerValues):
+            closed = self.advance(frame["ts"].to_numpy().astype("datetime64[ms]").astype("int64").tolist()
+                                  for frame in rows)
+            if closed:
+                yield pd.DataFrame([(key[0], *c) for c in closed], columns=["key", "start", "end", "events"])
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            start, end, events = self.expire()
+            yield pd.DataFrame({"key": [key[0]], "start": [start], "end": [end], "events": [events]})
 
     return SessionWindow
 
@@ -152,39 +172,16 @@ def session_row_processor_class():
     """:func:`session_processor_class` written for the row-based ``transformWithState``: the
     same sessions, read from ``Row``s and yielded as ``Row``s."""
     from pyspark.sql import Row
-    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-    class SessionWindowRows(StatefulProcessor):
-        def init(self, handle):
-            self.handle = handle
-            self.session = handle.getValueState("session", "start long, last long, events long")
-
+    class SessionWindowRows(_session_window_base()):
         def handleInputRows(self, key, rows, timerValues):
-            start = last = None
-            events = 0
-            if self.session.exists():
-                start, last, events = self.session.get()
-            old_timer = None if last is None else last + SESSION_GAP_MS
-            closed = []
-            for t in sorted(int(row.ts.timestamp() * 1000) for row in rows):
-                if last is not None and t - last > SESSION_GAP_MS:
-                    closed.append(Row(key=key[0], start=start, end=last, events=events))
-                    start, events = None, 0
-                start = t if start is None else start
-                last, events = t if last is None else max(t, last), events + 1
-            if old_timer is not None and old_timer != last + SESSION_GAP_MS:
-                self.handle.deleteTimer(old_timer)
-            self.session.update((start, last, events))
-            self.handle.registerTimer(last + SESSION_GAP_MS)
-            yield from closed
+            closed = self.advance([[int(row.ts.timestamp() * 1000) for row in rows]])
+            for start, end, events in closed:
+                yield Row(key=key[0], start=start, end=end, events=events)
 
         def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
-            start, last, events = self.session.get()
-            self.session.clear()
-            yield Row(key=key[0], start=start, end=last, events=events)
-
-        def close(self):
-            pass
+            start, end, events = self.expire()
+            yield Row(key=key[0], start=start, end=end, events=events)
 
     return SessionWindowRows
 

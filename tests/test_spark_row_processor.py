@@ -118,3 +118,35 @@ def test_a_row_processor_must_yield_rows(spark, tmp_path):
     with pytest.raises(TypeError, match="rows must be a bool"):
         TransformWithState(f"file://{tmp_path}/state", "tuples", "key", Tuples(), "key string, n long",
                            partitions=2, rows="yes")
+
+
+class Echo(StatefulProcessor):
+    """Each input row, printed with the Python type of every value: what the processor is
+    handed, compared byte for byte between Spark and antkv."""
+
+    def init(self, handle):
+        self.n = handle.getValueState("n", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = (self.n.get() or (0,))[0]
+        for row in rows:
+            n += 1
+            typed = [(name, type(value).__name__, value) for name, value in zip(row.__fields__, row)]
+            yield Row(key=repr(key), n=n, seen=repr(typed))
+        self.n.update((n,))
+
+
+def test_every_spark_type_reaches_a_row_processor_as_on_spark(spark, tmp_path):
+    import decimal
+
+    schema = ("key string, blob binary, day date, price decimal(10,2), ok boolean, small int, "
+              "ratio float, attrs map<string,bigint>, point struct<x:bigint,y:string>, ts timestamp, "
+              "local timestamp_ntz, tags array<bigint>")
+    day, ts = datetime.date(2026, 11, 28), at(3)
+    full = ("a", b"\x00\xff", day, decimal.Decimal("12.34"), True, 7, 0.5, {"k": 1}, (3, "p"), ts,
+            datetime.datetime(2026, 11, 28, 9, 30), [1, 2])
+    empty = ("b",) + (None,) * 11
+    batches = [[full, empty], [("a", b"", day, decimal.Decimal("0.01"), False, -1, 1.25, {}, (None, None), ts,
+                                datetime.datetime(2026, 1, 1), [])]]
+    got = both(spark, tmp_path, "echo", Echo(), batches, schema, "key string, n long, seen string", "None", rows=True)
+    assert len(got) == 3 and "Decimal('12.34')" in got[0][2]

@@ -75,6 +75,17 @@ def test_timestamps_are_read_in_the_session_time_zone():
     assert naive[0].tzinfo is None and naive[2] is None
 
 
+@pytest.mark.parametrize("zone", ["UTC", "Etc/UTC", "America/New_York", "+02:00", "-05:30"])
+def test_a_timestamps_zone_is_the_one_pyarrow_hands_spark_processors(zone):
+    import pyarrow as pa
+
+    instant = pd.Timestamp("2026-03-01 12:00", tz="UTC")
+    want = pa.array([instant], pa.timestamp("us", tz=zone))[0].as_py()  # what Spark's row worker hands over
+    wall = pd.Series([instant.tz_convert(want.tzinfo).tz_localize(None)])  # what pandas holds
+    got = column_values(wall, TimestampType(), zone, value_converter(TimestampType(), zone))[0]
+    assert got == want and repr(got.tzinfo) == repr(want.tzinfo) and got.utcoffset() == want.utcoffset()
+
+
 def test_nested_values_are_plain_python():
     convert = value_converter(ArrayType(LongType()), "UTC")
     assert convert(np.array([1, 2], dtype=np.int64)) == [1, 2] and type(convert(np.array([7]))[0]) is int

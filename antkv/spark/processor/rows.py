@@ -12,7 +12,7 @@ yields ``Row``s.  :class:`~antkv.spark.processor.transform.TransformWithState` r
 * the grouping key is a tuple of Python values.
 
 Values are those of Spark's row-based worker (``pyarrow``'s ``as_py``): ``int``, ``float``,
-``bool``, ``str``, ``bytes``, ``Decimal``, ``date``; a ``TIMESTAMP`` an aware ``datetime`` in
+``bool``, ``str``, ``bytes``, ``Decimal``, ``datetime.date``; a ``TIMESTAMP`` an aware ``datetime`` in
 the session time zone, a ``TIMESTAMP_NTZ`` a naive one; an array a ``list``, a struct a
 ``dict``, a map a list of ``(key, value)`` pairs; ``None`` for null.  Rows reach Python through
 pandas, where a floating-point null and NaN are one value: both arrive as ``None``.  A local
@@ -45,10 +45,17 @@ _EPOCH = datetime.datetime(1970, 1, 1)
 
 
 def _zone(name: str):
-    """The session time zone as ``zoneinfo`` has it (as ``pyarrow`` hands it over)."""
+    """The session time zone as ``pyarrow`` hands it over: a ``zoneinfo`` zone for a region,
+    a fixed ``datetime.timezone`` for an offset such as ``+02:00``."""
+    import re
     import zoneinfo
 
-    return datetime.timezone.utc if name in ("UTC", "Z") else zoneinfo.ZoneInfo(name)
+    offset = re.fullmatch(r"([+-])(\d\d):?(\d\d)", name)
+    if offset is None:
+        return zoneinfo.ZoneInfo(name)
+    sign, hours, minutes = offset.groups()
+    delta = datetime.timedelta(hours=int(hours), minutes=int(minutes))
+    return datetime.timezone(-delta if sign == "-" else delta)
 
 
 def _local(ns: int, zone):

@@ -42,7 +42,10 @@ def spark():
     With ``ANTKV_SPARK_MASTER`` set (a ``spark://`` URL: the subprocess driver of
     ``tests/test_spark_cluster.py``), the session runs on that standalone cluster instead:
     executors of 512 MB that find antkv on ``PYTHONPATH``, and a failed task is never retried
-    on the executor where it failed (so a retry runs on the other executor)."""
+    on the executor where it failed (so a retry runs on the other executor).
+
+    ``ANTKV_SPARK_CONF`` (``name=value;name=value``) adds settings: the subprocess driver of
+    ``tests/test_spark_worker_churn.py`` turns Python worker reuse off with it."""
     from pyspark.sql import SparkSession
 
     # Python workers run this interpreter (the venv's, with antkv and its dependencies), not
@@ -71,6 +74,9 @@ def spark():
             .config("spark.excludeOnFailure.stage.maxFailedTasksPerExecutor", "100")
             .config("spark.excludeOnFailure.application.maxFailedTasksPerExecutor", "100")
         )
+    for setting in filter(None, os.environ.get("ANTKV_SPARK_CONF", "").split(";")):
+        name, _, value = setting.partition("=")  # a subprocess driver's own settings
+        builder = builder.config(name.strip(), value.strip())
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session

@@ -114,16 +114,22 @@ def test_the_budget_is_charged_to_the_block_cache():
     assert cache.usage == 0 and budget.lent == 0
 
 
-def test_store_reads_stay_exact_through_reuse_rebuilds_and_range_deletes(tmp_path):
-    options = StoreOptions(cache_dir=str(tmp_path / "cache"))
+@pytest.mark.parametrize("park", [False, True])
+def test_store_reads_stay_exact_through_reuse_rebuilds_and_range_deletes(tmp_path, park):
+    """Every other batch opens in "another process" (this one's idle copies dropped): a
+    rebuilt copy's row cache is warm (it read the state whole), a reopened parked copy's
+    starts cold; both read exactly."""
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"), park_copies=park)
     location = f"file://{tmp_path}/state"
     model: dict[bytes, bytes] = {}
     manifest = None
     for version in range(6):
         store = open_store(location, "op", 0, version, manifest=manifest, options=options)
         if version:
+            assert store.copy_fate == ("reused" if version % 2 else "reopened" if park else "rebuilt")
             cached = {k: v for k, v in store._rows.rows.items() if v is not None}
-            assert cached and all(model.get(k) == v for k, v in cached.items())  # warm and exact
+            assert (bool(cached) or store.copy_fate == "reopened") and all(
+                model.get(k) == v for k, v in cached.items())  # warm and exact
         for k in list(model)[: len(model) // 2]:
             assert store.get(k) == model[k]
         for i in range(300):
@@ -243,8 +249,9 @@ def test_a_chain_of_changelogs_applied_as_one_equals_applied_one_by_one(tmp_path
 def test_a_new_state_and_a_copy_rebuilt_from_changelogs_alone_hold_their_key_groups_whole(tmp_path):
     """An empty base's key groups are known empty (warming them reads nothing), and a copy
     rebuilt from a manifest without a snapshot (its changelogs bring every key, into the cache
-    too) holds the manifest's key groups whole: the next batch reads nothing to warm them."""
-    options = StoreOptions(cache_dir=str(tmp_path / "cache"))
+    too) holds the manifest's key groups whole: the next batch reads nothing to warm them.
+    (No parked copy: a reopened one starts with a cold row cache.)"""
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"), park_copies=False)
     location = f"file://{tmp_path}/state"
     store = open_store(location, "op", 0, 0, options=options)
     touched = {b"aa": 3, b"ab": 1}

@@ -160,13 +160,14 @@ class PartitionMetrics:
     load_s: float  # opening the state (incl. a rescale's clip and bring-in)
     process_s: float  # the user function
     commit_s: float
-    reused_working_copy: bool  # the state was open in the executor: nothing loaded but changelogs it lacked
+    reused_working_copy: bool  # a copy on the executor's machine was used: nothing loaded but changelogs it lacked
     cache_hits: int  # snapshot files found in the executor's local cache during the load
     cache_downloads: int  # ... and fetched from the location
     write_amplification: float  # the working copy's engine write amplification
     rescaled: bool
     reports: dict = field(default_factory=dict)  # what the function put in PartitionState.reports
     caught_up_working_copy: bool = False  # the reused copy was of an older version: its changelogs were applied
+    copy_fate: str = ""  # "reused", "reopened", "caught_up", "rebuilt" or "new" (StateStore.copy_fate)
 
 
 @dataclass(frozen=True)
@@ -421,7 +422,8 @@ class StatefulPipeline:
                 cache_hits=after["hits"] - before["hits"],
                 cache_downloads=after["downloads"] - before["downloads"],
                 write_amplification=float(write_amp), rescaled=plans is not None,
-                reports=state.reports, caught_up_working_copy=store.caught_up_working_copy)
+                reports=state.reports, caught_up_working_copy=store.caught_up_working_copy,
+                copy_fate=store.copy_fate)
             yield pd.DataFrame({COMMIT_COLUMN: [msg.to_json()], METRICS_COLUMN: [json.dumps(asdict(metrics))]})
 
         return task

@@ -64,7 +64,9 @@ class LocalCache:
 
     # ------------------------------------------------------------------ locking
 
-    def _locked(self):
+    def locked(self):
+        """The cache's ``LOCK`` (a context manager): every change to ``objects/`` and every
+        new directory a sweep could see holds it."""
         return _FileLock(self._lock_path)
 
     def object_path(self, location: Location, name: str) -> str:
@@ -81,7 +83,7 @@ class LocalCache:
         :meth:`evict` once it has linked all it needs."""
         path = self.object_path(location, ref.object)
         with os_errors(path):
-            with self._locked():
+            with self.locked():
                 if self._link_cached(path, ref, dst):
                     self.hits += 1
                     return
@@ -94,7 +96,7 @@ class LocalCache:
                     raise CorruptionError(
                         f"object does not match its manifest (size {size}, expected {ref.size}; "
                         f"xxh3 {digest}, expected {ref.xxh3})", location.path(ref.object))
-                with self._locked():
+                with self.locked():
                     if not os.path.exists(path):
                         os.rename(tmp, path)
                     self._link_cached(path, ref, dst)
@@ -126,7 +128,7 @@ class LocalCache:
         path = self.object_path(location, name)
         with os_errors(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            with self._locked():
+            with self.locked():
                 try:
                     os.link(local_path, path)
                 except FileExistsError:
@@ -136,7 +138,7 @@ class LocalCache:
 
     def evict(self) -> int:
         """Remove least recently used unlinked files beyond the disk budget; returns bytes freed."""
-        with os_errors(self._objects), self._locked():
+        with os_errors(self._objects), self.locked():
             files = []
             total = 0
             for d, _, names in os.walk(self._objects):
@@ -171,7 +173,7 @@ class LocalCache:
         root = self.object_path(location, directory)
         named = {self.object_path(location, name) for name in named}
         freed = 0
-        with os_errors(root), self._locked():
+        with os_errors(root), self.locked():
             try:
                 names = os.listdir(root)
             except FileNotFoundError:
@@ -204,12 +206,12 @@ class LocalCache:
     def new_work_dir(self) -> "WorkDir":
         self.sweep()
         path = os.path.join(self._work, uuid.uuid4().hex)
-        with os_errors(path), self._locked():  # a sweep never sees a directory before its lock is held
+        with os_errors(path), self.locked():  # a sweep never sees a directory before its lock is held
             return WorkDir(path)
 
     def sweep(self) -> int:
         """Remove working copies whose owner process has ended; returns how many."""
-        with os_errors(self._work), self._locked():
+        with os_errors(self._work), self.locked():
             return self._sweep()
 
     def _sweep(self) -> int:

@@ -8,7 +8,8 @@ record), except the snapshot files uploaded as the engine wrote them, is one *en
     | 6 B    | 1 B  | 1 B   | n bytes     | u64 LE         | xxh3_64 of all before  |
     +--------+------+-------+-------------+----------------+------------------------+
     magic = b"AKVSPK"; kind (part of the format): b"M" manifest, b"C" changelog, b"B" marker,
-           b"W" event-time record, b"P" pipeline record;
+           b"W" event-time record, b"P" pipeline record, b"K" parked-copy record (kept in
+           the local cache, never in a location: parked_copies.py);
     codec: 0 = payload stored as is, 1 = zstd frame
 
 The trailer comes last so a truncated object never verifies.  Payloads:
@@ -93,6 +94,7 @@ KIND_CHANGELOG = b"C"  # part of the format
 KIND_MARKER = b"B"  # part of the format
 KIND_EVENT_TIME = b"W"  # part of the format
 KIND_PIPELINE = b"P"  # part of the format
+KIND_PARKED = b"K"  # part of the format
 CODEC_NONE = 0
 CODEC_ZSTD = 1
 FORMAT = 1

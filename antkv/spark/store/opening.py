@@ -1,7 +1,10 @@
 """Opening a version of a partition's state (:func:`open_store`): the working copy this process
-holds for the partition is reused when it holds that version, caught up by the changelogs it
-lacks when the version extends it (:func:`_catch_up`), and otherwise rebuilt from the location
-and the local cache; in every case the location must still hold every object of the version."""
+holds for the partition is reused when it holds that version; else a copy parked on this
+machine by any process (:mod:`antkv.spark.store.parked_copies`) is claimed and reopened when
+it holds that version; else an idle or parked copy of an older version is caught up by the
+changelogs it lacks when the version extends it (:func:`_catch_up`); otherwise the copy is
+rebuilt from the location and the local cache.  In every case the location must still hold
+every object of the version.  ``StateStore.copy_fate`` says which path was taken."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from antkv.spark.store.idle_copies import cache_for, held
 from antkv.spark.store.location import Location, check_operator, check_partition, check_version
 from antkv.spark.store.memory import worker_row_budget
 from antkv.spark.store.objects import Manifest
+from antkv.spark.store.parked_copies import ParkedCopies
 from antkv.spark.store.presence import Listing, needed_objects
 from antkv.spark.store.row_cache import RowCache
 from antkv.spark.store.state_store import StateStore, as_location, read_manifest, read_marker
@@ -17,6 +21,12 @@ from antkv.spark.store.store_options import StoreOptions
 from antkv.spark.store.working_copy import WorkingCopy
 
 _UNSET = object()
+# What became of the partition's copy when a store opened (StateStore.copy_fate, the batch metrics)
+NEW = "new"  # the empty state: nothing to load
+REUSED = "reused"  # this process's idle copy held the version
+REOPENED = "reopened"  # a parked copy on this machine held it: claimed and opened
+CAUGHT_UP = "caught_up"  # an idle or parked copy of an older version, brought here by changelogs
+REBUILT = "rebuilt"  # built from the location and the local cache
 
 
 def open_store(location, operator: str, partition: int, version: int, *, manifest=_UNSET,
@@ -53,7 +63,7 @@ def open_store(location, operator: str, partition: int, version: int, *, manifes
             raise antkv.InvalidArgumentError("an empty store has no manifest and no rescale source")
         store = StateStore(loc, operator, partition, _build(loc, operator, partition, 0, None, options), options)
         store.version = version  # its commit makes version + 1, built on no base
-        store.reused_working_copy = False
+        store.copy_fate = NEW
         return store
     if manifest is _UNSET:
         if version == 0:
@@ -68,22 +78,71 @@ def open_store(location, operator: str, partition: int, version: int, *, manifes
         raise antkv.InvalidArgumentError(f"version {version} needs {'no' if version == 0 else 'a'} manifest")
     if manifest is not None and not isinstance(manifest, str):
         raise TypeError(f"manifest must be an object name (str), not {type(manifest).__name__}")
-    copy = None if manifest is None else held.take(loc, operator, source)
-    caught_up = False
-    if copy is not None and copy.manifest_name != manifest:
-        caught_up = _catch_up(copy, loc, operator, source, version, manifest)
-        if not caught_up:
-            copy.destroy()  # another version's copy that cannot be brought to this one: rebuild
-            copy = None
-    reused = copy is not None
-    if copy is None:
-        copy = _build(loc, operator, source, version, manifest, options)
-    if manifest is not None:
+    if manifest is None:
+        copy, fate = _build(loc, operator, source, version, None, options), NEW
+    else:
+        copy, fate = _find_copy(loc, operator, source, version, manifest, options)
+        if copy is None:
+            copy, fate = _build(loc, operator, source, version, manifest, options), REBUILT
         _check_present(loc, copy)
     store = StateStore(loc, operator, partition, copy, options)
-    store.reused_working_copy = reused
-    store.caught_up_working_copy = caught_up
+    store.copy_fate = fate
+    store.reused_working_copy = fate != REBUILT and fate != NEW
+    store.caught_up_working_copy = fate == CAUGHT_UP
     return store
+
+
+def _find_copy(loc, operator, partition, version, manifest, options) -> tuple[WorkingCopy | None, str]:
+    """A copy already on this machine that holds, or can be brought to, ``manifest``, with its
+    fate: this process's idle copy of exactly that version (:data:`REUSED`), a parked copy of
+    it (:data:`REOPENED`), or either kind of copy of an older version that ``manifest``
+    extends, brought to it by the changelogs it lacks (:data:`CAUGHT_UP`).  ``(None, None)``
+    when there is none: the caller rebuilds."""
+    idle = held.take(loc, operator, partition)
+    if idle is not None and idle.manifest_name == manifest:
+        return idle, REUSED
+    if options.park_copies:
+        parked = _claim_parked(loc, operator, partition, version, manifest, options)
+        if parked is not None:
+            if idle is not None:
+                idle.destroy()  # an older version of a partition a parked copy holds now
+            if parked.manifest_name == manifest:
+                return parked, REOPENED
+            if _catch_up(parked, loc, operator, partition, version, manifest):
+                return parked, CAUGHT_UP
+            parked.destroy()
+    if idle is not None:
+        if _catch_up(idle, loc, operator, partition, version, manifest):
+            return idle, CAUGHT_UP
+        idle.destroy()  # another version's copy that cannot be brought to this one
+    return None, None
+
+
+def _claim_parked(loc, operator, partition, version, manifest, options) -> WorkingCopy | None:
+    """Claim and open the best parked copy of the partition (:mod:`parked_copies`): the one
+    holding ``manifest``, else the newest older version's; None if there is none that verifies."""
+
+    def rank(record) -> int | None:
+        if record.manifest_name == manifest:
+            return 0
+        held_version = record.version
+        return version - held_version if held_version < version else None
+
+    copy = _new_copy(options)
+    try:
+        record = ParkedCopies(copy.cache).claim(loc, operator, partition, rank, copy.work)
+        if record is None:
+            copy.destroy()
+            return None
+        copy.adopt(record)
+        m = copy.manifest
+        if (m.operator, m.partition) != (operator, partition):
+            raise antkv.CorruptionError(f"a parked copy of {operator}/{partition} holds "
+                                        f"{m.operator}/{m.partition}", copy.work.path)
+        return copy
+    except BaseException:
+        copy.destroy()
+        raise
 
 
 def _read_checked_manifest(loc, operator, partition, version, name) -> Manifest:
@@ -141,9 +200,13 @@ def _snapshot_objects(manifest: Manifest | None) -> tuple:
     return () if snap is None else tuple(sorted(f.object for f in snap.files))
 
 
-def _build(loc, operator, partition, version, name, options) -> WorkingCopy:
-    copy = WorkingCopy(cache_for(options), options.engine_options(),
+def _new_copy(options: StoreOptions) -> WorkingCopy:
+    return WorkingCopy(cache_for(options), options.engine_options(),
                        RowCache(worker_row_budget(options.memory_bytes, options.row_cache_budget())))
+
+
+def _build(loc, operator, partition, version, name, options) -> WorkingCopy:
+    copy = _new_copy(options)
     try:
         if name is None:
             copy.open_empty()

@@ -55,13 +55,18 @@ choosing a snapshot when the chain since the last snapshot would exceed
 changed nothing writes only the manifest.
 
 **Working copies are reused**: after a commit the copy stays open in this process (up to
-``max_idle_stores``); opening the next version on the base it committed picks it up without
-reading anything; a copy of an older version that the wanted one extends (same snapshot, its
+``max_idle_stores``), and a checkpoint of it is parked on the machine for any other process
+(``park_copies``, :mod:`antkv.spark.store.parked_copies`); opening the next version on the base
+it committed picks up the idle copy without reading anything, or in another process reopens the
+parked one; a copy of an older version that the wanted one extends (same snapshot, its
 changelogs first) catches up by applying the changelogs it lacks.  Any other open rebuilds
 from the location and the local cache (:mod:`antkv.spark.store.opening`).
 """
 
 from __future__ import annotations
+
+import logging
+import shutil
 
 import xxhash
 
@@ -73,6 +78,7 @@ from antkv.spark.store.idle_copies import held
 from antkv.spark.store.location import Location, changelog_name, manifest_name, marker_name, new_attempt_id
 from antkv.spark.store.key_counts import add_counts, aligned, count_all, count_changes, in_range, scan_counts
 from antkv.spark.store.row_cache import MISSING, PREFIX_LEN
+from antkv.spark.store.parked_copies import ParkedCopies
 from antkv.spark.store.objects import (
     FileRef,
     Manifest,
@@ -89,6 +95,7 @@ _LIVE = object()  # a changed key whose new value is not kept (the batch commits
 _NO_WAL = antkv.WriteOptions(disable_wal=True)  # a working copy's writes (module docstring)
 _ENTRY_BYTES = 160  # a change set entry's Python objects: its dict slot and two bytes headers
 _APPLY_EVERY = 4096  # point writes gathered before they go to the database as one batch
+log = logging.getLogger(__name__)
 _WARM_FACTOR = 8  # warm a key group the batch touches at least 1/8 of (one read beats 8 scanned)
 
 
@@ -136,7 +143,8 @@ class StateStore:
         self._base_counts = {} if copy.manifest is None else copy.manifest.key_counts  # ... per prefix
         self._ingested = False  # ranges were ingested: this batch commits a snapshot
         self._done = False
-        self.reused_working_copy = False  # opened on a copy this process held (no load, or a catch-up)
+        self.copy_fate = "rebuilt"  # how the copy was found: opening.NEW, REUSED, REOPENED, CAUGHT_UP, REBUILT
+        self.reused_working_copy = False  # a copy on this machine was used (reused, reopened or caught up)
         self.caught_up_working_copy = False  # ... of an older version, brought here by its changelogs
         self.bytes_referenced = 0  # after commit: bytes of every object the new version names
 
@@ -442,6 +450,7 @@ class StateStore:
         version = self.version + 1
         attempt = new_attempt_id()
         base_name, base = copy.manifest_name, copy.manifest
+        checkpoint = None  # a checkpoint of the new version (snapshot commits), parked below
         try:
             num_keys, key_counts = self._count()
             # the count was the base snapshot's last reader: released now, the snapshot's flush
@@ -459,8 +468,9 @@ class StateStore:
                     log = encode_changelog(ranges, self._changes)
                 if log is None or self._needs_snapshot(snapshot, chain, len(log)):
                     self._rewrite_if_state_rewritten(num_keys, chain)
+                    checkpoint = copy.checkpoint()
                     snapshot, nbytes, nobjects = copy.write_snapshot(
-                        loc, self.operator, self.partition, version, attempt)
+                        loc, self.operator, self.partition, version, attempt, checkpoint)
                     chain = ()
                     wrote_snapshot = True
                 else:
@@ -476,15 +486,39 @@ class StateStore:
             nbytes += len(data)
             nobjects += 1
         except BaseException:
+            if checkpoint is not None:
+                shutil.rmtree(checkpoint, ignore_errors=True)
             self._discard()
             raise
         self._finish()
         self.bytes_referenced = sum(c.size for c in manifest.changelogs) + (
             0 if manifest.snapshot is None else sum(f.size for f in manifest.snapshot.files))
         copy.advance(name, manifest)
-        held.give_back(loc, self.operator, self.partition, copy, self.options.max_idle_stores)
+        if self._park(checkpoint):
+            held.give_back(loc, self.operator, self.partition, copy, self.options.max_idle_stores)
+        else:
+            copy.destroy()
         return CommitMessage(self.operator, self.partition, version, name, base_name, num_keys,
                              nbytes, nobjects, wrote_snapshot)
+
+    def _park(self, checkpoint: str | None) -> bool:
+        """Leave the committed copy on the machine (``StoreOptions.park_copies``;
+        :mod:`antkv.spark.store.parked_copies`); False if that failed.  The version is
+        committed whatever happens here: a copy that cannot be parked (a full disk) is logged,
+        not kept (its database may have turned read-only), and the next process to open the
+        partition rebuilds it from the location."""
+        copy = self._copy
+        if not self.options.park_copies:
+            if checkpoint is not None:
+                shutil.rmtree(checkpoint, ignore_errors=True)
+            return True
+        try:
+            copy.park(ParkedCopies(copy.cache), self.location, self.operator, self.partition, checkpoint)
+        except antkv.Error as e:
+            log.warning("antkv.spark: %s/%d version %d was committed but not parked: %s",
+                        self.operator, self.partition, copy.version, e)
+            return False
+        return True
 
     def _rewrite_if_state_rewritten(self, num_keys: int, chain) -> None:
         """Before a snapshot: replace the working copy's database by the live state in one

@@ -29,6 +29,7 @@ class StoreOptions:
     snapshot_ratio: float = 2.0  # ... or changelog bytes beyond this multiple of the snapshot's
     max_changelog_bytes: int = 64 * MiB  # a batch changing more commits a snapshot instead
     max_idle_stores: int = 16  # committed working copies kept open per process for reuse
+    park_copies: bool = True  # leave each committed copy on the machine for any process (parked_copies.py)
     row_cache_bytes: int | None = None  # the row caches of the process's working copies, together (None: memory_bytes // 4)
     engine: dict = field(default_factory=dict)  # antkv.Options overrides for the stores' databases
 
@@ -43,6 +44,9 @@ class StoreOptions:
                     raise TypeError("engine must be a dict of antkv.Options fields")
             elif f.name == "row_cache_bytes" and v is None:
                 continue
+            elif f.name == "park_copies":
+                if not isinstance(v, bool):
+                    raise TypeError(f"park_copies must be a bool, not {type(v).__name__}")
             elif f.name == "snapshot_ratio":
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise TypeError("snapshot_ratio must be a number")

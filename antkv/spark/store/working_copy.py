@@ -36,6 +36,7 @@ import xxhash
 
 from antkv.spark.store.local_cache import LocalCache, os_errors
 from antkv.spark.store.location import Location, partition_dir, snapshot_file_name
+from antkv.spark.store.parked_copies import ParkedCopies, ParkedRecord
 from antkv.spark.store.row_cache import RowCache
 from antkv.spark.store.objects import (
     FileRef,
@@ -250,22 +251,51 @@ class WorkingCopy:
             self.db.ingest([table], move=True)
         self.file_map = {}  # no engine file of the new database is in the location yet
 
+    def checkpoint(self) -> str:
+        """A checkpoint of the database (``antkv.DB.checkpoint``: the memtable flushed, every
+        file linked) in a new directory of this copy's work area; returns its path.  The
+        caller owns it: it is uploaded, parked or removed."""
+        path = os.path.join(self.work.path, f"checkpoint-{uuid.uuid4().hex}")
+        self.db.checkpoint(path)
+        return path
+
     def write_snapshot(self, location: Location, operator: str, partition: int, version: int,
-                       attempt: str) -> tuple[Snapshot, int, int]:
-        """Checkpoint the database and upload the engine files the location lacks.
+                       attempt: str, checkpoint: str) -> tuple[Snapshot, int, int]:
+        """Upload the engine files of ``checkpoint`` (:meth:`checkpoint`) the location lacks.
 
         Returns ``(snapshot, bytes uploaded, objects uploaded)``."""
-        tmp = os.path.join(self.work.path, f"checkpoint-{attempt}")
-        self.db.checkpoint(tmp)
-        with os_errors(tmp):
+        with os_errors(checkpoint):
             try:
-                result = self._upload_checkpoint(location, tmp, operator, partition, version, attempt)
+                result = self._upload_checkpoint(location, checkpoint, operator, partition, version, attempt)
                 self.cache.drop_superseded(location, partition_dir(operator, partition),
                                            [ref.object for ref in result[0].files])
                 return result
             finally:
-                shutil.rmtree(tmp, ignore_errors=True)
                 self.cache.evict()
+
+    def park(self, parked: ParkedCopies, location: Location, operator: str, partition: int,
+             checkpoint: str | None) -> None:
+        """Leave the committed version this copy holds on the machine for any process
+        (:mod:`antkv.spark.store.parked_copies`): ``checkpoint`` (taken after the version's
+        last write; None: taken now) becomes a parked entry.  This copy stays open as it is."""
+        if checkpoint is None:
+            checkpoint = self.checkpoint()
+        try:
+            parked.park(location, operator, partition, checkpoint, self.manifest_name, self.manifest, self.file_map)
+        finally:
+            shutil.rmtree(checkpoint, ignore_errors=True)  # gone already unless parking failed
+        snap = self.manifest.snapshot
+        if snap is not None:  # the older entries parking removed held the older snapshots' files
+            self.cache.drop_superseded(location, partition_dir(operator, partition), [f.object for f in snap.files])
+        parked.sweep()
+        parked.trim(self.cache.disk_budget, self.cache.usage())
+
+    def adopt(self, record: ParkedRecord) -> None:
+        """Open the parked copy of ``record`` claimed into this copy's work area
+        (:meth:`ParkedCopies.claim`): this copy then holds the version it names."""
+        self.db = antkv.open(self.work.db_path, self.engine_options)
+        self.manifest_name, self.manifest = record.manifest_name, record.decoded_manifest()
+        self.file_map = dict(record.file_map)
 
     def _upload_checkpoint(self, location: Location, tmp: str, operator: str, partition: int,
                            version: int, attempt: str) -> tuple[Snapshot, int, int]:

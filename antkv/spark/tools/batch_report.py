@@ -7,6 +7,11 @@ driver, not part of the checkpoint location; ``antkv state-report`` finds it wit
 FILE``, or as :data:`METRICS_FILE` in the location's operator directory, in the location, or
 beside the location (where ``make demo`` writes it).
 
+The ``copies`` column gives, in partition order, what became of each partition's working copy
+when its task opened it: ``R`` reused (this Python worker held it), ``O`` reopened (a copy
+parked on the machine by another worker), ``C`` caught up (a copy of an older version brought
+forward by changelogs), ``B`` rebuilt from the checkpoint location, ``N`` new (an empty state).
+
 Where a batch's time went is read along its slowest task, the one that held the batch up:
 its ``load``, ``process`` and ``commit``; then the driver's ``publish``; ``spark`` is the rest
 of the batch's wall time (scheduling, shuffle, collecting the commit messages).  A batch run
@@ -21,9 +26,12 @@ from __future__ import annotations
 import json
 
 from antkv import errors
+from antkv.spark.store.opening import CAUGHT_UP, NEW, REBUILT, REOPENED, REUSED
 
 METRICS_FILE = "metrics.jsonl"
 TIME_PARTS = ("load", "process", "commit", "publish", "spark")
+# each partition's copy in the ``copies`` column, in partition order
+FATE_LETTERS = {REUSED: "R", REOPENED: "O", CAUGHT_UP: "C", REBUILT: "B", NEW: "N"}
 
 
 def read_batches(path: str) -> list[dict]:
@@ -58,14 +66,28 @@ def _row(m: dict) -> dict:
         "bytes_uploaded": int(m["bytes_uploaded"]), "bytes_reused": int(m["bytes_reused"]),
         "cache_hit_ratio": float(m["cache_hit_ratio"]), "replayed": bool(m["replayed"]),
         "rescaled": int(m["previous_partitions"]) != int(m["partitions"]),
+        "copies": "".join(FATE_LETTERS[fate_of(p)] for p in sorted(parts, key=lambda p: p["partition"])),
     }
+
+
+def fate_of(partition_metrics: dict) -> str:
+    """What became of a partition's copy when its task opened it (``copy_fate``; for metrics
+    written before it was recorded, what ``reused_working_copy`` and ``caught_up_working_copy`` say)."""
+    fate = partition_metrics.get("copy_fate")
+    if fate in FATE_LETTERS:
+        return fate
+    if partition_metrics.get("caught_up_working_copy"):
+        return CAUGHT_UP
+    return REUSED if partition_metrics.get("reused_working_copy") else REBUILT
 
 
 def table_lines(rows: list[dict]) -> list[str]:
     """The table ``state-report`` prints: one line per batch."""
     unit, scale = _byte_unit(max(max(r["bytes_uploaded"], r["bytes_reused"]) for r in rows))
+    width = max(6, max(len(r["copies"]) for r in rows))
     head = (f"{'batch':>5} {'version':>7} {'parts':>5} {'rows':>9} {'keys':>9} {'seconds':>8} "
-            + " ".join(f"{t:>7}" for t in TIME_PARTS) + f" {'up ' + unit:>8} {'reused ' + unit:>9} {'cache hit':>9}  note")
+            + " ".join(f"{t:>7}" for t in TIME_PARTS) + f" {'up ' + unit:>8} {'reused ' + unit:>9} {'cache hit':>9}"
+            + f"  {'copies':<{width}}  note")
     lines = [head]
     for r in rows:
         note = []
@@ -76,8 +98,8 @@ def table_lines(rows: list[dict]) -> list[str]:
         lines.append(
             f"{r['batch']:>5} {r['version']:>7} {r['partitions']:>5} {r['rows']:>9} {r['keys']:>9} {r['seconds']:>8.2f} "
             + " ".join(f"{r[t]:>7.2f}" for t in TIME_PARTS)
-            + f" {r['bytes_uploaded'] / scale:>8.2f} {r['bytes_reused'] / scale:>9.2f} {r['cache_hit_ratio']:>9.2f}  "
-            + ", ".join(note))
+            + f" {r['bytes_uploaded'] / scale:>8.2f} {r['bytes_reused'] / scale:>9.2f} {r['cache_hit_ratio']:>9.2f}"
+            + f"  {r['copies'] or '-':<{width}}  " + ", ".join(note))
     return lines
 
 
@@ -133,6 +155,7 @@ def draw(rows: list[dict], operator: str, png: str) -> None:
 
     width = 0.4
     unit, scale = _byte_unit(max(max(r["bytes_uploaded"], r["bytes_reused"]) for r in rows))
+    width = max(6, max(len(r["copies"]) for r in rows))
     bytes_ax.bar([b - width / 2 for b in batches], [r["bytes_uploaded"] / scale for r in rows], width, label="uploaded")
     bytes_ax.bar([b + width / 2 for b in batches], [r["bytes_reused"] / scale for r in rows], width, label="reused")
     bytes_ax.set_ylabel(unit)

@@ -1,0 +1,342 @@
+"""A committed working copy outlives the Python process that made it: any process on the
+machine reopens the copy parked at exactly the version it opens (``parked_copies.py``), a
+process killed at any step of parking leaves nothing that is served, two processes racing for
+one copy never share it, and a damaged, stale or lost attempt's copy is rebuilt, never served.
+
+Every "other process" here is a real one (``multiprocessing`` spawn, or a child killed with
+SIGKILL), sharing the local cache directory as Spark's Python workers on one machine do."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import signal
+import time
+
+import pytest
+
+from antkv.spark import CommitCoordinator, CommitMessage, Location, StoreOptions, open_store, release_idle_stores
+from antkv.spark.store.idle_copies import cache_for
+from antkv.spark.store.parked_copies import RECORD, ParkedCopies
+from antkv.spark.store.state_store import read_manifest
+
+OP = "op"
+
+
+@pytest.fixture
+def setup(tmp_path):
+    release_idle_stores()
+    uri = str(tmp_path / "loc")
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"), max_changelog_chain=3,
+                           engine=dict(write_buffer_size=16 << 10, min_blob_size=512))
+    yield uri, options, CommitCoordinator(Location(uri), OP, 1, query_id="q")
+    release_idle_stores()
+
+
+def _writes(version: int) -> dict:
+    return {b"k%03d" % ((version * 7 + i) % 60): b"v%d-%d-" % (version, i) * (1 + i * 11) for i in range(25)}
+
+
+def _batch(s, version: int) -> None:
+    """Batch ``version``'s writes into store ``s`` (:func:`_model` follows them)."""
+    for k, val in _writes(version).items():
+        s.put(k, val)
+    s.delete(b"k%03d" % (version % 60))
+
+
+def _model(last: int) -> dict:
+    """The state after batches ``0..last-1``."""
+    model = {}
+    for v in range(last):
+        model.update(_writes(v))
+        model.pop(b"k%03d" % (v % 60), None)
+    return model
+
+
+def _commit_batches(uri, options, coord, first, last):
+    """Batches ``first..last-1`` of partition 0 in this process, each published."""
+    for v in range(first, last):
+        s = open_store(uri, OP, 0, v, manifest=coord.base_manifests(v)[0], options=options)
+        _batch(s, v)
+        coord.publish(v + 1, [s.commit()])
+        coord.cleanup(v + 1)
+
+
+def _batch_in_child(args):
+    """Another Python worker runs batch ``version``: what it found, and its commit message."""
+    uri, options, version, manifest = args
+    s = open_store(uri, OP, 0, version, manifest=manifest, options=options)
+    fate, items = s.copy_fate, sorted(s.items())
+    _batch(s, version)
+    return fate, items, s.commit().to_json()
+
+
+def _open_in_child(args):
+    """Another Python worker opens the version and says what it found."""
+    uri, options, version, manifest = args
+    s = open_store(uri, OP, 0, version, manifest=manifest, options=options)
+    try:
+        return s.copy_fate, sorted(s.items()), s.num_keys()
+    finally:
+        s.abort()
+
+
+def _parked(uri, options):
+    return ParkedCopies(cache_for(options)).records(Location(uri), OP, 0)
+
+
+def test_a_copy_reopened_by_another_process_equals_its_version(setup):
+    """Batches alternate between two processes; each continues from the copy the other parked
+    (``reopened``), never rebuilding, and the state equals the model at every version, through
+    changelog and snapshot commits."""
+    uri, options, coord = setup
+    _commit_batches(uri, options, coord, 0, 2)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        for v in (2, 4, 6):
+            fate, items, msg = pool.apply(_batch_in_child, ((uri, options, v, coord.base_manifests(v)[0]),))
+            assert fate == "reopened" and items == sorted(_model(v).items())
+            coord.publish(v + 1, [CommitMessage.from_json(msg)])
+            coord.cleanup(v + 1)
+            s = open_store(uri, OP, 0, v + 1, manifest=coord.base_manifests(v + 1)[0], options=options)
+            assert s.copy_fate == "reopened" and sorted(s.items()) == sorted(_model(v + 1).items())
+            assert s.num_keys() == len(_model(v + 1))
+            _batch(s, v + 1)
+            coord.publish(v + 2, [s.commit()])
+            coord.cleanup(v + 2)
+        assert read_manifest(Location(uri), coord.base_manifests(8)[0]).snapshot is not None  # snapshots parked too
+        fate, items, n = pool.apply(_open_in_child, ((uri, options, 8, coord.base_manifests(8)[0]),))
+        assert fate == "reopened" and items == sorted(_model(8).items()) and n == len(_model(8))
+
+
+def test_an_idle_copy_of_this_process_is_reused_before_a_parked_one_and_parking_can_be_off(setup):
+    uri, options, coord = setup
+    _commit_batches(uri, options, coord, 0, 1)
+    s = open_store(uri, OP, 0, 1, manifest=coord.base_manifests(1)[0], options=options)
+    assert s.copy_fate == "reused"
+    s.abort()
+    assert len(_parked(uri, options)) == 1
+    off = StoreOptions(cache_dir=options.cache_dir + "-off", park_copies=False)
+    uri2 = uri + "-2"
+    coord2 = CommitCoordinator(Location(uri2), OP, 1, query_id="q")
+    _commit_batches(uri2, off, coord2, 0, 2)
+    assert _parked(uri2, off) == []
+    release_idle_stores()
+    s = open_store(uri2, OP, 0, 2, manifest=coord2.base_manifests(2)[0], options=off)
+    assert s.copy_fate == "rebuilt"
+    s.abort()
+
+
+def _hold_copy_then_wait(args):
+    """Run batch 2 (parking the copy), keep the idle copy open, and wait to be killed."""
+    uri, options, manifest, ready = args
+    _, _, msg = _batch_in_child((uri, options, 2, manifest))
+    with open(ready + ".tmp", "w") as f:
+        f.write(msg)
+    os.rename(ready + ".tmp", ready)
+    time.sleep(120)
+
+
+def test_kill_9_of_the_process_holding_a_copy_while_another_takes_it_over(setup, tmp_path):
+    uri, options, coord = setup
+    _commit_batches(uri, options, coord, 0, 2)
+    release_idle_stores()
+    ready = str(tmp_path / "ready")
+    holder = multiprocessing.get_context("spawn").Process(
+        target=_hold_copy_then_wait, args=((uri, options, coord.base_manifests(2)[0], ready),))
+    holder.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(ready):
+            assert holder.is_alive() and time.monotonic() < deadline
+            time.sleep(0.05)
+        with open(ready) as f:
+            coord.publish(3, [CommitMessage.from_json(f.read())])
+        s = open_store(uri, OP, 0, 3, manifest=coord.base_manifests(3)[0], options=options)
+        assert s.copy_fate == "reopened"  # the holder still has its own copy open
+        os.kill(holder.pid, signal.SIGKILL)  # while this process holds the copy it took over
+        holder.join()
+        assert sorted(s.items()) == sorted(_model(3).items())
+        _batch(s, 3)
+        coord.publish(4, [s.commit()])
+    finally:
+        if holder.is_alive():
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.join()
+    release_idle_stores()
+    s = open_store(uri, OP, 0, 4, manifest=coord.base_manifests(4)[0], options=options)
+    assert s.copy_fate == "reopened" and sorted(s.items()) == sorted(_model(4).items())
+    s.abort()
+    cache = cache_for(options)
+    cache.sweep()  # the killed holder's working directory goes
+    assert os.listdir(os.path.join(cache.root, "work")) == []
+
+
+def _park_and_die_at(args):
+    """Commit batch 1, killing this process (SIGKILL) at rename number ``n`` into the parked
+    copies (1: the checkpoint in, 2: RECORD in place, 3: the older entry out)."""
+    uri, options, manifest, n = args
+    parked_root = os.path.join(options.cache_dir, "parked")
+    real_rename, calls = os.rename, [0]
+
+    def rename(src, dst):
+        if os.fspath(dst).startswith(parked_root):
+            calls[0] += 1
+            if calls[0] == n:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return real_rename(src, dst)
+
+    os.rename = rename
+    s = open_store(uri, OP, 0, 1, manifest=manifest, options=options)
+    _batch(s, 1)
+    s.commit()
+
+
+@pytest.mark.parametrize("step", [1, 2, 3])
+def test_a_process_killed_at_each_step_of_parking_leaves_nothing_served(setup, step):
+    """Version 1 has two parked copies: the published attempt's and a duplicate's.  A process
+    takes the published one, commits batch 1 and is killed while parking it: before its entry
+    has RECORD (steps 1 and 2), or while removing the duplicate's older entry (step 3).  The
+    next process serves no half-parked entry (nothing there holds version 1 now: it rebuilds,
+    exactly), and the sweep removes what the killed process left."""
+    uri, options, coord = setup
+    attempts = [open_store(uri, OP, 0, 0, options=options) for _ in range(2)]
+    for s in attempts:
+        _batch(s, 0)
+    msgs = [s.commit() for s in attempts]
+    coord.publish(1, msgs[:1])
+    release_idle_stores()
+    assert sorted(r.manifest_name for r in _parked(uri, options)) == sorted(m.manifest for m in msgs)
+    child = multiprocessing.get_context("spawn").Process(
+        target=_park_and_die_at, args=((uri, options, coord.base_manifests(1)[0], step),))
+    child.start()
+    child.join()
+    assert child.exitcode == -signal.SIGKILL
+    left = _parked(uri, options)
+    assert [r.manifest_name for r in left if r.version == 1] == [msgs[1].manifest]  # the duplicate's
+    assert [r.version for r in left if r.version != 1] == ([2] if step == 3 else [])
+    fate, items, n = _open_in_child((uri, options, 1, coord.base_manifests(1)[0]))
+    assert fate == "rebuilt" and items == sorted(_model(1).items()) and n == len(_model(1))
+    ParkedCopies(cache_for(options)).sweep()
+    parked_root = os.path.join(options.cache_dir, "parked")
+    for slot in os.listdir(parked_root):
+        for entry in os.listdir(os.path.join(parked_root, slot)):
+            assert os.path.exists(os.path.join(parked_root, slot, entry, RECORD)), entry  # no debris
+
+
+def _race(args):
+    uri, options, manifest, barrier = args
+    s = open_store(uri, OP, 0, 2, manifest=manifest, options=options)
+    try:
+        barrier.wait(60)  # both opened before either lets its copy go
+        return s.copy_fate, sorted(s.items())
+    finally:
+        s.abort()
+
+
+def test_two_processes_racing_for_one_copy_one_reopens_it_the_other_rebuilds(setup):
+    uri, options, coord = setup
+    model = _model(2)
+    _commit_batches(uri, options, coord, 0, 2)
+    release_idle_stores()
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(2)
+        with ctx.Pool(2) as pool:
+            results = pool.map(_race, [(uri, options, coord.base_manifests(2)[0], barrier)] * 2)
+    assert sorted(fate for fate, _ in results) == ["rebuilt", "reopened"]
+    assert all(items == sorted(model.items()) for _, items in results)
+
+
+def _damage(entry_db: str, how: str) -> None:
+    tables = sorted(n for n in os.listdir(entry_db) if n.endswith(".sst"))
+    path = os.path.join(entry_db, tables[-1])
+    if how == "flipped byte":
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x40]))
+    elif how == "truncated":
+        os.truncate(path, os.path.getsize(path) - 7)
+    elif how == "missing file":
+        os.unlink(path)
+    elif how == "file too many":
+        with open(os.path.join(entry_db, "000999.sst"), "wb") as f:
+            f.write(b"x" * 100)
+    elif how == "damaged record":
+        record = os.path.join(os.path.dirname(entry_db), RECORD)
+        with open(record, "r+b") as f:
+            f.seek(10)
+            f.write(b"\xff")
+
+
+@pytest.mark.parametrize("how", ["flipped byte", "truncated", "missing file", "file too many", "damaged record"])
+def test_a_damaged_parked_copy_is_rebuilt_never_served(setup, how):
+    uri, options, coord = setup
+    model = _model(2)
+    _commit_batches(uri, options, coord, 0, 2)
+    release_idle_stores()
+    slot = ParkedCopies(cache_for(options)).slot(Location(uri), OP, 0)
+    (entry,) = os.listdir(slot)
+    _damage(os.path.join(slot, entry, "db"), how)
+    s = open_store(uri, OP, 0, 2, manifest=coord.base_manifests(2)[0], options=options)
+    assert s.copy_fate == "rebuilt" and sorted(s.items()) == sorted(model.items())
+    s.abort()
+    assert not os.path.exists(os.path.join(slot, entry))  # the damaged entry is gone
+
+
+def test_a_stale_or_lost_attempts_parked_copy_is_never_served(setup):
+    """A losing duplicate attempt parks its copy of version 2 (other writes) and the winner
+    does not park: the published version is rebuilt, not served from the loser's copy.  A
+    parked copy of an older version whose chain the wanted one does not extend (a snapshot
+    came between) is rebuilt too."""
+    uri, options, coord = setup
+    model = _model(1)
+    _commit_batches(uri, options, coord, 0, 1)
+    loser = open_store(uri, OP, 0, 1, manifest=coord.base_manifests(1)[0], options=options)
+    loser.put(b"k001", b"from a losing attempt")
+    loser.commit()
+    release_idle_stores()
+    winner_options = StoreOptions(cache_dir=options.cache_dir, max_changelog_chain=3, park_copies=False,
+                                  engine=options.engine)
+    w = open_store(uri, OP, 0, 1, manifest=coord.base_manifests(1)[0], options=winner_options)
+    assert w.copy_fate == "rebuilt"  # the loser's copy is at version 2, not the wanted 1
+    w.put(b"k002", b"the winner")
+    model[b"k002"] = b"the winner"
+    coord.publish(2, [w.commit()])
+    release_idle_stores()
+    assert [r.version for r in _parked(uri, options)] == [2]  # the loser's
+    s = open_store(uri, OP, 0, 2, manifest=coord.base_manifests(2)[0], options=options)
+    assert s.copy_fate == "rebuilt" and dict(s.items()).get(b"k001") != b"from a losing attempt"
+    assert sorted(s.items()) == sorted(model.items())
+    s.abort()
+    # stale: version 2 parked from a snapshot chain that version 6 no longer extends
+    uri3 = uri + "-stale"
+    coord3 = CommitCoordinator(Location(uri3), OP, 1, query_id="q")
+    _commit_batches(uri3, options, coord3, 0, 2)  # parks version 2
+    entry = _parked(uri3, options)
+    assert [r.version for r in entry] == [2]
+    slot = ParkedCopies(cache_for(options)).slot(Location(uri3), OP, 0)
+    os.rename(slot, slot + ".aside")  # the newer versions are parked without it
+    _commit_batches(uri3, options, coord3, 2, 6)  # a snapshot at 4
+    release_idle_stores()
+    shutil.rmtree(slot)
+    os.rename(slot + ".aside", slot)  # only the stale version 2 copy is parked now
+    s = open_store(uri3, OP, 0, 6, manifest=coord3.base_manifests(6)[0], options=options)
+    assert s.copy_fate == "rebuilt" and sorted(s.items()) == sorted(_model(6).items())
+    s.abort()
+
+
+def test_a_parked_copy_of_an_older_version_catches_up_when_the_chain_extends_it(setup):
+    uri, options, coord = setup
+    _commit_batches(uri, options, coord, 0, 1)  # version 1 parked
+    slot = ParkedCopies(cache_for(options)).slot(Location(uri), OP, 0)
+    os.rename(slot, slot + ".aside")
+    _commit_batches(uri, options, coord, 1, 3)  # versions 2 and 3: changelogs on the same base
+    release_idle_stores()
+    shutil.rmtree(slot)
+    os.rename(slot + ".aside", slot)  # as if the partition ran elsewhere since version 1
+    s = open_store(uri, OP, 0, 3, manifest=coord.base_manifests(3)[0], options=options)
+    assert s.copy_fate == "caught_up" and sorted(s.items()) == sorted(_model(3).items())
+    s.abort()

@@ -749,3 +749,33 @@ def test_a_state_rewritten_to_nothing_snapshots_an_empty_database(tmp_path):
     store = open_store(loc, "op", 0, 3, manifest=coord.base_manifests(3)[0], options=options)
     assert dict(store.items()) == {b"k%04d" % i: b"back" for i in range(3)}
     store.abort()
+
+
+@pytest.mark.parametrize("row_cache_bytes", [1, None])
+def test_a_snapshot_holds_the_live_state_about_once_whatever_batches_stacked(tmp_path, row_cache_bytes):
+    """Batches that rewrite every key stack a run each in the working copy (each commit parks
+    a checkpoint, which flushes).  A snapshot then holds the live state about once, whether
+    the row cache holds the state whole (the state is rewritten into one table) or not (the
+    copy is compacted first), and a copy rebuilt from it reads one run."""
+    loc = f"file://{tmp_path}/state"
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"), max_changelog_chain=3, snapshot_ratio=100.0,
+                           row_cache_bytes=row_cache_bytes)
+    coord = CommitCoordinator(loc, "op", 1, query_id="q")
+    keys = [b"k%05d" % i for i in range(1500)]
+    live = 0
+    for version in range(4):  # changelogs at 1-3, a snapshot at 4 (the chain is full)
+        s = open_store(loc, "op", 0, version, manifest=coord.base_manifests(version)[0], options=options)
+        values = {k: os.urandom(600) for k in keys}
+        for k, v in values.items():
+            s.put(k, v)
+        msg = s.commit()
+        coord.publish(version + 1, [msg])
+        live = sum(len(k) + len(v) for k, v in values.items())
+    m = read_manifest(as_location(loc), msg.manifest)
+    assert msg.snapshot and m.snapshot.bytes < 1.3 * live, (m.snapshot.bytes, live)
+    release_idle_stores()
+    cold = dataclasses.replace(options, park_copies=False)
+    with open_store(loc, "op", 0, 4, manifest=coord.base_manifests(4)[0], options=cold) as s:
+        assert s.copy_fate == "rebuilt" and dict(s.items()) == values
+        assert int(s._db.property("antkv.estimate-num-keys")) == len(keys)  # one run: each key once
+    release_idle_stores()

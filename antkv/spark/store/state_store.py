@@ -47,7 +47,10 @@ bring-in) settles the count and restarts it from the state after the ingest.
 
 * a *changelog* (the change set, zstd) and a manifest ``base snapshot + changelogs``, or
 * a *snapshot* -- ``db.checkpoint()``, then every engine file the location lacks (the
-  working copy knows which it already holds) -- and a manifest naming its files,
+  working copy knows which it already holds) -- and a manifest naming its files.  A snapshot
+  carries no compaction debt: a database whose tables hold more than 1.25 entries per live
+  key is first compacted to one run (``WorkingCopy.settle_debt``), unless the state was
+  rewritten whole or ranges were ingested (their files are named, not uploaded again),
 
 choosing a snapshot when the chain since the last snapshot would exceed
 ``max_changelog_chain`` changelogs, or their bytes ``snapshot_ratio`` times the snapshot's
@@ -467,7 +470,8 @@ class StateStore:
                         snapshot, chain, changelog_size_floor(ranges, self._changes))):
                     log = encode_changelog(ranges, self._changes)
                 if log is None or self._needs_snapshot(snapshot, chain, len(log)):
-                    self._rewrite_if_state_rewritten(num_keys, chain)
+                    if not self._rewrite_if_state_rewritten(num_keys, chain) and not self._ingested:
+                        copy.settle_debt(num_keys)
                     checkpoint = copy.checkpoint()
                     snapshot, nbytes, nobjects = copy.write_snapshot(
                         loc, self.operator, self.partition, version, attempt, checkpoint)
@@ -520,24 +524,26 @@ class StateStore:
             return False
         return True
 
-    def _rewrite_if_state_rewritten(self, num_keys: int, chain) -> None:
+    def _rewrite_if_state_rewritten(self, num_keys: int, chain) -> bool:
         """Before a snapshot: replace the working copy's database by the live state in one
         table (:meth:`WorkingCopy.rewrite`) when the row cache holds that state whole and
         the changes since the last snapshot -- the ``chain``'s changelogs and this batch's --
-        reach half its bytes.  A checkpoint would then upload a table about that large anyway,
+        reach half its bytes; returns whether it did.  A checkpoint would then upload a table about that large anyway,
         beside older tables holding the same keys; a state that changed less keeps its
         tables (a snapshot uploads only the new one), and so does a batch that ingested
         ranges (its snapshot names the source partition's objects)."""
         if self._ingested:
-            return
+            return False
         whole = self._rows.whole_state(num_keys)
         if whole is None:
-            return
+            return False
         keys, values = whole
         changed = sum(ref.size for ref in chain) + self._change_bytes
         if 2 * changed >= sum(map(len, keys)) + sum(map(len, values)):
             self._copy.rewrite(keys, values)
             self._db = self._copy.db
+            return True
+        return False
 
     def _needs_snapshot(self, snapshot, chain, log_bytes: int) -> bool:
         o = self.options

@@ -50,6 +50,8 @@ from antkv.spark.store.objects import (
 _SNAPSHOT_SUFFIXES = (".sst", ".vlog")  # immutable engine files, uploaded as objects
 _APPLY_CHUNK = 4096  # changelog records per engine write batch
 _MERGE_BYTES = 64 << 20  # changelog bytes of a chain merged in memory before they are written
+_DEBT_FACTOR = 1.25  # stored entries per live key a snapshot may carry before it is compacted
+_DEBT_SLACK = 1024  # ... plus these (a small state's tombstones are not worth a compaction)
 _WHOLE_FACTOR = 16  # changelogs (compressed) of 1/16 of the snapshot's bytes: read the snapshot whole
 
 
@@ -250,6 +252,18 @@ class WorkingCopy:
         if keys:
             self.db.ingest([table], move=True)
         self.file_map = {}  # no engine file of the new database is in the location yet
+
+    def settle_debt(self, live_keys: int) -> bool:
+        """Before a snapshot: compact the database to one sorted run when its tables hold more
+        than :data:`_DEBT_FACTOR` entries per live key (older versions of keys, tombstones:
+        runs stacked by batches that rewrote the same keys), so that the snapshot holds the
+        state about once and a copy rebuilt from it reads its key groups in time that follows
+        the live state.  Returns whether it compacted."""
+        entries = int(self.db.property("antkv.estimate-num-keys") or 0)
+        if entries <= _DEBT_FACTOR * live_keys + _DEBT_SLACK:
+            return False
+        self.db.compact_range()
+        return True
 
     def checkpoint(self) -> str:
         """A checkpoint of the database (``antkv.DB.checkpoint``: the memtable flushed, every

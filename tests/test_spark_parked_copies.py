@@ -340,3 +340,33 @@ def test_a_parked_copy_of_an_older_version_catches_up_when_the_chain_extends_it(
     s = open_store(uri, OP, 0, 3, manifest=coord.base_manifests(3)[0], options=options)
     assert s.copy_fate == "caught_up" and sorted(s.items()) == sorted(_model(3).items())
     s.abort()
+
+
+def test_a_reused_spark_worker_parks_in_the_background_and_a_claim_waits_for_it(setup, monkeypatch):
+    """In a Python worker Spark reuses (``SPARK_REUSE_WORKER``), the commit returns while the
+    copy is parked in a thread; a process that wants that version meanwhile waits for the
+    parking instead of rebuilding, and this worker's next batch takes its copy once parked."""
+    import antkv.spark.store.parked_copies as parked
+
+    uri, options, coord = setup
+    monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
+    real_digests = parked._digests
+
+    def slow_digests(db, file_map):
+        time.sleep(1.5)  # a large copy's files being hashed
+        return real_digests(db, file_map)
+
+    monkeypatch.setattr(parked, "_digests", slow_digests)
+    s = open_store(uri, OP, 0, 0, options=options)
+    _batch(s, 0)
+    t0 = time.monotonic()
+    msg = s.commit()
+    assert time.monotonic() - t0 < 1.5  # the commit did not wait for the parking
+    coord.publish(1, [msg])
+    assert _parked(uri, options) == []  # still parking
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        fate, items, n = pool.apply(_open_in_child, ((uri, options, 1, msg.manifest),))
+    assert fate == "reopened" and items == sorted(_model(1).items()) and n == len(_model(1))
+    s = open_store(uri, OP, 0, 1, manifest=msg.manifest, options=options)
+    assert s.copy_fate == "reused" and sorted(s.items()) == sorted(_model(1).items())
+    s.abort()

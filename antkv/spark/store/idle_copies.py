@@ -1,12 +1,20 @@
 """What a process keeps between batches: committed working copies left open for the next
 batch to reuse (at most ``StoreOptions.max_idle_stores``, the least recently used closed first),
 and one local cache per cache directory.  :func:`antkv.spark.store.opening.open_store` takes
-copies from here; a commit gives its copy back."""
+copies from here; a commit gives its copy back.
+
+A copy given back may still be parking (:mod:`antkv.spark.store.parked_copies`) in a thread of
+its own: in a Python worker Spark reuses, the commit returns at once and the checkpoint is
+taken while the worker waits for its next task.  Invariant: nothing else touches a copy until
+its parking ended -- :meth:`IdleCopies.take` and every close wait for it
+(:meth:`~antkv.spark.store.working_copy.WorkingCopy.finish_parking`), and a copy whose parking
+failed is closed, not reused."""
 
 from __future__ import annotations
 
 import atexit
 import collections
+import logging
 import os
 import threading
 
@@ -24,11 +32,21 @@ class IdleCopies:
         self._idle: "collections.OrderedDict[tuple, WorkingCopy]" = collections.OrderedDict()
 
     def take(self, loc: Location, operator: str, partition: int) -> WorkingCopy | None:
-        """The idle copy of ``partition`` this process holds, whatever version it holds."""
+        """The idle copy of ``partition`` this process holds, whatever version it holds (once
+        its parking ended; None if that failed)."""
         with self._lock:
-            return self._idle.pop((loc.identity, operator, partition), None)
+            copy = self._idle.pop((loc.identity, operator, partition), None)
+        if copy is not None and not copy.finish_parking():
+            copy.destroy()
+            return None
+        return copy
 
-    def give_back(self, loc: Location, operator: str, partition: int, copy: WorkingCopy, limit: int) -> None:
+    def give_back(self, loc: Location, operator: str, partition: int, copy: WorkingCopy, limit: int,
+                  park=None) -> None:
+        """Keep ``copy`` for reuse; with ``park`` (a callable), run it in a thread of its own
+        first (see the module docstring)."""
+        if park is not None:
+            copy.start_parking(park)
         drop = []
         with self._lock:
             old = self._idle.pop((loc.identity, operator, partition), None)
@@ -38,6 +56,7 @@ class IdleCopies:
             while len(self._idle) > limit:
                 drop.append(self._idle.popitem(last=False)[1])
         for c in drop:
+            c.finish_parking()
             c.destroy()
 
     def clear(self) -> None:
@@ -45,7 +64,15 @@ class IdleCopies:
             copies = list(self._idle.values())
             self._idle.clear()
         for c in copies:
+            c.finish_parking()
             c.destroy()
+
+
+def background_parking() -> bool:
+    """Whether a commit may park its copy in a thread: only in a Python worker that Spark
+    reuses for the next task (``SPARK_REUSE_WORKER``, set by Spark's worker factory).  A worker
+    that is not reused exits right after its task, ending every thread it started."""
+    return bool(os.environ.get("SPARK_REUSE_WORKER"))
 
 
 held = IdleCopies()  # this process's

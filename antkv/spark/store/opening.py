@@ -130,7 +130,7 @@ def _claim_parked(loc, operator, partition, version, manifest, options) -> Worki
 
     copy = _new_copy(options)
     try:
-        record = ParkedCopies(copy.cache).claim(loc, operator, partition, rank, copy.work)
+        record = ParkedCopies(copy.cache).claim(loc, operator, partition, version, rank, copy.work)
         if record is None:
             copy.destroy()
             return None

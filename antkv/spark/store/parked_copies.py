@@ -12,6 +12,7 @@ rename), checks it and opens it: no download, no changelog replay, no rebuild.
 Layout under the local cache's root::
 
     parked/<slot>/<entry>/owner.lock   held by the parking process until RECORD is in place
+                                       (<entry>: the version, 20 digits, "-", a random id)
     parked/<slot>/<entry>/db/          an antkv checkpoint of the working copy's database
     parked/<slot>/<entry>/RECORD       what db/ holds (an envelope of kind b"K", objects.py):
                                        location identity, operator, partition, the manifest
@@ -35,6 +36,9 @@ Invariants:
   xxh3_128.  Anything else (a stale version, a lost attempt's copy, a damaged or truncated
   file, a file too many) is removed and the partition is built another way: a parked copy is
   never served unless it is exactly what was committed;
+* a worker Spark reuses parks in a thread after its commit returned
+  (:mod:`antkv.spark.store.idle_copies`); a claim of a version whose entry is still being
+  parked waits for it (its owner lock) rather than rebuilding;
 * parking a version removes the slot's entries of older versions, so a slot holds the newest
   copy committed on this machine (two when duplicate attempts of one version both parked);
   entries beyond the local cache's disk budget go least recently parked first
@@ -48,6 +52,7 @@ import fcntl
 import json
 import os
 import shutil
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -59,6 +64,7 @@ from antkv.spark.store.location import Location
 from antkv.spark.store.objects import FORMAT, KIND_PARKED, FileRef, Manifest, file_digest, seal, unseal
 
 RECORD = "RECORD"
+PARKING_WAIT_S = 30.0  # how long a claim waits for the parking of the version it wants
 _DAMAGED = object()  # an entry whose RECORD does not decode
 _OWNER_LOCK = "owner.lock"
 _TRASH = "trash-"
@@ -126,13 +132,13 @@ class ParkedCopies:
         remove the slot's entries of older versions.  On an error the new entry is removed and
         the checkpoint with it: nothing half-parked can be claimed."""
         slot = self.slot(location, operator, partition)
-        entry = os.path.join(slot, uuid.uuid4().hex)
+        entry = os.path.join(slot, f"{manifest.version:020d}-{uuid.uuid4().hex}")
         with os_errors(entry):
             with self.cache.locked():  # a sweep never sees the entry before its lock is held
                 os.makedirs(entry)
                 fd = os.open(os.path.join(entry, _OWNER_LOCK), os.O_RDWR | os.O_CREAT, 0o644)
-            try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
                 try:
                     db = os.path.join(entry, "db")
                     os.rename(checkpoint, db)
@@ -154,12 +160,16 @@ class ParkedCopies:
 
     # ------------------------------------------------------------------ claiming
 
-    def claim(self, location: Location, operator: str, partition: int, accept, work: WorkDir) -> ParkedRecord | None:
+    def claim(self, location: Location, operator: str, partition: int, version: int, accept,
+              work: WorkDir) -> ParkedRecord | None:
         """Claim the best entry of the partition's slot into ``work`` (its ``db/`` becomes
         ``work.db_path``) and return its verified record, or None.  ``accept(record)`` ranks an
         entry: None refuses it, else a number (lower is better).  A claimed entry that does
-        not verify is removed and the next one tried."""
+        not verify is removed and the next one tried.  An entry of ``version`` still being
+        parked (by a worker that committed it and parks in the background) is waited for, up
+        to :data:`PARKING_WAIT_S`."""
         slot = self.slot(location, operator, partition)
+        _wait_for_parking(slot, version)
         ranked = []
         for entry, rec in self._entries(slot):
             if rec is _DAMAGED:
@@ -282,6 +292,21 @@ class ParkedCopies:
             except OSError:
                 return  # left for a later sweep
         shutil.rmtree(trash, ignore_errors=True)
+
+
+def _wait_for_parking(slot: str, version: int) -> None:
+    """Wait until no entry of ``version`` in ``slot`` is being parked (its owner lock held and
+    no RECORD yet), at most :data:`PARKING_WAIT_S` in all."""
+    prefix = f"{version:020d}-"
+    try:
+        pending = [os.path.join(slot, n) for n in os.listdir(slot) if n.startswith(prefix)]
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    deadline = time.monotonic() + PARKING_WAIT_S
+    for entry in pending:
+        while (not os.path.exists(os.path.join(entry, RECORD)) and os.path.isdir(entry)
+               and not _abandoned(entry) and time.monotonic() < deadline):
+            time.sleep(0.01)
 
 
 def _digests(db: str, file_map: dict) -> dict:

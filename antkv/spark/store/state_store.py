@@ -77,7 +77,7 @@ import antkv
 from antkv.record.batch import as_bytes
 
 from antkv.spark.store.commit_message import CommitMessage
-from antkv.spark.store.idle_copies import held
+from antkv.spark.store.idle_copies import background_parking, held
 from antkv.spark.store.location import Location, changelog_name, manifest_name, marker_name, new_attempt_id
 from antkv.spark.store.key_counts import add_counts, aligned, count_all, count_changes, in_range, scan_counts
 from antkv.spark.store.row_cache import MISSING, PREFIX_LEN
@@ -498,7 +498,10 @@ class StateStore:
         self.bytes_referenced = sum(c.size for c in manifest.changelogs) + (
             0 if manifest.snapshot is None else sum(f.size for f in manifest.snapshot.files))
         copy.advance(name, manifest)
-        if self._park(checkpoint):
+        if self.options.park_copies and background_parking():
+            held.give_back(loc, self.operator, self.partition, copy, self.options.max_idle_stores,
+                           park=lambda: self._park(checkpoint))
+        elif self._park(checkpoint):
             held.give_back(loc, self.operator, self.partition, copy, self.options.max_idle_stores)
         else:
             copy.destroy()
@@ -510,7 +513,8 @@ class StateStore:
         :mod:`antkv.spark.store.parked_copies`); False if that failed.  The version is
         committed whatever happens here: a copy that cannot be parked (a full disk) is logged,
         not kept (its database may have turned read-only), and the next process to open the
-        partition rebuilds it from the location."""
+        partition rebuilds it from the location.  In a reused Spark worker this runs in a thread
+        after the commit returned (``idle_copies.background_parking``)."""
         copy = self._copy
         if not self.options.park_copies:
             if checkpoint is not None:

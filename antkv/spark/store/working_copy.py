@@ -27,8 +27,10 @@ A snapshot commit therefore uploads exactly the engine files missing from the ma
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import shutil
+import threading
 import uuid
 
 import antkv
@@ -47,6 +49,7 @@ from antkv.spark.store.objects import (
     merge_ranges,
 )
 
+log = logging.getLogger(__name__)
 _SNAPSHOT_SUFFIXES = (".sst", ".vlog")  # immutable engine files, uploaded as objects
 _APPLY_CHUNK = 4096  # changelog records per engine write batch
 _MERGE_BYTES = 64 << 20  # changelog bytes of a chain merged in memory before they are written
@@ -70,6 +73,8 @@ class WorkingCopy:
         # contents as the store's own writes change them; anything else that changes them
         # (an ingest, a catch-up) empties it.
         self.memo: dict = {}
+        self._parking: threading.Thread | None = None  # a parking in progress (start_parking)
+        self._parked_ok = True
 
     @property
     def version(self) -> int:
@@ -304,6 +309,28 @@ class WorkingCopy:
         parked.sweep()
         parked.trim(self.cache.disk_budget, self.cache.usage())
 
+    def start_parking(self, park) -> None:
+        """Run ``park()`` (which parks this copy) in a thread; :meth:`finish_parking` waits for it."""
+        def run():
+            try:
+                self._parked_ok = bool(park())
+            except BaseException as e:  # noqa: BLE001 -- reported by finish_parking's caller
+                log.warning("antkv.spark: parking a working copy failed: %s", e)
+                self._parked_ok = False
+
+        self._parked_ok = False
+        self._parking = threading.Thread(target=run, name="antkv-park", daemon=True)
+        self._parking.start()
+
+    def finish_parking(self) -> bool:
+        """Wait for a parking started by :meth:`start_parking`; False if it failed (the copy
+        may then be unusable: its caller closes it)."""
+        thread, self._parking = self._parking, None
+        if thread is None:
+            return True
+        thread.join()
+        return self._parked_ok
+
     def adopt(self, record: ParkedRecord) -> None:
         """Open the parked copy of ``record`` claimed into this copy's work area
         (:meth:`ParkedCopies.claim`): this copy then holds the version it names."""
@@ -339,7 +366,8 @@ class WorkingCopy:
         self.manifest_name, self.manifest = name, manifest
 
     def destroy(self) -> None:
-        """Close the database and remove the working directory (nothing in it is needed)."""
+        """Close the database and remove the working directory (nothing in it is needed).
+        REQUIRES: no parking in progress (:meth:`finish_parking`)."""
         self.rows.close()
         try:
             if self.db is not None:

@@ -207,12 +207,15 @@ def floor_batch(partitions: int):
     return on_batch
 
 
-def start_session(partitions: int, local_dir: str):
+def start_session(partitions: int, local_dir: str, worker_reuse: bool = True):
+    """A ``local[2]`` session; ``worker_reuse=False`` runs every Python task in a new worker
+    (what a query meets when its batches are a minute apart: Spark stops idle workers)."""
     from pyspark.sql import SparkSession
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     spark = (
         SparkSession.builder.master("local[2]")
+        .config("spark.python.worker.reuse", "true" if worker_reuse else "false")
         .appName("antkv-spark-baseline")
         .config("spark.sql.shuffle.partitions", str(partitions))
         .config("spark.default.parallelism", "2")

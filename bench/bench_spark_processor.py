@@ -29,8 +29,10 @@ A ...), so each query's batches are one batch of the other apart.  ``--order alt
 the first query of each batch alternate (S A, A S, S A, ...): each query then runs two batches
 back to back and waits for two of the other's.  Two Spark batches of the full size take over
 a minute, and Spark stops the Python workers of a UDF that has not run for a minute (its fixed
-idle timeout), so antkv's next batch starts new workers and rebuilds every working copy: that
-order measures a query whose batches are over a minute apart, not a steady stream.
+idle timeout), so antkv's next batch starts new workers, which reopen the working copies parked
+on the machine: that order measures a query whose batches are over a minute apart, not a
+steady stream.  The report gives antkv's load time and each partition's copy (``R`` reused,
+``O`` reopened, ``C`` caught up, ``B`` rebuilt, ``N`` new) per batch.
 ``--order streams`` measures steady streams: antkv's batches run back to back, then Spark's, as
 queries fed faster than they process (each query then sees the machine on its own).
 
@@ -54,6 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.bench_spark_baseline import (  # noqa: E402
     session_processor_class, session_row_processor_class, start_session, write_batch_file)
+from antkv.spark.tools.batch_report import FATE_LETTERS, fate_of  # noqa: E402
 
 OUTPUT_SCHEMA = "key string, start long, end long, events long"
 INPUT_SCHEMA = "key string, value binary, ts timestamp"
@@ -106,6 +109,7 @@ def _antkv_breakdown(work: str, batch: int) -> dict:
             "process_s": round(sum(p["process_s"] for p in parts), 3),
             "commit_s": round(sum(p["commit_s"] for p in parts), 3),
             "reused_working_copies": sum(p["reused_working_copy"] for p in parts),
+            "copies": "".join(FATE_LETTERS[fate_of(p)] for p in sorted(parts, key=lambda p: p["partition"])),
             "snapshots": sum(p["snapshot"] for p in parts)}
 
 
@@ -165,11 +169,13 @@ def report(results: dict) -> str:
     lines = [f"# Session-window StatefulProcessor: {results['keys']:,} keys, {results['batches']} batches, "
              f"{results['partitions']} state partitions, local[2], {results['cores']} cores, "
              f"order {results['order']}, {results.get('api', 'pandas')} API", "",
-             "| batch | first | Spark (RocksDB provider) rows/s | antkv rows/s | antkv / Spark |",
-             "|---:|---|---:|---:|---:|"]
+             "| batch | first | Spark (RocksDB provider) rows/s | antkv rows/s | antkv / Spark | antkv load s | antkv copies |",
+             "|---:|---|---:|---:|---:|---:|:---|"]
     for b in results["per_batch"]:
         s, a = b["spark"]["rows_per_s"], b["antkv"]["rows_per_s"]
-        lines.append(f"| {b['batch']} | {b['first']} | {s:,.0f} | {a:,.0f} | {a / s:.1f}x |")
+        br = b["antkv"].get("breakdown", {})
+        lines.append(f"| {b['batch']} | {b['first']} | {s:,.0f} | {a:,.0f} | {a / s:.1f}x | "
+                     f"{br.get('load_s', 0):.2f} | {br.get('copies', '-')} |")
     steady = results["per_batch"][1:] or results["per_batch"]
     s = statistics.median(b["spark"]["rows_per_s"] for b in steady)
     a = statistics.median(b["antkv"]["rows_per_s"] for b in steady)

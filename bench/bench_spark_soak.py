@@ -261,7 +261,7 @@ def _spark_local_dir(spark) -> str | None:
 def _antkv_batches(engine: Engine) -> dict[int, dict]:
     """The pipeline's metrics per batch: the time split of ``antkv state-report`` and the
     working copies."""
-    from antkv.spark.tools.batch_report import read_batches
+    from antkv.spark.tools.batch_report import fate_of, read_batches
 
     raw: dict[int, dict] = {}
     with open(engine.metrics, encoding="utf-8") as f:
@@ -275,9 +275,10 @@ def _antkv_batches(engine: Engine) -> dict[int, dict]:
         out[row["batch"]] = {
             "antkv_s": {k: round(row[k], 4) for k in ("seconds", "load", "process", "commit", "publish", "spark")},
             "bytes_uploaded": row["bytes_uploaded"], "keys": row["keys"],
-            "reused": sum(p["reused_working_copy"] and not p.get("caught_up_working_copy") for p in parts),
-            "caught_up": sum(bool(p.get("caught_up_working_copy")) for p in parts),
-            "rebuilt": sum(not p["reused_working_copy"] for p in parts) if row["batch"] > 0 else 0,
+            "reused": sum(fate_of(p) == "reused" for p in parts),
+            "reopened": sum(fate_of(p) == "reopened" for p in parts),
+            "caught_up": sum(fate_of(p) == "caught_up" for p in parts),
+            "rebuilt": sum(fate_of(p) == "rebuilt" for p in parts),
             "snapshots": sum(p["snapshot"] for p in parts),
             "downloads": sum(p["cache_downloads"] for p in parts),
         }

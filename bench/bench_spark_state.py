@@ -25,7 +25,12 @@ the checkpoint directory; then one batch in a restarted driver (a new process an
 **restore**, that batch's time.  Then the **floor**: the pipeline's Spark work (routing,
 sorting, the Arrow stream to Python, one collected row per partition) around a task that only
 reads its rows, on the same input: no Python state store run this way can beat its batch time,
-so its multiple of Spark bounds antkv's.  Finally **rescale** (antkv only; Spark cannot change a
+so its multiple of Spark bounds antkv's; the floor's own first batch after a restart bounds
+antkv's restore the same way.  With ``--churn``, antkv's batches run again with Python worker
+reuse off (every task in a new worker, as when batches are a minute apart), and the report
+compares antkv's own work per batch (load, function and commit, summed over partitions) and
+the whole batches with the warm run.  antkv's tables give each partition's copy per batch
+(``R`` reused, ``O`` reopened, ``C`` caught up, ``B`` rebuilt, ``N`` new; ``S``: a snapshot).  Finally **rescale** (antkv only; Spark cannot change a
 query's state partitions): a batch job loads ``--rescale-keys`` and 10x as many keys on 2
 partitions, then a batch of 1,000 rows on 3 partitions rescales; reported: the slowest
 partition's state open time (base open + clip + bring-in) for both sizes.  Each phase runs in
@@ -55,6 +60,7 @@ from bench.bench_spark_baseline import (  # noqa: E402
 )
 from bench.bench_spark_baseline import child as spark_child  # noqa: E402
 from bench.measure import peak_rss_mib  # noqa: E402
+from antkv.spark.tools.batch_report import FATE_LETTERS  # noqa: E402
 
 MARKER = "BENCH-ANTKV-RESULT "
 
@@ -76,12 +82,12 @@ def count_and_latest(state, rows):
     yield pd.DataFrame({"key": [k[0] for k in g.keys], "count": counts})
 
 
-def _pipeline(work: str, partitions: int, metrics: str | None = None):
+def _pipeline(work: str, partitions: int, metrics: str | None = None, park: bool = True):
     from antkv.spark import StatefulPipeline, StoreOptions
 
     return StatefulPipeline("file://" + os.path.join(work, "antkv-state"), "bench", ["key"], count_and_latest,
                             "key string, count long", partitions=partitions, query_id="bench",
-                            options=StoreOptions(cache_dir=os.path.join(work, "antkv-cache")),
+                            options=StoreOptions(cache_dir=os.path.join(work, "antkv-cache"), park_copies=park),
                             metrics_path=metrics)
 
 
@@ -92,7 +98,7 @@ def _stream_batches(args, name: str, make_on_batch):
     work = args.workdir
     input_dir = os.path.join(work, f"input-{name}")
     os.makedirs(input_dir, exist_ok=True)
-    spark = start_session(args.partitions, os.path.join(work, "spark-local"))
+    spark = start_session(args.partitions, os.path.join(work, "spark-local"), worker_reuse=args.worker_reuse == "on")
     stream = spark.readStream.schema("key string, value binary, ts timestamp") \
         .option("maxFilesPerTrigger", 1).parquet(input_dir)
     query = stream.writeStream.foreachBatch(make_on_batch()) \
@@ -121,7 +127,7 @@ def antkv_phase(args) -> dict:
 
     def make_on_batch():  # a pipeline parses its schema, which needs the session
         nonlocal pipe
-        pipe = _pipeline(args.workdir, args.partitions)
+        pipe = _pipeline(args.workdir, args.partitions, park=args.park == "on")
         return pipe.foreach_batch()
 
     batches = []
@@ -129,7 +135,11 @@ def antkv_phase(args) -> dict:
     for b in _stream_batches(args, "antkv", make_on_batch):
         after = checkpoint_files(state_dir)
         m = pipe.history[-1]
+        parts = sorted(m.partition_metrics, key=lambda p: p.partition)
         b.update({
+            "own_ms": round(1000 * sum(p.load_s + p.process_s + p.commit_s for p in parts)),
+            "copies": "".join(FATE_LETTERS[p.copy_fate] for p in parts),
+            "snapshots": sum(p.snapshot for p in parts),
             "commit_ms": round(1000 * sum(p.commit_s for p in m.partition_metrics)),
             "load_ms": round(1000 * sum(p.load_s for p in m.partition_metrics)),
             "process_ms": round(1000 * sum(p.process_s for p in m.partition_metrics)),
@@ -142,7 +152,8 @@ def antkv_phase(args) -> dict:
         batches.append(b)
         before = after
         print(f"  antkv batch {b['batch']}: {b['rows']} rows in {b['trigger_ms']} ms ({b['rows_per_s']} rows/s), "
-              f"commit {b['commit_ms']} ms, +{b['checkpoint_new_bytes']:,} checkpoint bytes", file=sys.stderr)
+              f"load {b['load_ms']} ms, commit {b['commit_ms']} ms, copies {b['copies']}, "
+              f"+{b['checkpoint_new_bytes']:,} checkpoint bytes", file=sys.stderr)
     return {"batches": batches, "driver_peak_rss_mib": round(peak_rss_mib(), 1)}
 
 
@@ -178,22 +189,43 @@ def rescale_phase(args) -> dict:
 
 
 def child(phase: str, args, workdir: str, **over) -> dict:
-    opts = {"first_batch": 0, "batches": args.batches, "keys": args.keys, **over}
+    opts = {"first_batch": 0, "batches": args.batches, "keys": args.keys, "worker_reuse": args.worker_reuse, **over}
     cmd = [sys.executable, os.path.abspath(__file__), "--phase", phase, "--workdir", workdir,
            "--first-batch", str(opts["first_batch"]), "--batches", str(opts["batches"]),
            "--keys", str(opts["keys"]), "--value-size", str(args.value_size),
-           "--partitions", str(args.partitions)]
+           "--partitions", str(args.partitions), "--worker-reuse", opts["worker_reuse"], "--park", args.park]
     return run_child(cmd, phase, MARKER)
 
 
 def table(name: str, batches: list[dict], restart: dict) -> list[str]:
-    lines = [f"## {name}", "", "| batch | rows | time ms | rows/s | commit ms | checkpoint +bytes |",
-             "|---:|---:|---:|---:|---:|---:|"]
+    own = "own_ms" in batches[0]
+    lines = [f"## {name}", "", "| batch | rows | time ms | rows/s | commit ms | checkpoint +bytes |"
+             + (" load ms | own work ms | copies |" if own else ""),
+             "|---:|---:|---:|---:|---:|---:|" + ("---:|---:|:---|" if own else "")]
     for b in batches + [restart]:
         label = f"{b['batch']}" + (" (after restart)" if b is restart else "")
         lines.append(f"| {label} | {b['rows']:,} | {b['trigger_ms']:,} | {b['rows_per_s']:,.0f} | "
-                     f"{b['commit_ms']:,} | {b['checkpoint_new_bytes']:,} |")
+                     f"{b['commit_ms']:,} | {b['checkpoint_new_bytes']:,} |"
+                     + (f" {b['load_ms']:,} | {b['own_ms']:,} | {b['copies']}{' S' * bool(b['snapshots'])} |"
+                        if own else ""))
     return lines + [""]
+
+
+def churn_lines(warm: list[dict], churn: list[dict]) -> list[str]:
+    """antkv's own work per batch (load, function and commit, summed over partitions) and whole
+    batches, in new workers against warm ones, after the first batch."""
+    own_w = statistics.median(b["own_ms"] for b in warm[1:] or warm)
+    own_c = statistics.median(b["own_ms"] for b in churn[1:] or churn)
+    whole_w = statistics.median(b["trigger_ms"] for b in warm[1:] or warm)
+    whole_c = statistics.median(b["trigger_ms"] for b in churn[1:] or churn)
+    return [f"new workers against warm ones, medians after the first batch: antkv's own work "
+            f"{own_c:,.0f} ms against {own_w:,.0f} ms ({own_c / own_w:.2f}x); whole batches "
+            f"{whole_c:,.0f} ms against {whole_w:,.0f} ms ({whole_c / whole_w:.2f}x)", ""]
+
+
+def restart_ratio(batches: list[dict], restart: dict) -> float:
+    """The first batch after a restart against the median steady batch (after the first)."""
+    return restart["trigger_ms"] / statistics.median(b["trigger_ms"] for b in batches[1:] or batches)
 
 
 def steady(batches: list[dict]) -> float:
@@ -211,6 +243,12 @@ def main(argv=None) -> None:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--rescale-keys", type=int, default=5_000)
     p.add_argument("--dir", default=None)
+    p.add_argument("--worker-reuse", choices=("on", "off"), default="on",
+                   help="off: every Python task in a new worker (Spark's idle-worker timeout, without the wait)")
+    p.add_argument("--churn", action="store_true",
+                   help="also run antkv's batches with worker reuse off, and compare its own work per batch")
+    p.add_argument("--park", choices=("on", "off"), default="on", help="StoreOptions.park_copies of antkv's stores")
+    p.add_argument("--only", choices=("antkv",), default=None, help="run antkv's phases alone (no Spark, floor, rescale)")
     p.add_argument("--json", default=None)
     p.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -230,6 +268,21 @@ def main(argv=None) -> None:
         ant_phase = child("antkv", args, workdir)
         ant = ant_phase["batches"]
         ant_restart = child("antkv", args, workdir, first_batch=args.batches, batches=1)["batches"][0]
+        churn = churn_restart = None
+        if args.churn:
+            print(f"antkv, every task in a new Python worker: {args.batches} batches, then a restart", file=sys.stderr)
+            churn_dir = os.path.join(workdir, "churn")
+            os.makedirs(churn_dir)
+            churn = child("antkv", args, churn_dir, worker_reuse="off")["batches"]
+            churn_restart = child("antkv", args, churn_dir, worker_reuse="off", first_batch=args.batches,
+                                  batches=1)["batches"][0]
+        if args.only == "antkv":
+            report = table("antkv StatefulPipeline (foreachBatch)", ant, ant_restart)
+            if churn:
+                report += table("antkv, every task in a new Python worker", churn, churn_restart)
+                report += churn_lines(ant, churn)
+            print("\n".join(report))
+            return
         print(f"Spark applyInPandasWithState (RocksDB): {args.batches} batches, then a restart", file=sys.stderr)
         spark_args = argparse.Namespace(keys=args.keys, value_size=args.value_size, partitions=args.partitions)
         spark_phase = spark_child("apply", 0, args.batches, spark_args, workdir)
@@ -237,6 +290,7 @@ def main(argv=None) -> None:
         spark_restart = spark_child("apply", args.batches, 1, spark_args, workdir)["batches"][0]
         print(f"floor (the pipeline's Spark work without state): {args.batches} batches", file=sys.stderr)
         floor = child("floor", args, workdir)["batches"]
+        floor_restart = child("floor", args, workdir, first_batch=args.batches, batches=1)["batches"][0]
         rescale = []
         for keys in (args.rescale_keys, 10 * args.rescale_keys):
             print(f"antkv rescale 2 -> 3 at {keys:,} keys", file=sys.stderr)
@@ -245,11 +299,16 @@ def main(argv=None) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     rss = {"antkv": ant_phase["driver_peak_rss_mib"], "spark": spark_phase["driver_peak_rss_mib"]}
     results.update(antkv=ant, antkv_restart=ant_restart, spark=spark, spark_restart=spark_restart, floor=floor,
+                   floor_restart=floor_restart,
                    rescale=rescale,
                    driver_peak_rss_mib=rss)
     report = [f"# antkv vs Spark state store: {args.keys:,} keys, {args.value_size} B values, every key "
               f"updated every batch, {args.partitions} state partitions, local[2]", ""]
     report += table("antkv StatefulPipeline (foreachBatch)", ant, ant_restart)
+    if churn:
+        report += table("antkv, every task in a new Python worker", churn, churn_restart)
+        report += churn_lines(ant, churn)
+        results.update(antkv_new_workers=churn, antkv_new_workers_restart=churn_restart)
     report += table("Spark applyInPandasWithState, RocksDB provider", spark, spark_restart)
     a, s = steady(ant), steady(spark)
     f = steady(floor)
@@ -259,7 +318,9 @@ def main(argv=None) -> None:
     report.append(f"driver's Python process, peak RSS over the {args.batches} batches: antkv {rss['antkv']:,.0f} MiB, "
                   f"Spark {rss['spark']:,.0f} MiB")
     report.append(f"restore (first batch in a restarted driver): antkv {ant_restart['trigger_ms']:,} ms, "
-                  f"Spark {spark_restart['trigger_ms']:,} ms")
+                  f"Spark {spark_restart['trigger_ms']:,} ms, the floor {floor_restart['trigger_ms']:,} ms; "
+                  f"against each one's steady batch: antkv {restart_ratio(ant, ant_restart):.2f}x, "
+                  f"Spark {restart_ratio(spark, spark_restart):.2f}x, the floor {restart_ratio(floor, floor_restart):.2f}x")
     for r in rescale:
         report.append(f"rescale 2 -> 3 at {r['keys']:,} keys: slowest partition's state open "
                       f"{max(r['open_s']):.3f} s (per partition {r['open_s']}), commits {r['commit_s']} s, "

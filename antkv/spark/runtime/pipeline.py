@@ -168,6 +168,7 @@ class PartitionMetrics:
     reports: dict = field(default_factory=dict)  # what the function put in PartitionState.reports
     caught_up_working_copy: bool = False  # the reused copy was of an older version: its changelogs were applied
     copy_fate: str = ""  # "reused", "reopened", "caught_up", "rebuilt" or "new" (StateStore.copy_fate)
+    bytes_downloaded: int = 0  # read from the location by the load: snapshot files and changelogs
 
 
 @dataclass(frozen=True)
@@ -423,7 +424,8 @@ class StatefulPipeline:
                 cache_downloads=after["downloads"] - before["downloads"],
                 write_amplification=float(write_amp), rescaled=plans is not None,
                 reports=state.reports, caught_up_working_copy=store.caught_up_working_copy,
-                copy_fate=store.copy_fate)
+                copy_fate=store.copy_fate,
+                bytes_downloaded=sum(after[c] - before[c] for c in ("download_bytes", "changelog_bytes")))
             yield pd.DataFrame({COMMIT_COLUMN: [msg.to_json()], METRICS_COLUMN: [json.dumps(asdict(metrics))]})
 
         return task

@@ -99,6 +99,8 @@ def release_idle_stores() -> None:
 
 def local_cache_counters(options: StoreOptions | None = None) -> dict:
     """This process's local-cache counters: ``hits`` (snapshot files found cached),
-    ``downloads`` and ``download_bytes`` (fetched from locations)."""
+    ``downloads`` and ``download_bytes`` (snapshot files fetched from locations), and
+    ``changelog_bytes`` (changelogs read from locations to build or catch up copies)."""
     cache = cache_for(options or StoreOptions())
-    return {"hits": cache.hits, "downloads": cache.downloads, "download_bytes": cache.download_bytes}
+    return {"hits": cache.hits, "downloads": cache.downloads, "download_bytes": cache.download_bytes,
+            "changelog_bytes": cache.changelog_bytes}

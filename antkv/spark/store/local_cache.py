@@ -60,6 +60,7 @@ class LocalCache:
         self._lock_path = os.path.join(self.root, "LOCK")
         self.downloads = 0  # files fetched from the location by this process
         self.download_bytes = 0
+        self.changelog_bytes = 0  # changelogs read from the location by this process's loads
         self.hits = 0
 
     # ------------------------------------------------------------------ locking

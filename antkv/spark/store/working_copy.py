@@ -135,7 +135,9 @@ class WorkingCopy:
         held = 0
         for ref in refs:
             path = location.path(ref.object)
-            log_ranges, keys, values, size = decode_changelog(_checked_changelog(location, ref, path), path)
+            data = _checked_changelog(location, ref, path)
+            self.cache.changelog_bytes += len(data)
+            log_ranges, keys, values, size = decode_changelog(data, path)
             changes = zip(keys, values)
             if begin is not None:
                 log_ranges = [(max(b, begin), min(e, end)) for b, e in log_ranges]

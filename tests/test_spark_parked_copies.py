@@ -370,3 +370,19 @@ def test_a_reused_spark_worker_parks_in_the_background_and_a_claim_waits_for_it(
     s = open_store(uri, OP, 0, 1, manifest=msg.manifest, options=options)
     assert s.copy_fate == "reused" and sorted(s.items()) == sorted(_model(1).items())
     s.abort()
+
+
+def test_reading_a_version_leaves_the_parked_copies_for_the_next_batch(setup):
+    """``read_state`` (and the state data source) open each partition only to read it: they
+    never claim a parked copy, so the query's next batch still reopens it."""
+    from antkv.spark.tools.state_reader import _stores
+
+    uri, options, coord = setup
+    _commit_batches(uri, options, coord, 0, 2)
+    release_idle_stores()
+    for _, store in _stores(uri, OP, None, options):
+        assert store.copy_fate == "rebuilt" and sorted(store.items()) == sorted(_model(2).items())
+    assert [r.version for r in _parked(uri, options)] == [2]
+    s = open_store(uri, OP, 0, 2, manifest=coord.base_manifests(2)[0], options=options)
+    assert s.copy_fate == "reopened"
+    s.abort()

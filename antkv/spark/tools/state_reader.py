@@ -18,6 +18,7 @@ location.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import antkv
@@ -117,11 +118,19 @@ def _published(loc, operator: str, version: int | None):
     return versions, v, CommitCoordinator(loc, operator, 1, query_id="inspect").marker(v)
 
 
+def reading_options(options: StoreOptions | None) -> StoreOptions:
+    """``options`` for a reader: one that opens a partition only to read it and abort never
+    claims a copy parked on the machine (claiming takes it; the abort would throw it away, and
+    the query's next batch would rebuild the partition)."""
+    return dataclasses.replace(options or StoreOptions(), park_copies=False)
+
+
 def _stores(location, operator: str, version: int | None, options: StoreOptions | None):
     """``(partition, store)`` for each partition of ``version`` (default: the newest); each
     store is aborted after its turn."""
     loc, operator = as_location(location), check_operator(operator)
     _, v, marker = _published(loc, operator, version)
+    options = reading_options(options)
     for p, manifest in enumerate(marker.manifests):
         store = open_store(loc, operator, p, v, manifest=manifest, options=options)
         try:

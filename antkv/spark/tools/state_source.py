@@ -43,7 +43,7 @@ from antkv.spark.store.location import check_operator
 from antkv.spark.store.opening import open_store
 from antkv.spark.store.state_store import as_location
 from antkv.spark.store.store_options import StoreOptions
-from antkv.spark.tools.state_reader import key_columns, published_version
+from antkv.spark.tools.state_reader import key_columns, published_version, reading_options
 from antkv.spark.tools.state_records import partition_records
 
 NAME = "antkv-state"
@@ -170,7 +170,7 @@ class StateReader(DataSourceReader):
 
     def read(self, partition: StatePartition):
         read = self.read_request
-        options = StoreOptions(cache_dir=read.cache_dir) if read.cache_dir else None
+        options = reading_options(StoreOptions(cache_dir=read.cache_dir) if read.cache_dir else None)
         store = open_store(read.location, read.operator, partition.partition, self.version,
                            manifest=partition.manifest, options=options)
         try:

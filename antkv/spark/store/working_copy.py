@@ -22,6 +22,28 @@ loaded snapshot and only gains
   links may be much larger than the part of it brought in.
 
 A snapshot commit therefore uploads exactly the engine files missing from the map.
+
+Lifecycle (who moves a copy between states: :mod:`~antkv.spark.store.opening`,
+:class:`~antkv.spark.store.state_store.StateStore`, :mod:`~antkv.spark.store.idle_copies`,
+:mod:`~antkv.spark.store.parked_copies`)::
+
+    building --load / open_empty--> open --commit--> committed --give back--> idle (this process)
+       ^                             ^  \                |                      |  take: same version
+       |                             |   abort/error     park (a checkpoint)   |  (reused), or older
+       |                             |   -> destroyed    v                      |  and extendable
+       |                             |             parked (the machine's)       |  (caught up)
+       |                             +---- claim, check, adopt (reopened) ------+
+       +-- rebuild: nothing on the machine holds the version (or what did was stale or damaged)
+
+* *open*: one :class:`StateStore` reads and writes it; nothing else touches it.
+* *idle*: kept by the process that committed it, unchanged; parking may still run in a thread
+  (:meth:`start_parking`), and taking it back waits for that (:meth:`finish_parking`).
+* *parked*: a checkpoint of a committed copy, owned by no process until one claims it; the
+  copy it was taken from goes on independently (its files are shared by hard link, never
+  written again).
+* *destroyed*: database closed, work directory removed; a process that dies leaves its
+  directories to :meth:`LocalCache.sweep` and its half-parked entries to
+  :meth:`ParkedCopies.sweep`.
 """
 
 from __future__ import annotations

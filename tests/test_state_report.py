@@ -54,6 +54,12 @@ def test_state_report_prints_the_batches_and_draws_them(run, pipeline_run):
     assert [r["rows"] for r in rows] == [m.rows for m in metrics]
     assert [r["bytes_uploaded"] for r in rows] == [m.bytes_uploaded for m in metrics]
     assert [r["cache_hit_ratio"] for r in rows] == [m.cache_hit_ratio for m in metrics]
+    # each partition's copy, one letter per partition in partition order, in the JSON and the table
+    letters = {"new": "N", "reused": "R", "reopened": "O", "caught_up": "C", "rebuilt": "B"}
+    want = ["".join(letters[p.copy_fate] for p in sorted(m.partition_metrics, key=lambda p: p.partition))
+            for m in metrics]
+    assert [r["copies"] for r in rows] == want and want[0] == "NN"
+    assert all(w in line.split() for w, line in zip(want, table))
     for r, m in zip(rows, metrics):
         # the split adds up to the batch's wall time, along its slowest task
         assert sum(r[t] for t in ("load", "process", "commit", "publish", "spark")) == pytest.approx(m.seconds)

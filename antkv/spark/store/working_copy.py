@@ -1,4 +1,4 @@
-"""A working copy: one partition's state as an open antkv database in the executor-local cache.
+r"""A working copy: one partition's state as an open antkv database in the executor-local cache.
 
 A working copy is built from a manifest (``objects.Manifest``): its snapshot files are
 hard-linked from the local cache (downloaded into it if absent), the engine's small metadata

@@ -164,8 +164,10 @@ def make_machine(make_location):
                 del self.published[old]
             assert location_objects(self.loc, "op") == referenced_objects(self.loc, self.coord, first, v)
             if cold:
-                release_idle_stores()
+                release_idle_stores()  # as if each partition's next task ran in another process
             self.stores = [self._open(p, v) for p in range(NUM_PARTITIONS)]
+            # every copy was just committed and parked: another process reopens it, this one reuses it
+            assert [s.copy_fate for s in self.stores] == ["reopened" if cold else "reused"] * NUM_PARTITIONS
 
         @precondition(lambda self: self.version > 0)
         @rule(data=st.data())

@@ -66,6 +66,7 @@ def main(argv=None) -> None:
         spark = (SparkSession.builder.master(cluster.master_url).appName("antkv-bench-cluster")
                  .config("spark.sql.shuffle.partitions", str(args.partitions))
                  .config("spark.executor.memory", "1g").config("spark.driver.host", "127.0.0.1")
+                 .config("spark.ui.showConsoleProgress", "false")
                  .config("spark.driver.bindAddress", "127.0.0.1").config("spark.ui.enabled", "false")
                  .config("spark.executorEnv.PYTHONPATH", ROOT).config("spark.pyspark.python", sys.executable)
                  .getOrCreate())

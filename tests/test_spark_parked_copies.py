@@ -386,3 +386,42 @@ def test_reading_a_version_leaves_the_parked_copies_for_the_next_batch(setup):
     s = open_store(uri, OP, 0, 2, manifest=coord.base_manifests(2)[0], options=options)
     assert s.copy_fate == "reopened"
     s.abort()
+
+
+def test_a_commit_whose_parking_fails_is_still_committed_and_the_next_open_rebuilds(setup, monkeypatch, caplog):
+    """A full disk (or any engine error) while parking: the version is committed and
+    published as usual, the failure is logged, the copy is not kept (its database may have
+    turned read-only), and the next open rebuilds it exactly."""
+    import antkv
+    import antkv.spark.store.parked_copies as parked
+
+    uri, options, coord = setup
+
+    def full_disk(*args, **kwargs):
+        raise antkv.IOError("No space left on device", OSError(28, "No space left on device"), "parked")
+
+    monkeypatch.setattr(parked.ParkedCopies, "park", full_disk)
+    s = open_store(uri, OP, 0, 0, options=options)
+    _batch(s, 0)
+    with caplog.at_level("WARNING", logger="antkv"):
+        msg = s.commit()
+    coord.publish(1, [msg])
+    assert "committed but not parked" in caplog.text
+    monkeypatch.undo()
+    s = open_store(uri, OP, 0, 1, manifest=msg.manifest, options=options)
+    assert s.copy_fate == "rebuilt" and sorted(s.items()) == sorted(_model(1).items())
+    s.abort()
+
+
+def test_parked_copies_beyond_the_disk_budget_go_least_recently_parked_first(setup):
+    """Parked copies count against ``cache_disk_bytes`` with the cached objects: over it, the
+    least recently parked go first, and a partition committed since keeps its copy."""
+    uri, options, coord = setup
+    small = StoreOptions(cache_dir=options.cache_dir, cache_disk_bytes=1, engine=options.engine)
+    coords = [CommitCoordinator(Location(f"{uri}-{i}"), OP, 1, query_id="q") for i in range(3)]
+    for i, c in enumerate(coords):  # three queries, one partition each, parked in turn
+        _commit_batches(f"{uri}-{i}", small, c, 0, 1)
+        time.sleep(0.05)  # distinct parking times
+    release_idle_stores()
+    held = [len(ParkedCopies(cache_for(small)).records(Location(f"{uri}-{i}"), OP, 0)) for i in range(3)]
+    assert held == [0, 0, 1]  # only the newest: each parking trimmed the ones before

@@ -41,8 +41,8 @@ Invariants:
   parked waits for it (its owner lock) rather than rebuilding;
 * parking a version removes the slot's entries of older versions, so a slot holds the newest
   copy committed on this machine (two when duplicate attempts of one version both parked);
-  entries beyond the local cache's disk budget go least recently parked first
-  (:meth:`ParkedCopies.trim`).
+  entries beyond the local cache's disk budget go least recently parked first, never the one
+  just parked (:meth:`ParkedCopies.trim`).
 """
 
 from __future__ import annotations
@@ -126,11 +126,12 @@ class ParkedCopies:
     # ------------------------------------------------------------------ parking
 
     def park(self, location: Location, operator: str, partition: int, checkpoint: str,
-             manifest_name: str, manifest: Manifest, file_map: dict) -> None:
+             manifest_name: str, manifest: Manifest, file_map: dict) -> str:
         """Move ``checkpoint`` (an antkv checkpoint of a working copy that holds ``manifest``,
         committed as object ``manifest_name``) into a new entry of the partition's slot, and
-        remove the slot's entries of older versions.  On an error the new entry is removed and
-        the checkpoint with it: nothing half-parked can be claimed."""
+        remove the slot's entries of older versions; returns the new entry's path.  On an
+        error the new entry is removed and the checkpoint with it: nothing half-parked can be
+        claimed."""
         slot = self.slot(location, operator, partition)
         entry = os.path.join(slot, f"{manifest.version:020d}-{uuid.uuid4().hex}")
         with os_errors(entry):
@@ -155,8 +156,9 @@ class ParkedCopies:
             finally:
                 os.close(fd)
             for other, rec in self._entries(slot):
-                if other != entry and rec is not None and rec.version < manifest.version:
+                if other != entry and rec is not None and rec is not _DAMAGED and rec.version < manifest.version:
                     self._remove(other)
+        return entry
 
     # ------------------------------------------------------------------ claiming
 
@@ -223,9 +225,11 @@ class ParkedCopies:
             self._remove(path)
         return len(debris)
 
-    def trim(self, budget: int, other_bytes: int) -> int:
+    def trim(self, budget: int, other_bytes: int, keep: str | None = None) -> int:
         """Remove entries, least recently parked first, while ``other_bytes`` (the cache's
-        objects) plus the bytes only parked entries hold exceed ``budget``; returns entries removed."""
+        objects) plus the bytes only parked entries hold exceed ``budget``, never the entry
+        ``keep`` (the one just parked: the copy the partition's next task wants); returns
+        entries removed."""
         entries = []
         total = other_bytes
         try:
@@ -234,7 +238,7 @@ class ParkedCopies:
             return 0
         for slot in slots:
             for entry, rec in self._entries(slot):
-                if rec is None or rec is _DAMAGED:
+                if rec is None or rec is _DAMAGED or entry == keep:
                     continue
                 own = _own_bytes(os.path.join(entry, "db"))
                 total += own

@@ -324,14 +324,15 @@ class WorkingCopy:
         if checkpoint is None:
             checkpoint = self.checkpoint()
         try:
-            parked.park(location, operator, partition, checkpoint, self.manifest_name, self.manifest, self.file_map)
+            entry = parked.park(location, operator, partition, checkpoint, self.manifest_name, self.manifest,
+                                self.file_map)
         finally:
             shutil.rmtree(checkpoint, ignore_errors=True)  # gone already unless parking failed
         snap = self.manifest.snapshot
         if snap is not None:  # the older entries parking removed held the older snapshots' files
             self.cache.drop_superseded(location, partition_dir(operator, partition), [f.object for f in snap.files])
         parked.sweep()
-        parked.trim(self.cache.disk_budget, self.cache.usage())
+        parked.trim(self.cache.disk_budget, self.cache.usage(), keep=entry)
 
     def start_parking(self, park) -> None:
         """Run ``park()`` (which parks this copy) in a thread; :meth:`finish_parking` waits for it."""

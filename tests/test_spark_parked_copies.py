@@ -8,6 +8,7 @@ SIGKILL), sharing the local cache directory as Spark's Python workers on one mac
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import shutil
@@ -425,3 +426,30 @@ def test_parked_copies_beyond_the_disk_budget_go_least_recently_parked_first(set
     release_idle_stores()
     held = [len(ParkedCopies(cache_for(small)).records(Location(f"{uri}-{i}"), OP, 0)) for i in range(3)]
     assert held == [0, 0, 1]  # only the newest: each parking trimmed the ones before
+
+
+def test_a_parked_copy_that_verifies_but_does_not_open_is_rebuilt(setup, caplog):
+    """Files that match their record but that the engine refuses (here a damaged MANIFEST
+    whose record was written after the damage): the open falls back to a rebuild, logged."""
+    from antkv.spark.store.parked_copies import ParkedRecord, _digests
+
+    uri, options, coord = setup
+    _commit_batches(uri, options, coord, 0, 2)
+    release_idle_stores()
+    slot = ParkedCopies(cache_for(options)).slot(Location(uri), OP, 0)
+    (entry,) = os.listdir(slot)
+    db = os.path.join(slot, entry, "db")
+    (manifest,) = [n for n in os.listdir(db) if n.startswith("MANIFEST-")]
+    with open(os.path.join(db, manifest), "r+b") as f:
+        f.seek(20)
+        f.write(b"\xde\xad\xbe\xef")
+    path = os.path.join(slot, entry, RECORD)
+    with open(path, "rb") as f:
+        record = ParkedRecord.decode(f.read(), path)
+    with open(path, "wb") as f:
+        f.write(dataclasses.replace(record, files=_digests(db, record.file_map)).encode())
+    with caplog.at_level("WARNING", logger="antkv"):
+        s = open_store(uri, OP, 0, 2, manifest=coord.base_manifests(2)[0], options=options)
+    assert s.copy_fate == "rebuilt" and sorted(s.items()) == sorted(_model(2).items())
+    assert "did not open" in caplog.text
+    s.abort()

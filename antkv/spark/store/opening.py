@@ -8,6 +8,8 @@ every object of the version.  ``StateStore.copy_fate`` says which path was taken
 
 from __future__ import annotations
 
+import logging
+
 import antkv
 from antkv.spark.store.idle_copies import cache_for, held
 from antkv.spark.store.location import Location, check_operator, check_partition, check_version
@@ -20,6 +22,7 @@ from antkv.spark.store.state_store import StateStore, as_location, read_manifest
 from antkv.spark.store.store_options import StoreOptions
 from antkv.spark.store.working_copy import WorkingCopy
 
+log = logging.getLogger(__name__)
 _UNSET = object()
 # What became of the partition's copy when a store opened (StateStore.copy_fate, the batch metrics)
 NEW = "new"  # the empty state: nothing to load
@@ -102,7 +105,8 @@ def _find_copy(loc, operator, partition, version, manifest, options) -> tuple[Wo
     if idle is not None and idle.manifest_name == manifest:
         return idle, REUSED
     if options.park_copies:
-        parked = _claim_parked(loc, operator, partition, version, manifest, options)
+        parked = _claim_parked(loc, operator, partition, version, manifest, options,
+                               newer_than=-1 if idle is None else idle.version)
         if parked is not None:
             if idle is not None:
                 idle.destroy()  # an older version of a partition a parked copy holds now
@@ -118,15 +122,17 @@ def _find_copy(loc, operator, partition, version, manifest, options) -> tuple[Wo
     return None, None
 
 
-def _claim_parked(loc, operator, partition, version, manifest, options) -> WorkingCopy | None:
+def _claim_parked(loc, operator, partition, version, manifest, options, newer_than: int) -> WorkingCopy | None:
     """Claim and open the best parked copy of the partition (:mod:`parked_copies`): the one
-    holding ``manifest``, else the newest older version's; None if there is none that verifies."""
+    holding ``manifest``, else the newest of the older versions above ``newer_than`` (the
+    version of the idle copy this process has: an older parked one would be no better).  None
+    if there is none that verifies and opens: the caller goes on without it."""
 
     def rank(record) -> int | None:
         if record.manifest_name == manifest:
             return 0
         held_version = record.version
-        return version - held_version if held_version < version else None
+        return version - held_version if newer_than < held_version < version else None
 
     copy = _new_copy(options)
     try:
@@ -140,6 +146,11 @@ def _claim_parked(loc, operator, partition, version, manifest, options) -> Worki
             raise antkv.CorruptionError(f"a parked copy of {operator}/{partition} holds "
                                         f"{m.operator}/{m.partition}", copy.work.path)
         return copy
+    except antkv.Error as e:
+        log.warning("antkv.spark: a parked copy of %s/%d did not open (%s); building it another way",
+                    operator, partition, e)
+        copy.destroy()
+        return None
     except BaseException:
         copy.destroy()
         raise

@@ -258,15 +258,12 @@ class ListState(StateVariable):
         self._index(key, self._expiry())
 
     def appendValue(self, newState) -> None:  # noqa: N802,N803 - Spark's names
-        self._key("appendValue")
-        self._append(self._encode([newState], "appendValue"), "appendValue")
+        self._append(self._key("appendValue"), self._encode([newState], "appendValue"))
 
     def appendList(self, newState) -> None:  # noqa: N802,N803 - Spark's names
-        self._key("appendList")
-        self._append(self._encode(newState, "appendList"), "appendList")
+        self._append(self._key("appendList"), self._encode(newState, "appendList"))
 
-    def _append(self, encoded: bytes, operation: str) -> None:
-        key = self._key(operation)
+    def _append(self, key: bytes, encoded: bytes) -> None:
         old = self._handle.store.get(key)
         self._handle.store.put(key, encoded if old is None else old + encoded)
         self._index(key, self._expiry())

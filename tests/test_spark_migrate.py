@@ -155,7 +155,7 @@ def test_apply_in_pandas_with_state_continues_on_antkv(spark, tmp_path):
     location = f"file://{work}/antkv"
     result = migrate_apply_in_pandas_with_state(spark, migrated, location, "counts", ["key"],
                                                 state=("count_latest", 1), partitions=2, key_groups=16)
-    assert (result.batch_id, result.version, result.rows) == (1, 2, 3)
+    assert (result.batch_id, result.version, result.rows, result.keys) == (1, 2, 3, 3)  # a, b, c's rows
     pipe = StatefulPipeline(location, "counts", ["key"], count_and_latest, "key string, count long",
                             partitions=2, key_groups=16)
     got = [output_rows(pipe.run(spark.createDataFrame(rows), batch_id).output)
@@ -271,10 +271,20 @@ def test_what_cannot_be_carried_is_refused_before_anything_is_written(spark, tmp
     # the last batch Spark committed (the data batch, and the batch without data its watermark
     # may start) is the one carried
     committed = max(int(f) for f in os.listdir(os.path.join(checkpoint, "commits")) if f.isdigit())
-    assert (result.batch_id, result.version) == (committed, committed + 1) and result.keys > 0
+    assert (result.batch_id, result.version) == (committed, committed + 1)
+    assert result.keys == 4  # a's and b's state rows and timeouts: antkv's bookkeeping is not counted
     state = read_state(location, "op")
     assert state["n"] == {("a",): (1,), ("b",): (1,)}
     assert state["timeout"] == {("a",): (FAR + 1,), ("b",): (FAR + 1,)}
+
+
+def test_the_migration_is_exported_from_antkv_spark():
+    import antkv.spark
+    from antkv.spark.tools import migrate
+
+    for name in ("migrate_transform_with_state", "migrate_apply_in_pandas_with_state", "copy_query_progress",
+                 "MigrationResult"):
+        assert name in antkv.spark.__all__ and getattr(antkv.spark, name) is getattr(migrate, name)
 
 
 def test_an_operator_can_begin_at_a_later_version(tmp_path):
@@ -310,3 +320,128 @@ def test_an_operator_can_begin_at_a_later_version(tmp_path):
         coord.publish(21, batch(21, empty=True), bases=[None, None])
     with pytest.raises(antkv.InvalidArgumentError):
         open_store(loc, "op", 0, 5, empty=True, manifest=coord.base_manifests(9)[0])
+
+
+# --------------------------------------------------------------------------- every time mode
+
+
+def migrate_mid_stream(spark, work, processor, schema, output_schema, time_mode, batches, on_spark,
+                       event_time=None, partitions=2):
+    """Spark runs every batch of ``batches`` (one Parquet file each) in one query per part --
+    the first ``on_spark`` files, then the rest -- its checkpoint copied between the two: the
+    uninterrupted run's output is the reference.  The copy is migrated and antkv runs the rest
+    (in the EventTime mode each batch followed by one without data, as Spark runs one when the
+    watermark moves).  Returns ``(Spark's output after the copy, antkv's, the migration's
+    result)``, each output sorted."""
+    from antkv.spark import migrate_transform_with_state
+
+    inputs, checkpoint = os.path.join(work, "in"), os.path.join(work, "ckpt")
+    os.makedirs(inputs)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+    outputs = []
+
+    def run(files):
+        stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(inputs)
+        if event_time:
+            stream = stream.withWatermark(event_time, "0 seconds")
+        out = stream.groupBy("key").transformWithStateInPandas(processor, output_schema, "Update", time_mode)
+        query = out.writeStream.outputMode("update").option("checkpointLocation", checkpoint) \
+            .foreachBatch(lambda df, _: outputs.extend(tuple(r) for r in df.collect())).start()
+        try:
+            for i, rows in files:
+                tmp = os.path.join(inputs, f".{i}.parquet")
+                rows.to_parquet(tmp, index=False, coerce_timestamps="us")  # Spark reads micros
+                os.rename(tmp, os.path.join(inputs, f"{i:03d}.parquet"))
+                query.processAllAvailable()
+        finally:
+            query.stop()
+
+    numbered = list(enumerate(batches))
+    run(numbered[:on_spark])
+    migrated = stop_and_copy(checkpoint, work)
+    del outputs[:]
+    run(numbered[on_spark:])
+    location = f"file://{work}/antkv"
+    result = migrate_transform_with_state(spark, migrated, location, "op", ["key"], processor, time_mode=time_mode,
+                                          partitions=partitions, key_groups=16)
+    runner = TransformWithState(location, "op", ["key"], processor, output_schema, time_mode=time_mode,
+                                event_time_column=event_time, partitions=partitions, key_groups=16)
+    got, batch_id = [], result.version
+    for _, rows in numbered[on_spark:]:
+        for frame in ([rows, rows.iloc[:0]] if event_time else [rows]):
+            got += [tuple(r) for r in runner.run(spark.createDataFrame(frame, schema), batch_id).output.collect()]
+            batch_id += 1
+    return sorted(outputs), sorted(got), result
+
+
+def test_a_none_time_mode_query_with_composite_state_continues_on_antkv(spark, tmp_path):
+    """The None time mode (Spark records it as NoTime), and value, list and map state holding
+    arrays, maps, structs and decimals: carried as the processor's typed state variables."""
+    from test_spark_processor_suite import CompositeProfile
+
+    def batch(rows):
+        return pd.DataFrame(rows, columns=["key", "item", "qty"]).astype({"qty": "int32"})
+
+    batches = [batch([("a", "x", 1), ("a", "y", 2), ("b", "x", 3)]), batch([("a", "x", 4), ("c", "z", 5)]),
+               batch([("b", "y", 6), ("b", "x", 7), ("a", "z", 1), ("c", "z", 2)])]
+    want, got, result = migrate_mid_stream(
+        spark, str(tmp_path), CompositeProfile(), "key string, item string, qty int",
+        "key string, count long, tags string, last string, totals string, spent string, history string, items string",
+        "None", batches, on_spark=2)
+    assert got == want and {row[0] for row in got} == {"a", "b", "c"}
+    assert ("a", 4, "x|y|z", "zx1", "x=5,y=2,z=1", "2.00", "x:1 y:2 x:4 z:1", "x=1/1,4;y=2/2;z=1/1") in got
+    # a, b, c: a profile each, a history list each and 4 by_item entries (a: x, y; b: x; c: z)
+    assert (result.rows, result.keys) == (3 + 5 + 4, 3 + 3 + 4)
+
+
+class EventTimeEverything(StatefulProcessor):
+    """Event time: per key a count (value state), its event times (list state), events per
+    minute (map state) and a timer 10 minutes after each event; an expired timer reports the
+    key's whole state and drops the minutes it covers."""
+
+    def init(self, handle):
+        self.handle = handle
+        self.count = handle.getValueState("count", "n long")
+        self.times = handle.getListState("times", "ms long")
+        self.minutes = handle.getMapState("minutes", "minute long", "n long")
+
+    def handleInputRows(self, key, rows, timerValues):
+        n = 0
+        for frame in rows:
+            for ts in frame["ts"]:
+                ms = int(pd.Timestamp(ts).value // 1_000_000)
+                n += 1
+                self.times.appendValue((ms,))
+                minute = (ms // 60_000,)
+                self.minutes.updateValue(minute, ((self.minutes.getValue(minute) or (0,))[0] + 1,))
+                self.handle.registerTimer(ms + 600_000)
+        self.count.update(((self.count.get() or (0,))[0] + n,))
+        yield pd.DataFrame({"key": [key[0]], "what": ["input"], "state": [self.state()]})
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        expiry = expiredTimerInfo.getExpiryTimeInMs()
+        for minute, _ in list(self.minutes.iterator()):
+            if minute[0] * 60_000 + 600_000 <= expiry:
+                self.minutes.removeKey(minute)
+        yield pd.DataFrame({"key": [key[0]], "what": [f"timer {expiry}"], "state": [self.state()]})
+
+    def state(self) -> str:
+        return repr(((self.count.get() or (0,))[0], [t for (t,) in self.times.get()],
+                     sorted(self.minutes.iterator()), sorted(self.handle.listTimers())))
+
+
+def test_an_event_time_query_with_timers_continues_on_antkv(spark, tmp_path):
+    """The EventTime mode: timers, the watermark and late rows carry over."""
+    t0 = pd.Timestamp("2026-01-01 00:00:00")
+
+    def batch(rows):
+        return pd.DataFrame([(k, t0 + pd.Timedelta(minutes=m)) for k, m in rows], columns=["key", "ts"])
+
+    batches = [batch([("a", 0), ("a", 3), ("b", 1)]), batch([("a", 5), ("c", 12)]),
+               batch([("b", 2), ("c", 30), ("a", 31)])]  # b at 2 min is late (watermark 12 min)
+    want, got, result = migrate_mid_stream(spark, str(tmp_path), EventTimeEverything(), "key string, ts timestamp",
+                                           "key string, what string, state string", "EventTime", batches,
+                                           on_spark=2, event_time="ts")
+    assert got == want
+    assert any(what.startswith("timer") for _, what, _ in got)
+    assert result.keys > 0

@@ -18,12 +18,14 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 import antkv
 from antkv.spark import (
+    CommitCoordinator,
     Location,
     StatefulPipeline,
     StoreOptions,
     TransformWithState,
     output_versions,
     read_output,
+    read_state,
     release_idle_stores,
 )
 from antkv.spark.runtime.output import retire_output, write_output_log
@@ -272,3 +274,133 @@ def test_retiring_output_finishes_a_version_an_interrupted_retirement_left(tmp_p
     assert output_versions(loc, "sums") == [3]
     assert loc.list_dir(f"sums/{OUTPUT_DIR}/{1:020d}") == ["notes.txt"]
     assert len(loc.list_dir(f"sums/{OUTPUT_DIR}/{3:020d}")) == 2
+
+
+class DriverDied(Exception):
+    """The driver process is gone: raised by :class:`DriverDiesAt` (not an ``antkv`` error, so
+    nothing on the driver handles it: the rest of the batch never runs)."""
+
+
+class DriverDiesAt(Location):
+    """A location whose driver dies at its ``k``-th write (create, write, upload or delete)
+    after :meth:`arm`: that write and every later call fail.  The tasks get pickled, unarmed
+    copies; the pipeline's ``before_publish`` arms the driver's own."""
+
+    left = None  # writes the driver still makes (None: not armed); 0: dead
+
+    def arm(self, k):
+        self.left = k
+
+    def _call(self, what: str, write: bool):
+        if self.left is None:
+            return
+        if self.left == 0 or (write and self.left == 1):
+            self.left = 0
+            raise DriverDied(f"the driver died at {what}")
+        if write:
+            self.left -= 1
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "left"}  # tasks are never armed
+
+    def read(self, name):
+        self._call(f"read {name}", False)
+        return super().read(name)
+
+    def exists(self, name):
+        self._call(f"exists {name}", False)
+        return super().exists(name)
+
+    def size(self, name):
+        self._call(f"size {name}", False)
+        return super().size(name)
+
+    def _infos(self, directory):
+        self._call(f"list {directory}", False)
+        return super()._infos(directory)
+
+    def download(self, name, local_path):
+        self._call(f"download {name}", False)
+        return super().download(name, local_path)
+
+    def write(self, name, data):
+        self._call(f"write {name}", True)
+        return super().write(name, data)
+
+    def upload(self, name, local_path):
+        self._call(f"upload {name}", True)
+        return super().upload(name, local_path)
+
+    def writer(self, name):
+        self._call(f"write {name}", True)
+        return super().writer(name)
+
+    def create_exclusive(self, name, data):
+        self._call(f"create {name}", True)
+        return super().create_exclusive(name, data)
+
+    def delete(self, name):
+        self._call(f"delete {name}", True)
+        return super().delete(name)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_published_batch_reads_whole_whatever_step_of_publishing_the_driver_dies_at(spark, tmp_path, request,
+                                                                                      where):
+    """The driver dies at each write of publishing a batch in turn (the marker, the output-log
+    record, each deletion of cleanup); before anything restarts, a new process reads the newest
+    published version's state and its batch's output, and both are exactly the batches run so
+    far.  The next batch is the restart: it finishes what the dead driver left."""
+    release_idle_stores()
+    if where == "local":
+        root, fs = str(tmp_path / "state"), None
+    else:
+        fs = request.getfixturevalue("s3_server")
+        root = f"antkv-state/{uuid.uuid4().hex}"
+    loc = DriverDiesAt(root, filesystem=fs)
+    healthy = Location(root, filesystem=fs)
+
+    def pipeline():  # a new one for each run: a restarted driver knows nothing of the dead one
+        return StatefulPipeline(loc, "sums", "key", running_sum, SCHEMA, partitions=2, key_groups=8,
+                                query_id="dies", options=StoreOptions(cache_dir=str(tmp_path / "cache")))
+
+    def small(batch):
+        return spark.createDataFrame(rows(batch, 12), "key string, v long")
+
+    def want_rows(batch):
+        return sorted(r for r in expected_small(range(batch + 1)) if r[2] == batch)
+
+    def expected_small(batches):
+        out, totals = [], {}
+        for b in batches:
+            for k, v in sorted(rows(b, 12)):
+                totals[k] = totals.get(k, 0) + v
+                out.append((k, totals[k], b))
+        return out
+
+    pipeline().run(small(0), 0)
+    batch, k, deaths = 1, 1, []
+    while True:
+        loc.arm(None)
+        try:
+            pipeline().run(small(batch), batch, before_publish=lambda version, parts: loc.arm(k))
+        except DriverDied as e:
+            deaths.append(str(e))
+        else:
+            break  # the k-th write is past the last one: publishing ran to the end
+        latest = CommitCoordinator(healthy, "sums", 2, query_id="dies").latest_version()
+        assert latest in (batch, batch + 1), deaths[-1]
+        published = latest - 1  # the newest published batch
+        totals = {}
+        for key, total, _ in expected_small(range(published + 1)):
+            totals[(key,)] = (total,)
+        assert read_state(healthy, "sums")["total"] == totals, deaths[-1]
+        got = sorted(map(tuple, read_output(spark, healthy, "sums", published).collect()))
+        assert got == want_rows(published), deaths[-1]
+        batch = latest  # the restart runs the next batch: a rerun when nothing was published
+        k += 1
+    assert any("create" in d and ".marker" in d for d in deaths)
+    assert any("_output_log" in d for d in deaths) and any("delete" in d for d in deaths)
+    for b in range(batch + 1):  # and every batch's output is there once, after the restarts
+        assert sorted(map(tuple, read_output(spark, healthy, "sums", b).collect())) == want_rows(b)
+    release_idle_stores()

@@ -48,32 +48,85 @@ def handle_for(store, time_mode="ProcessingTime"):
 # --------------------------------------------------------------------------- handle rules
 
 
-def test_a_state_object_used_after_delete_if_exists_raises_as_in_spark(store):
+def test_a_state_object_used_after_delete_if_exists_answers_as_spark_s_client(store):
+    """Spark's client texts for a variable deleteIfExists removed (its own, "value state" of a
+    list included), the same class; a list's get and a map's iterators are empty; getting the
+    name again in init makes the older object work again, as Spark's objects act on a name.
+    tests/test_spark_processor_suite.py checks the same calls against Spark."""
     h = handle_for(store)
     old = h.getValueState("s", "n long")
     h.set_current_key(1, ("a",))
     old.update((5,))
     h2 = handle_for(store)  # the next batch's init: the old object is deleted with its state
     stale = h2.getValueState("s", "n long")
-    h2.deleteIfExists("s")
+    items = h2.getListState("l", "v string")
+    m = h2.getMapState("m", "k string", "v long")
+    for name in ("s", "l", "m"):
+        h2.deleteIfExists(name)
     h2.set_current_key(1, ("a",))
-    for use in (stale.exists, stale.get, lambda: stale.update((1,)), stale.clear):
-        with pytest.raises(PySparkRuntimeError, match="STATE_STORE_UNSUPPORTED_OPERATION_ON_MISSING_COLUMN_FAMILY") as e:
+    said = {
+        stale.exists: "Error checking value state exists: Value state s is not initialized.",
+        stale.get: "Error getting value state: Value state s is not initialized.",
+        lambda: stale.update((1,)): "Error updating value state: Value state s is not initialized.",
+        stale.clear: "Error clearing value state: Value state s is not initialized.",
+        items.exists: "Error checking value state exists: List state l is not initialized.",
+        lambda: items.put([("x",)]): "Error updating value state: List state l is not initialized.",
+        lambda: items.appendValue(("x",)): "Error updating value state: List state l is not initialized.",
+        lambda: items.appendList([("x",)]): "Error updating value state: List state l is not initialized.",
+        items.clear: "Error clearing value state: List state l is not initialized.",
+        m.exists: "Error checking map state exists: Map state m is not initialized.",
+        lambda: m.getValue(("k",)): "Error getting value: Map state m is not initialized.",
+        lambda: m.containsKey(("k",)): "Error checking if map state contains key: Map state m is not initialized.",
+        lambda: m.updateValue(("k",), (1,)): "Error updating map state value: Map state m is not initialized.",
+        lambda: m.removeKey(("k",)): "Error removing key from map state: Map state m is not initialized.",
+        m.clear: "Error clearing map state: Map state m is not initialized.",
+    }
+    for use, text in said.items():
+        with pytest.raises(PySparkRuntimeError) as e:
             use()
-        assert isinstance(e.value, antkv.InvalidArgumentError) and "'s'" in str(e.value)
-    lst = handle_for(store)
-    items = lst.getListState("l", "v string")
-    m = lst.getMapState("m", "k string", "v long")
-    lst.deleteIfExists("l")
-    lst.deleteIfExists("m")
-    lst.set_current_key(1, ("a",))
-    for use in (items.get, lambda: items.appendValue(("x",)), m.keys, lambda: m.getValue(("k",))):
-        with pytest.raises(PySparkRuntimeError, match="deleteIfExists"):
-            list(use() or ())
+        assert str(e.value) == text and e.value.getCondition() is None
+        assert isinstance(e.value, antkv.InvalidArgumentError)
+    assert list(items.get()) == [] and list(m.iterator()) == list(m.keys()) == list(m.values()) == []
     h3 = handle_for(store)  # the state is gone: a new object of that name starts empty
     fresh = h3.getValueState("s", "n long")
     h3.set_current_key(1, ("a",))
     assert fresh.get() is None and not fresh.exists()
+    h4 = handle_for(store)  # deleted, then got again in init: the older object works again
+    first = h4.getValueState("s", "n long")
+    h4.deleteIfExists("s")
+    again = h4.getValueState("s", "n long")
+    h4.set_current_key(1, ("a",))
+    first.update((7,))
+    assert again.get() == (7,) and first.exists()
+
+
+def test_a_row_is_any_iterable_of_its_fields_as_spark_s_client_takes_it(store):
+    """Spark's client makes a row of ``tuple(value)``: a bare one-character string is the row
+    of one string field (``containsKey("0")``), a list or a generator too; a value that is not
+    iterable is a TypeError, as in Spark.  tests/test_spark_processor_suite.py checks these
+    against Spark."""
+    h = handle_for(store, "None")
+    m = h.getMapState("m", "k string", "n long")
+    v = h.getValueState("v", "s string")
+    h.set_current_key(1, ("a",))
+    m.updateValue("0", (1,))
+    assert m.containsKey("0") and m.containsKey(("0",)) and m.getValue("0") == (1,)
+    m.updateValue(["c"], [3])
+    m.updateValue((c for c in "g"), (4,))
+    assert sorted(m.iterator()) == [(("0",), (1,)), (("c",), (3,)), (("g",), (4,))]
+    m.removeKey("c")
+    assert not m.containsKey(["c"])
+    v.update("z")
+    assert v.get() == ("z",)
+    for bad in (5, None, 2.5):
+        with pytest.raises(TypeError, match="object is not iterable"):
+            m.updateValue(bad, (1,))
+        with pytest.raises(TypeError, match="object is not iterable"):
+            m.updateValue(("x",), bad)
+        with pytest.raises(TypeError, match="object is not iterable"):
+            v.update(bad)
+    with pytest.raises(antkv.InvalidArgumentError, match="1 field"):
+        m.updateValue("ab", (1,))  # two characters: two fields (Spark fails the task)
 
 
 def test_state_variables_are_created_and_deleted_in_init_only_and_timers_used_in_handlers(store):

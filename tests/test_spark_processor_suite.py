@@ -18,7 +18,7 @@ from pyspark import cloudpickle
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from test_spark_processor import MINUTE, T0, both
+from test_spark_processor import MINUTE, T0, both, run_on_antkv, run_on_spark
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
 
@@ -146,3 +146,74 @@ def test_list_and_map_state_with_and_without_ttl_equal_spark(spark, tmp_path):
                "key string, recent_before long, short_before long, hour_before long, kept long, ever string",
                "ProcessingTime")
     assert ("a", 0, 0, 2, 4, "x=2,y=2") in got  # the 1 ms TTL emptied recent and short; the hour kept them
+
+
+class SparkAnswers(StatefulProcessor):
+    """What Spark's client answers: every call on value, list and map state that
+    deleteIfExists removed in init, and user keys and values given as a bare string, a list, a
+    generator, a ``Row`` or something not iterable; one output row per call, with what it
+    returned or the class and text of what it raised."""
+
+    def init(self, handle):
+        self.gone_value = handle.getValueState("gone_value", "n long")
+        self.gone_list = handle.getListState("gone_list", "n long")
+        self.gone_map = handle.getMapState("gone_map", "k string", "n long")
+        for name in ("gone_value", "gone_list", "gone_map"):
+            handle.deleteIfExists(name)
+        self.items = handle.getMapState("items", "item string", "n long")
+        self.word = handle.getValueState("word", "w string")
+
+    def handleInputRows(self, key, rows, timerValues):
+        import numpy as np
+        from pyspark.errors import PySparkRuntimeError
+
+        v, lst, m, items = self.gone_value, self.gone_list, self.gone_map, self.items
+        n = sum(len(frame) for frame in rows)
+        calls = {
+            "value.exists": v.exists, "value.get": v.get, "value.update": lambda: v.update((1,)),
+            "value.clear": v.clear,
+            "list.exists": lst.exists, "list.get": lambda: list(lst.get()), "list.put": lambda: lst.put([(1,)]),
+            "list.appendValue": lambda: lst.appendValue((1,)), "list.appendList": lambda: lst.appendList([(1,)]),
+            "list.clear": lst.clear,
+            "map.exists": m.exists, "map.getValue": lambda: m.getValue(("a",)),
+            "map.containsKey": lambda: m.containsKey(("a",)), "map.updateValue": lambda: m.updateValue(("a",), (1,)),
+            "map.iterator": lambda: list(m.iterator()), "map.keys": lambda: list(m.keys()),
+            "map.values": lambda: list(m.values()), "map.removeKey": lambda: m.removeKey(("a",)), "map.clear": m.clear,
+            "key.bare.contains": lambda: items.containsKey("0"),
+            "key.bare.get": lambda: items.getValue("0"),
+            "key.bare.update": lambda: items.updateValue("0", (n,)),
+            "key.list": lambda: items.updateValue(["c"], [np.int64(n)]),
+            "key.generator": lambda: items.updateValue((c for c in "g"), (n + 1,)),
+            "key.row": lambda: items.updateValue(Row(item="r"), (n + 2,)),
+            "key.int": lambda: items.updateValue(5, (1,)),
+            "value.int": lambda: items.updateValue(("x",), 7),
+            "value.none": lambda: items.updateValue(("x",), None),
+            "key.bare.remove": lambda: items.removeKey("c") if n > 1 else None,
+            "word.bare": lambda: self.word.update("z" if n > 1 else "y"),
+            "word.get": self.word.get,
+            "items": lambda: sorted(items.iterator()),
+        }
+        out = []
+        for name, call in calls.items():
+            try:
+                said = f"ok {call()!r}"
+            except PySparkRuntimeError as e:  # Spark's class, and its text
+                said = f"PySparkRuntimeError {e}"
+            except TypeError:
+                said = "TypeError"
+            out.append((key[0], name, said))
+        yield pd.DataFrame(out, columns=["key", "call", "said"])
+
+
+def test_handle_errors_and_bare_keys_equal_spark(spark, tmp_path):
+    batches = [[("a", 1), ("b", 2), ("b", 3)], [("a", 4), ("a", 5)]]
+    args = ("answers", SparkAnswers(), batches, "key string, v long", "key string, call string, said string", "None")
+    want = run_on_spark(spark, str(tmp_path), *args)
+    got, _ = run_on_antkv(spark, str(tmp_path), *args)
+    assert [row for row in got if row not in want] == [] and [row for row in want if row not in got] == []
+    assert got == want
+    said = {(k, call): s for k, call, s in got}
+    assert said[("a", "value.exists")] == ("PySparkRuntimeError Error checking value state exists: "
+                                           "Value state gone_value is not initialized.")
+    assert said[("a", "key.bare.contains")] == "ok True"  # batch 1 finds what batch 0 put under "0"
+    assert said[("b", "key.int")] == "TypeError"

@@ -5,7 +5,9 @@ and map state, run on batch DataFrames and streaming queries (``foreachBatch``),
 any batch boundary; a batch's output stays in the executors and is published exactly once with
 the state (``runtime/output.py``: ``read_output``).  Spark 4 ``StatefulProcessor`` classes run
 unchanged on the same pipelines (``processor/transform.py``: ``TransformWithState``,
-``transform_with_state``).  Underneath:
+``transform_with_state``).  A query on Spark's own state store moves to antkv mid-stream
+(``tools/migrate.py``: ``migrate_transform_with_state``, ``migrate_apply_in_pandas_with_state``,
+``copy_query_progress``).  Underneath:
 
 A state store is one versioned key-value store per ``(checkpoint location, operator,
 partition)``: tasks open it at the version the driver names, read and write it, and commit the
@@ -26,6 +28,12 @@ from antkv.spark.store.commit_message import CommitMessage
 from antkv.spark.store.commit_protocol import CleanupResult, CommitCoordinator, CommitError, ConcurrentWriterError, PublishResult
 from antkv.spark.store.location import Location
 from antkv.spark.processor.transform import TransformWithState, transform_with_state
+from antkv.spark.tools.migrate import (
+    MigrationResult,
+    copy_query_progress,
+    migrate_apply_in_pandas_with_state,
+    migrate_transform_with_state,
+)
 from antkv.spark.tools.state_reader import read_state
 from antkv.spark.runtime.pipeline import BatchMetrics, BatchResult, PartitionMetrics, PartitionState, StatefulPipeline
 from antkv.spark.runtime.output import output_versions, read_output
@@ -45,6 +53,10 @@ __all__ = [
     "read_output",
     "output_versions",
     "read_state",
+    "migrate_apply_in_pandas_with_state",
+    "migrate_transform_with_state",
+    "copy_query_progress",
+    "MigrationResult",
     "read_state_df",
     "register_state_source",
     "StateDataSource",

@@ -107,6 +107,7 @@ class ProcessorHandle:
         self.batch_timestamp_ms = int(batch_timestamp_ms)
         self.timers = Timers(store, self)
         self._variables: dict[bytes, object] = {}  # state id bytes -> state variable
+        self._deleted: dict[str, list] = {}  # name -> its state objects deleteIfExists removed
         # the current key: its key group's prefix (None: no current key) and its encoding; read
         # directly by the state variables and timers, which check the prefix is not None
         self.current_kg: bytes | None = None
@@ -165,6 +166,9 @@ class ProcessorHandle:
         return sid
 
     def _add(self, variable):
+        for other in self._deleted.pop(variable.name, ()):  # Spark's state objects act on a name
+            if other.kind == variable.kind:
+                other.deleted(False)
         self._variables[variable.state_id] = variable
         return variable
 
@@ -194,13 +198,16 @@ class ProcessorHandle:
     def deleteIfExists(self, stateName) -> None:  # noqa: N802,N803
         """Delete every value of state ``stateName`` in this partition's key groups, and its
         registration (nothing when it was never used).  As in Spark, only ``init()`` may call
-        it, and every state object of that name obtained before raises from then on."""
+        it, and every state object of that name obtained before answers as Spark's does for a
+        removed variable (:data:`~antkv.spark.processor.variables.SPARK_ERRORS`) until ``init``
+        gets the name again."""
         if not isinstance(stateName, str):
             raise TypeError("a state name must be a str")
         self._in_init("delete_if_exists", "deleting state")
         for variable in self._variables.values():
             if variable.name == stateName:
                 variable.deleted()
+                self._deleted.setdefault(stateName, []).append(variable)
         sid = state_id_of(stateName)
         meta = PROCESSOR_STATE_PREFIX + state_id_bytes(sid)
         stored = self.store.get(meta)

@@ -3,9 +3,15 @@
 ``ValueState``, ``ListState`` and ``MapState`` have the names, value shapes and rules of
 ``pyspark.sql.streaming.stateful_processor`` (values are tuples of Spark's Python types, checked
 against the variable's schema by :mod:`antkv.spark.state.schema`; ``get`` of an absent value is
-None, a list is never put empty, a map's iterator yields ``(key tuple, value tuple)``), and
-each may have a time to live, as ``ttlDurationMs`` gives it.  After ``deleteIfExists`` of its
-name, every call on a state object raises, as in Spark.
+None, a list is never put empty, a map's iterator yields ``(key tuple, value tuple)`` and its
+``getValue`` a ``Row`` of the value's fields, as Spark's client returns them), and
+each may have a time to live, as ``ttlDurationMs`` gives it.
+
+**After ``deleteIfExists``** of its name (and until ``init`` gets the name again), a state
+object answers as Spark's client does: each call raises ``PySparkRuntimeError`` with the text
+Spark's client gives it (``Error checking value state exists: Value state 'x' is not
+initialized.``: :data:`SPARK_ERRORS`), while a list's ``get`` and a map's ``iterator``,
+``keys`` and ``values`` are empty.
 
 **TTL, as Spark defines it.**  An element written in a batch whose processing time is ``T``
 expires at ``T + ttl``; it is expired in every batch whose processing time ``t`` has
@@ -38,6 +44,7 @@ from __future__ import annotations
 import struct
 
 from pyspark.errors import PySparkRuntimeError
+from pyspark.sql import Row
 
 from antkv import CorruptionError, InvalidArgumentError
 
@@ -78,6 +85,23 @@ def spark_error(what: str, error_class: str, detail: str) -> StateVariableError:
     return StateVariableError(f"Error {what}: [{error_class}] {detail}", error_class)
 
 
+# What Spark's client (pyspark.sql.streaming.*_state_client) says when the JVM refuses a call on
+# a state variable, by kind and operation (its texts, its copy-pasted "value state" included);
+# the JVM's reason for a variable deleteIfExists removed follows: "<Kind> state <name> is not
+# initialized."  Operations missing here (a list's get, a map's iterators) come back empty.
+SPARK_ERRORS = {
+    "value": {"exists": "Error checking value state exists", "get": "Error getting value state",
+              "update": "Error updating value state", "clear": "Error clearing value state"},
+    "list": {"exists": "Error checking value state exists", "put": "Error updating value state",
+             "appendValue": "Error updating value state", "appendList": "Error updating value state",
+             "clear": "Error clearing value state"},
+    "map": {"exists": "Error checking map state exists", "getValue": "Error getting value",
+            "containsKey": "Error checking if map state contains key",
+            "updateValue": "Error updating map state value", "removeKey": "Error removing key from map state",
+            "clear": "Error clearing map state"},
+}
+
+
 class StateVariable:
     """What every state variable shares: its handle, name, id, schema arity and TTL.
 
@@ -92,18 +116,19 @@ class StateVariable:
         self._sid = state_id_bytes(sid)
         self._schema = schema
         self._ttl = ttl_ms
-        self._deleted = False  # deleteIfExists removed it: every use raises, as in Spark
+        self._deleted = False  # deleteIfExists removed its name: calls answer as Spark's (SPARK_ERRORS)
 
-    def deleted(self) -> None:
-        """``deleteIfExists`` removed this variable: from now on every call on it raises."""
-        self._deleted = True
+    def deleted(self, gone: bool = True) -> None:
+        """``deleteIfExists`` removed this variable's name (``gone``), or ``init`` got the name
+        again (Spark's state objects act on a name, so an older one works again)."""
+        self._deleted = gone
 
-    def _unusable(self):
+    def _unusable(self, operation: str):
+        """Raise what Spark raises for ``operation`` on this variable: deleted, or no current key."""
         if self._deleted:
-            raise spark_error(f"using {self._kind_name} state {self._name!r}",
-                              "STATE_STORE_UNSUPPORTED_OPERATION_ON_MISSING_COLUMN_FAMILY",
-                              f"state variable {self._name!r} was removed by deleteIfExists; "
-                              f"get it again from the handle in init() to use it")
+            kind = self._kind_name
+            raise StateVariableError(f"{SPARK_ERRORS[kind][operation]}: {kind.capitalize()} state "
+                                     f"{self._name} is not initialized.")
         self._handle.current_key_bytes()  # raises: no current key
 
     @property
@@ -114,13 +139,22 @@ class StateVariable:
     def name(self) -> str:
         return self._name
 
-    def _key(self) -> bytes:
-        """The current grouping key's stored key: ``key group | state id | encoded key``."""
+    def _key(self, operation: str) -> bytes:
+        """The current grouping key's stored key: ``key group | state id | encoded key``, for
+        Spark's ``operation`` (which names the error when there is none)."""
         handle = self._handle
         kg = handle.current_kg
         if kg is None or self._deleted:
-            self._unusable()
+            self._unusable(operation)
         return kg + self._sid + handle.current_key
+
+    def _gone(self) -> bool:
+        """Whether iterating this variable reads nothing: deleteIfExists removed it (Spark's
+        iterators end at once), after the current key is checked."""
+        if self._deleted:
+            self._handle.current_key_bytes()  # raises: no current key
+            return True
+        return False
 
     def _expiry(self):
         return None if self._ttl is None else self._handle.batch_timestamp_ms + self._ttl
@@ -147,8 +181,8 @@ class ValueState(StateVariable):
     _kind_name = "value"
     _last = (None, None)  # (stored key, its decoded (expiry, row) or None): exists() then get() read once
 
-    def _read(self):
-        key = self._key()
+    def _read(self, operation: str):
+        key = self._key(operation)
         last_key, stored = self._last
         if last_key != key:
             raw = self._handle.store.get(key)
@@ -160,13 +194,13 @@ class ValueState(StateVariable):
         return self._schema.restore(row) if self._live(expiry) else None
 
     def exists(self) -> bool:
-        return self._read() is not None
+        return self._read("exists") is not None
 
     def get(self):
-        return self._read()
+        return self._read("get")
 
     def update(self, newValue) -> None:  # noqa: N803 - Spark's parameter name
-        key = self._key()
+        key = self._key("update")
         row = self._schema.fit(newValue)
         if self._ttl is None:
             self._handle.store.put(key, encode_row((None, row)))
@@ -177,7 +211,7 @@ class ValueState(StateVariable):
         self._last = (None, None)  # a read decodes what was stored (numpy scalars become ints)
 
     def clear(self) -> None:
-        key = self._key()
+        key = self._key("clear")
         self._handle.store.delete(key)
         self._last = (key, None)
 
@@ -197,16 +231,19 @@ class ListState(StateVariable):
         return [] if raw is None else decode_rows(raw)
 
     def exists(self) -> bool:
-        return any(self._live(e) for e, _ in self._elements(self._key()))
+        return any(self._live(e) for e, _ in self._elements(self._key("exists")))
 
     def get(self):
         """An iterator over the rows (empty when there are none)."""
+        if self._gone():
+            return iter(())
         restore = self._schema.restore
-        return iter([restore(row) for e, row in self._elements(self._key()) if self._live(e)])
+        return iter([restore(row) for e, row in self._elements(self._key("get")) if self._live(e)])
 
     def _encode(self, rows, what: str) -> bytes:
         if rows is None:
-            raise InvalidArgumentError(f"{what}: a list state value cannot be None")
+            raise TypeError(f"{what} of list state {self._name!r}: 'NoneType' object is not iterable "
+                            f"(a list of rows, as in Spark)")
         expiry = self._expiry()
         fit = self._schema.fit
         encoded = b"".join(encode_row((expiry, fit(r))) for r in rows)
@@ -216,24 +253,23 @@ class ListState(StateVariable):
         return encoded
 
     def put(self, newState) -> None:  # noqa: N803 - Spark's parameter name
-        key = self._key()
+        key = self._key("put")
         self._handle.store.put(key, self._encode(newState, "put"))
         self._index(key, self._expiry())
 
     def appendValue(self, newState) -> None:  # noqa: N802,N803 - Spark's names
-        self._append(self._encode([newState], "appendValue"))
+        self._append(self._key("appendValue"), self._encode([newState], "appendValue"))
 
     def appendList(self, newState) -> None:  # noqa: N802,N803 - Spark's names
-        self._append(self._encode(newState, "appendList"))
+        self._append(self._key("appendList"), self._encode(newState, "appendList"))
 
-    def _append(self, encoded: bytes) -> None:
-        key = self._key()
+    def _append(self, key: bytes, encoded: bytes) -> None:
         old = self._handle.store.get(key)
         self._handle.store.put(key, encoded if old is None else old + encoded)
         self._index(key, self._expiry())
 
     def clear(self) -> None:
-        self._handle.store.delete(self._key())
+        self._handle.store.delete(self._key("clear"))
 
     def expire(self, key: bytes, now: int) -> None:
         elements = self._elements(key)
@@ -255,9 +291,10 @@ class MapState(StateVariable):
     def __init__(self, handle, name, sid, schema, ttl_ms, key_schema: StateSchema):
         super().__init__(handle, name, sid, schema, ttl_ms)
         self._key_schema = key_schema
+        self._row = None  # the Row class of the value schema's field names, made on first use
 
-    def _entry(self, user_key) -> bytes:
-        prefix = self._key()
+    def _entry(self, user_key, operation: str) -> bytes:
+        prefix = self._key(operation)
         return prefix + encode_key(self._key_schema.fit(user_key))
 
     def _value(self, raw):
@@ -267,27 +304,37 @@ class MapState(StateVariable):
         return self._schema.restore(row) if self._live(expiry) else None
 
     def exists(self) -> bool:
+        self._key("exists")
         return next(self.iterator(), None) is not None
 
     def getValue(self, key):  # noqa: N802 - Spark's name
-        return self._value(self._handle.store.get(self._entry(key)))
+        """The value of user key ``key`` as a ``Row`` of the value schema's fields, as Spark's
+        client returns it (its ``get`` and iterators return tuples), or None."""
+        value = self._value(self._handle.store.get(self._entry(key, "getValue")))
+        if value is None:
+            return None
+        if self._row is None:
+            self._row = Row(*self._schema.names)
+        return self._row(*value)
 
     def containsKey(self, key) -> bool:  # noqa: N802 - Spark's name
-        return self.getValue(key) is not None
+        return self._value(self._handle.store.get(self._entry(key, "containsKey"))) is not None
 
     def updateValue(self, key, value) -> None:  # noqa: N802 - Spark's name
-        entry = self._entry(key)
+        entry = self._entry(key, "updateValue")
         row = self._schema.fit(value)
         expiry = self._expiry()
         self._handle.store.put(entry, encode_row((expiry, row)))
         self._index(entry, expiry)
 
     def removeKey(self, key) -> None:  # noqa: N802 - Spark's name
-        self._handle.store.delete(self._entry(key))
+        self._handle.store.delete(self._entry(key, "removeKey"))
 
     def iterator(self):
         """``(user key, value)`` pairs in the order of the encoded user keys."""
-        prefix = self._key()
+        if self._gone():
+            return
+        prefix = self._key("iterator")
         start = len(prefix)
         for stored, raw in list(self._handle.store.items(prefix=prefix)):
             value = self._value(raw)
@@ -301,7 +348,7 @@ class MapState(StateVariable):
         return (v for _, v in self.iterator())
 
     def clear(self) -> None:
-        for stored in list(self._handle.store.keys(prefix=self._key())):
+        for stored in list(self._handle.store.keys(prefix=self._key("clear"))):
             self._handle.store.delete(stored)
 
     def expire(self, key: bytes, now: int) -> None:

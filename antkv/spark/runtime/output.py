@@ -8,9 +8,11 @@ Spark's file-commit protocol, tied to the state's marker:
    :func:`antkv.spark.store.location.output_file_name`), written once, never renamed.  The files
    are closed (whole and durable) before the state commits; the commit message names them.
 2. **Driver, publish**: the marker of version ``v`` is written once and names the winning
-   attempts' manifests *and* their output files
+   attempts' manifests *and* their output files with the output's schema
    (:meth:`antkv.spark.store.commit_protocol.CommitCoordinator.publish`): the state and the
-   output of batch ``v - 1`` become visible in the same single write, or neither does.
+   output of batch ``v - 1`` become visible in the same single write, or neither does, and
+   the marker alone is enough to read both (:func:`published_output`), whatever step of the
+   publication after it the driver dies at.
 3. **Driver, output log** (:func:`write_output_log`): a copy of the marker's file list is written
    once as ``<operator>/_output_log/<v>.json``, which outlives the marker (cleanup retires old
    markers).  It is derived from the marker alone, so a driver that died before writing it is
@@ -164,7 +166,7 @@ def ensure_output_log(coordinator: CommitCoordinator, version: int, schema: str)
         return
     marker = coordinator.marker(version)
     if marker.outputs is not None:
-        write_output_log(location, operator, version, marker.outputs, schema)
+        write_output_log(location, operator, version, marker.outputs, marker.output_schema or schema)
 
 
 def cleanup_output(coordinator: CommitCoordinator, version: int) -> int:
@@ -249,7 +251,9 @@ def published_output(location, operator: str, version: int) -> OutputLogRecord |
     if marker.outputs and not location.exists(marker.outputs[0]):
         raise antkv.InvalidArgumentError(
             f"the output of version {version} of {operator!r} was deleted by output_retention")
-    return None if marker.outputs is None else OutputLogRecord(operator, version, "", marker.outputs)
+    if marker.outputs is None:
+        return None
+    return OutputLogRecord(operator, version, marker.output_schema or "", marker.outputs)
 
 
 def output_versions(location, operator: str) -> list[int]:

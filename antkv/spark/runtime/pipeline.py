@@ -301,7 +301,7 @@ class StatefulPipeline:
         if before_publish is not None:
             before_publish(version, tuple(parts))
         t0 = time.perf_counter()
-        result = coord.publish(version, messages, bases=bases)
+        result = coord.publish(version, messages, bases=bases, output_schema=self.schema)
         files = result.marker.outputs or ()
         write_output_log(self.location, self.operator, version, files, self.schema)
         coord.cleanup(version)

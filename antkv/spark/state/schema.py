@@ -377,10 +377,13 @@ class StateSchema:
                     break
             else:
                 return value  # flat and already of the stored types (None fields checked below)
-        if value is None:
-            raise InvalidArgumentError(f"{self.what}: a state value cannot be None (Spark refuses it too); use clear()")
         if not isinstance(value, (tuple, list, dict)) and not hasattr(value, "asDict"):
-            raise TypeError(f"{self.what}: a state value is a tuple, not {type(value).__name__}")
+            # Spark's client takes any iterable as the row of its items: "0" is the row ("0",)
+            try:
+                value = tuple(value)
+            except TypeError:
+                raise TypeError(f"{self.what}: '{type(value).__name__}' object is not iterable (a state "
+                                f"value is a row of the schema's fields, as in Spark)") from None
         try:
             return fit_struct(self.fields, value)
         except _Misfit as e:

@@ -11,7 +11,8 @@ One :class:`CommitCoordinator` per ``(location, operator)`` in the driver.  For 
 3. ``publish(v, messages)`` checks that there is exactly one message per partition, each for
    this operator and version and built on the expected base, and only then creates marker
    ``v`` -- one write-once object naming every partition's manifest and, when the messages
-   name output files (a pipeline's tasks), those files.  The marker is the commit point:
+   name output files (a pipeline's tasks), those files and the output's schema.  The marker
+   is the commit point:
    before it, version ``v`` does not exist; after it, it is exactly these manifests, and
    batch ``v - 1``'s output is exactly these files (``antkv.spark.runtime.output``).
 4. ``cleanup(v)`` deletes the markers older than the ``min_versions_to_retain`` newest (none
@@ -145,8 +146,11 @@ class CommitCoordinator:
 
     # ------------------------------------------------------------------ publishing
 
-    def publish(self, version: int, messages, *, bases=None) -> PublishResult:
+    def publish(self, version: int, messages, *, bases=None, output_schema: str | None = None) -> PublishResult:
         """Publish version ``version`` from one commit message per partition (steps 3 above).
+
+        ``output_schema`` (the output's DDL, when the messages name output files) is written
+        in the marker with the files, so the marker alone is enough to read the batch's output.
 
         ``bases`` (one manifest name per partition of this query) is the base each partition
         must have built on when it differs from ``base_manifests(version - 1)``: after a change
@@ -203,7 +207,10 @@ class CommitCoordinator:
         if len({o is None for o in outputs}) > 1:
             raise CommitError(f"{self.operator!r} version {version}: some partitions name output files, others none")
         files = None if outputs[0] is None else tuple(f for part in outputs for f in part)
-        marker = Marker(self.operator, version, self.query_id, self.run_id, tuple(chosen), total, files)
+        if output_schema is not None and not isinstance(output_schema, str):
+            raise TypeError(f"output_schema must be a DDL str, not {type(output_schema).__name__}")
+        marker = Marker(self.operator, version, self.query_id, self.run_id, tuple(chosen), total, files,
+                        None if files is None else output_schema)
         name = marker_name(self.operator, version)
         try:
             self._check_present(version, chosen)

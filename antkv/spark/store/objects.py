@@ -271,6 +271,7 @@ class Marker:
     manifests: tuple[str, ...]  # by partition
     num_keys: int
     outputs: tuple[str, ...] | None = None  # output file names, by partition; None: no output recorded
+    output_schema: str | None = None  # the output's DDL, with outputs: the marker alone reads them
 
     def encode(self) -> bytes:
         doc = {
@@ -281,6 +282,8 @@ class Marker:
         }
         if self.outputs is not None:
             doc["outputs"] = list(self.outputs)
+        if self.output_schema is not None:
+            doc["output_schema"] = self.output_schema
         return seal(KIND_MARKER, json.dumps(doc, separators=(",", ":")).encode())
 
     @staticmethod
@@ -295,8 +298,11 @@ class Marker:
                 outputs = tuple(outputs)
                 if not all(isinstance(o, str) for o in outputs):
                     raise CorruptionError("marker output list is inconsistent", name)
+            schema = doc.get("output_schema")
+            if schema is not None and not isinstance(schema, str):
+                raise CorruptionError("marker output schema is not a string", name)
             return Marker(doc["operator"], int(doc["version"]), doc["query_id"], doc["run_id"],
-                          manifests, int(doc["num_keys"]), outputs)
+                          manifests, int(doc["num_keys"]), outputs, schema)
 
 
 # ---------------------------------------------------------------------- output log

@@ -80,8 +80,10 @@ from antkv.spark.tools.spark_state import (
     Piece,
     check_key_type,
     check_row_type,
+    check_variable_type,
     key_columns,
     read_piece,
+    recorded_time_mode,
     spark_operator,
     to_spark_python,
 )
@@ -93,8 +95,11 @@ _COMMIT_COLUMN = "_antkv_commit"
 @dataclass(frozen=True)
 class MigrationResult:
     """What a migration wrote: ``version`` (= Spark's last committed batch + 1) of the antkv
-    operator, with ``keys`` stored keys over ``partitions`` partitions, from ``rows`` rows of
-    Spark's state."""
+    operator over ``partitions`` partitions, from ``rows`` rows of Spark's state, holding
+    ``keys`` keys of user state: one per value-state row (an ``applyInPandasWithState`` state
+    row and its timeout count one each), per list (a grouping key's list of one variable), per
+    map entry and per timer.  antkv's own bookkeeping (state registrations, the key-group
+    count, the TTL and timer indexes) is not counted: an empty state has 0 keys."""
 
     spark_operator: str
     batch_id: int
@@ -206,9 +211,9 @@ def migrate_transform_with_state(spark, checkpoint: str, location, operator: str
     processor.close()
     op = spark_operator(spark, checkpoint, operator_id, TRANSFORM_WITH_STATE, "transformWithStateInPandas")
     spark_mode = op.properties.get("timeMode")
-    if spark_mode is not None and str(spark_mode).lower() != time_mode.lower():
-        raise antkv.InvalidArgumentError(f"the query ran in the {spark_mode} time mode, not {time_mode}; "
-                                         f"nothing was written")
+    if spark_mode is not None and recorded_time_mode(spark_mode) != time_mode:
+        raise antkv.InvalidArgumentError(f"the query ran in the {recorded_time_mode(spark_mode)} time mode "
+                                         f"(Spark records {spark_mode!r}), not {time_mode}; nothing was written")
     _check_spark_variables(op, declared.states)
     from pyspark.sql import functions as F
 
@@ -231,7 +236,7 @@ def migrate_transform_with_state(spark, checkpoint: str, location, operator: str
                 inner, expiry = dtype, None
             else:
                 inner, expiry = _split_ttl(dtype)
-                check_row_type(inner, f"{kind} state {name!r}")
+                check_variable_type(inner, f"{kind} state {name!r}")
                 has_ttl = expiry is not None
             sources = [(column if expiry is None else f"{column}.value", inner)]
             if expiry is not None:
@@ -368,7 +373,7 @@ def _migrate(spark, frame, writer, op, location, operator, key, partitions, key_
     frame = frame.withColumn(_SEQ_COLUMN, F.monotonically_increasing_id())
     routed = route(frame, key, partitions, key_groups, KEY_GROUP_COLUMN)
     task = _Task(writer, loc, operator, op.batch_id, key_groups, partitions, options)
-    done = routed.mapInArrow(task, f"{_COMMIT_COLUMN} string, rows long").collect()  # one row per partition
+    done = routed.mapInArrow(task, f"{_COMMIT_COLUMN} string, rows long, keys long").collect()  # one per partition
     messages = [CommitMessage.from_json(r[0]) for r in done]
     if event_time is not None:
         watermark, following = event_time
@@ -380,7 +385,7 @@ def _migrate(spark, frame, writer, op, location, operator, key, partitions, key_
     ensure_pipeline_record(loc, operator, list(key), key_groups)
     coord.publish(version, messages, bases=[None] * partitions)
     return MigrationResult(op.name, op.batch_id, version, partitions, sum(int(r[1]) for r in done),
-                           sum(m.num_keys for m in messages))
+                           sum(int(r[2]) for r in done))
 
 
 # --------------------------------------------------------------------------- the tasks
@@ -390,7 +395,8 @@ _SEQ_COLUMN = "__antkv_seq"  # Spark's order of a state variable's elements (a l
 
 class _Task:
     """The function of ``mapInArrow``: one partition's rows into its store, committed as
-    version ``base + 1``; yields the commit message and the number of rows."""
+    version ``base + 1``; yields the commit message, the number of rows and of user state keys
+    written (:class:`MigrationResult`)."""
 
     def __init__(self, writer, location, operator, base, key_groups, partitions, options):
         self.writer, self.location, self.operator, self.base = writer, location, operator, base
@@ -406,17 +412,17 @@ class _Task:
         try:
             ensure_key_group_count(store, K)
             state = self.writer.open(store, key_group_range(K, N, p))
-            count = 0
+            count = keys = 0
             for batch in batches:  # Arrow batches of at most maxRecordsPerBatch rows, in Spark's order
                 check_partition_key_groups(batch.column(KEY_GROUP_COLUMN).to_numpy(), K, N, p)
                 rows = sorted(batch.to_pylist(), key=lambda r: r[_SEQ_COLUMN])
-                self.writer.write(state, rows)
+                keys += self.writer.write(state, rows)
                 count += len(rows)
             msg = store.commit()
         except BaseException:
             store.abort()
             raise
-        yield pa.RecordBatch.from_pydict({_COMMIT_COLUMN: [msg.to_json()], "rows": [count]})
+        yield pa.RecordBatch.from_pydict({_COMMIT_COLUMN: [msg.to_json()], "rows": [count], "keys": [keys]})
 
 
 class _Writer:
@@ -431,12 +437,13 @@ class _Writer:
         self.time_mode, self.states, self.delay_ms = time_mode, states or {}, delay_ms
 
     def open(self, store, owned):
-        """What :meth:`write` writes through, for one partition's store."""
+        """What :meth:`write` writes through, for one partition's store: ``(the state API,
+        its views or variables, the lists written so far)``."""
         if self.kind == "apply":
             keyed = KeyedState(store, owned)
             views = {"row": keyed.value_state(*self.state),
                      "timeout": None if self.timeout_state is None else keyed.value_state(*self.timeout_state)}
-            return keyed, views
+            return keyed, views, set()
         handle = ProcessorHandle(store, owned, self.time_mode, 0)
         variables = {}
         for piece in self.pieces.values():
@@ -445,11 +452,13 @@ class _Writer:
             kind, schemas, ttl = self.states[piece.name]
             make = {"value": handle.getValueState, "list": handle.getListState, "map": handle.getMapState}[kind]
             variables[piece.index] = (make(piece.name, *schemas, ttl), ttl or 0)
-        return handle, variables
+        return handle, variables, set()
 
-    def write(self, state, rows) -> None:
-        """Write ``rows`` (Arrow ``to_pylist`` dicts in Spark's order) into ``state``."""
-        target, views = state
+    def write(self, state, rows) -> int:
+        """Write ``rows`` (Arrow ``to_pylist`` dicts in Spark's order) into ``state``; returns
+        how many keys of user state they added (:class:`MigrationResult`)."""
+        target, views, lists = state
+        keys = 0
         key_of = self.key
         run, run_of = [], None  # consecutive elements of one list and expiry: one appendList
         for row in rows:
@@ -459,8 +468,10 @@ class _Writer:
             if self.kind == "apply":
                 target.set_current_key(*where)
                 views["row"].update(to_spark_python(values[0], piece.types[0], top=True))
+                keys += 1
                 if views["timeout"] is not None and len(values) > 1 and values[1] not in (None, -1):
                     views["timeout"].update((int(values[1]),))
+                    keys += 1
                 continue
             expiry = values[-1] if piece.ttl else None
             if piece.kind == "list" and run_of == (where, piece.index, expiry):
@@ -471,18 +482,25 @@ class _Writer:
             target.set_current_key(*where)
             if piece.kind == "timers":
                 target.registerTimer(int(values[0]))
+                keys += 1
                 continue
             variable, ttl = views[piece.index]
             if ttl:  # written at the processing time that gives Spark's expiry (module docstring)
                 target.batch_timestamp_ms = (int(expiry) if expiry is not None else 0) - ttl
             if piece.kind == "value":
                 variable.update(to_spark_python(values[0], piece.types[0], top=True))
+                keys += 1
             elif piece.kind == "list":
                 run, run_of = [to_spark_python(values[0], piece.types[0], top=True)], (where, piece.index, expiry)
+                if (where, piece.index) not in lists:
+                    lists.add((where, piece.index))
+                    keys += 1
             else:
                 variable.updateValue(to_spark_python(values[0], piece.types[0], top=True),
                                      to_spark_python(values[1], piece.types[1], top=True))
+                keys += 1
         self._append(target, views, run, run_of)
+        return keys
 
     @staticmethod
     def _append(handle, views, run, run_of) -> None:

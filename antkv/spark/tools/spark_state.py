@@ -12,9 +12,11 @@ what antkv cannot carry:
 
 * an operator of another kind than the one asked for, or not found in the checkpoint;
 * a state variable the processor does not declare, or one Spark holds of another kind;
-* a type whose values the state codec (:mod:`antkv.spark.state.codec`) does not give back
-  equal: a sample value of every field type is encoded and decoded on the driver, so what is
-  carried follows the codec.
+* a type whose values antkv does not give back equal: a sample value of every field type is
+  stored and read back on the driver as the migration writes it -- through the state codec
+  (:mod:`antkv.spark.state.codec`) for an ``applyInPandasWithState`` state row, through a
+  processor's typed state variables (:mod:`antkv.spark.state.schema`) for a state variable --
+  so what is carried follows what is written.
 
 Values reach the tasks as Arrow and become the Python values Spark's own Python API hands a
 processor (:func:`to_spark_python`): structs as tuples (rows), arrays as lists, maps as
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from antkv import InvalidArgumentError
 
 from antkv.spark.state.codec import decode_key, decode_row, encode_key, encode_row
+from antkv.spark.state.schema import StateSchema
 
 # operator names Spark's state-metadata source reports, by the API that made them
 APPLY_IN_PANDAS_WITH_STATE = ("applyInPandasWithState",)
@@ -101,6 +104,19 @@ def spark_operator(spark, checkpoint: str, operator_id: int, accepted: tuple, ap
                          int(row["maxBatchId"]), json.loads(props) if props else {})
 
 
+# the time modes as Spark records them in a transformWithState operator's properties (its
+# TimeMode objects' names: ``timeMode="None"`` is recorded as ``NoTime``), by the spelling a
+# query and antkv's runner use
+_RECORDED_TIME_MODES = {"notime": "None", "none": "None", "processingtime": "ProcessingTime",
+                        "eventtime": "EventTime"}
+
+
+def recorded_time_mode(recorded) -> str:
+    """The time mode (``None``, ``ProcessingTime`` or ``EventTime``) of a ``timeMode`` Spark
+    recorded for an operator; an unknown one is returned as recorded, so it matches none."""
+    return _RECORDED_TIME_MODES.get(str(recorded).lower(), str(recorded))
+
+
 # --------------------------------------------------------------------------- types
 
 
@@ -123,7 +139,7 @@ def _sample(dtype):
         return decimal.Decimal(1).scaleb(-dtype.scale) + 1
     if isinstance(dtype, T.ArrayType):
         element = _sample(dtype.elementType)
-        return None if element is None else [element, None]
+        return None if element is None else [element, None] if dtype.containsNull else [element]
     if isinstance(dtype, T.MapType):
         k, v = _sample(dtype.keyType), _sample(dtype.valueType)
         return None if k is None or v is None else {k: v}
@@ -147,6 +163,30 @@ def check_row_type(schema, what: str) -> None:
             raise InvalidArgumentError(
                 f"{what}: field {f.name!r} of type {f.dataType.simpleString()} cannot be carried "
                 f"(antkv's state rows do not hold it unchanged); nothing was written")
+
+
+def check_variable_type(schema, what: str) -> None:
+    """Refuse a state variable's row schema (a ``StructType``) with a field whose value a
+    processor's typed state variable does not give back equal: a sample value of the field is
+    fitted to the schema, encoded, decoded and restored as the processor handle's state
+    variables do (:class:`antkv.spark.state.schema.StateSchema`), so arrays, maps, structs and
+    decimals are carried as the handle stores them."""
+    from pyspark.sql import Row
+    from pyspark.sql import types as T
+
+    for f in schema.fields:
+        sample = _sample(f.dataType)
+        ok = sample is not None
+        if ok:
+            try:
+                typed = StateSchema(T.StructType([f]), what, Row)
+                ok = typed.restore(decode_row(encode_row(typed.fit((sample,))))) == (sample,)
+            except (TypeError, InvalidArgumentError):
+                ok = False
+        if not ok:
+            raise InvalidArgumentError(
+                f"{what}: field {f.name!r} of type {f.dataType.simpleString()} cannot be carried "
+                f"(a processor's state variables do not hold it unchanged); nothing was written")
 
 
 def check_key_type(schema, what: str) -> None:

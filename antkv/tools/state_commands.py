@@ -119,12 +119,19 @@ def cmd_state_verify(args, out: Output) -> int:
                 f"({len(v)} retained)")
         if not op["problems"]:
             out.line(f"OK: operator {op['operator']}: {what}: every object exists and verifies")
-            continue
-        intact = ", ".join(map(str, op["intact_versions"])) or "none"
-        out.line(f"DAMAGED: operator {op['operator']}: {what}: {len(op['problems'])} objects missing or damaged; "
-                 f"versions that load: {intact}")
-        for p in op["problems"]:
-            out.line(f"  {p['object']}: {p['problem']} (breaks versions {', '.join(map(str, p['versions']))})")
+        else:
+            intact = ", ".join(map(str, op["intact_versions"])) or "none"
+            out.line(f"DAMAGED: operator {op['operator']}: {what}: {len(op['problems'])} objects missing or "
+                     f"damaged; versions that load: {intact}")
+            for p in op["problems"]:
+                out.line(f"  {p['object']}: {p['problem']} (breaks versions {', '.join(map(str, p['versions']))})")
+        uploads = op["incomplete_uploads"]
+        if uploads:
+            out.line(f"NOTE: operator {op['operator']}: {len(uploads)} incomplete multipart uploads (left by "
+                     "killed writers; they break no version; a batch's cleanup aborts those of published "
+                     "versions, the bucket's lifecycle rule the rest):")
+            for u in uploads:
+                out.line(f"  {u['object']}: started {u['initiated']}")
     if damaged:
         sys.stderr.write(f"antkv state-verify: {args.location}: objects missing or damaged in "
                          f"{', '.join(op['operator'] for op in damaged)}\n")

@@ -46,8 +46,11 @@ def _object_problem(loc, ref) -> str | None:
 def verify_location(loc, operator: str | None = None, version: int | None = None) -> list[dict]:
     """Per operator (or only ``operator``; every retained version, or only ``version``):
     ``{"operator", "location", "versions", "intact_versions", "manifests", "objects", "bytes",
-    "problems"}``, each problem ``{"object", "problem", "versions"}`` (the versions it breaks)."""
+    "problems", "incomplete_uploads"}``, each problem ``{"object", "problem", "versions"}`` (the
+    versions it breaks), each upload ``{"object", "initiated"}`` (ISO 8601); ``incomplete_uploads``
+    is None where they cannot be seen."""
     from ..spark import CommitCoordinator
+    from antkv.spark.store.multipart import incomplete_uploads
     from antkv.spark.tools.state_reader import operators, published_versions
 
     names = operators(loc) if operator is None else [operator]
@@ -71,10 +74,13 @@ def verify_location(loc, operator: str | None = None, version: int | None = None
             for name, problem in check.version(v):
                 problems.setdefault(name, {"object": name, "problem": problem, "versions": []})["versions"].append(v)
         damaged = {v for p in problems.values() for v in p["versions"]}
+        uploads = incomplete_uploads(loc, f"{op}/")
         report.append({
             "operator": op, "location": loc.uri, "versions": versions,
             "intact_versions": [v for v in versions if v not in damaged], "manifests": len(check.manifests),
             "objects": len(check.objects), "bytes": sum(check.objects.values()), "problems": list(problems.values()),
+            "incomplete_uploads": None if uploads is None else [
+                {"object": u.name, "initiated": u.initiated.isoformat()} for u in uploads],
         })
     return report
 

@@ -20,7 +20,9 @@ Spark's file-commit protocol, tied to the state's marker:
 4. **Driver, cleanup** (:func:`cleanup_output`): for each version whose marker is retained, the
    files under ``_output/<v>/`` that the marker does not name -- failed, retried, speculative and
    replayed attempts' -- are deleted.  Nothing else is touched: not a later version's files (its
-   attempts may be running), nor a name this module did not make.
+   attempts may be running), nor a name this module did not make.  (An output file a killed
+   attempt left half-uploaded on S3 is no file: ``CommitCoordinator.cleanup`` aborts its
+   multipart upload, :mod:`antkv.spark.store.multipart`.)
 5. **Driver, retention** (:func:`retire_output`, only with a pipeline's ``output_retention``
    ``= R``): once version ``v`` is published, the output of versions ``<= v - R`` is deleted,
    files first and output-log record last.  Without it, every batch's output is kept, as a file
@@ -51,6 +53,7 @@ from antkv.spark.store.location import (
     parse_output_log_name,
     parse_temporary_name,
 )
+from antkv.spark.store.multipart import abort_uploads, incomplete_uploads
 from antkv.spark.store.objects import OutputLogRecord
 from antkv.spark.store.state_store import as_location, read_marker
 
@@ -124,10 +127,20 @@ class OutputWriter:
         return tuple(self.files)
 
     def abort(self) -> None:
-        """Give up (the attempt failed): the files are left to cleanup, never published."""
+        """Give up (the attempt failed): the files are left to cleanup, never published.
+
+        On S3 (with ``boto3``: :mod:`antkv.spark.store.multipart`) the open file's multipart
+        upload is aborted first, so closing it fails instead of completing a partial object;
+        an upload not yet started, or missed by the listing, is completed by the close as
+        without ``boto3``, and cleanup deletes that object."""
         writer, stream = self._writer, self._stream
         self._writer = self._stream = None
         if stream is not None:
+            try:
+                abort_uploads(self.location, incomplete_uploads(
+                    self.location, f"{output_dir(self.operator, self.version)}/{self.attempt}-") or ())
+            except antkv.Error:
+                pass  # the attempt is failing already; the driver's cleanup aborts it later
             try:
                 writer.close()
             except Exception:  # noqa: BLE001 - the attempt is failing already

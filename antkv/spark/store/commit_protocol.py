@@ -20,7 +20,10 @@ One :class:`CommitCoordinator` per ``(location, operator)`` in the driver.  For 
    version of a migrated operator), and
    every partition object written for a version ``<= v`` that no retained version references.
    Objects of versions ``> v`` belong to attempts of a later batch, possibly running now, and
-   are never touched; neither is any object whose name this module did not make.
+   are never touched; neither is any object whose name this module did not make.  On S3 it also
+   aborts the incomplete multipart uploads of partition objects and output files of versions
+   ``<= v`` (:mod:`antkv.spark.store.multipart`): every attempt of those batches is over, so an
+   upload still open there is a dead attempt's; one of a later version is left alone.
 
 **Replays.**  If the driver fails after publishing marker ``v`` but before Spark's commit log
 records batch ``v``, Spark reruns batch ``v`` from version ``v - 1``.  Its ``publish`` finds
@@ -53,6 +56,7 @@ from antkv.spark.store.location import (
     parse_temporary_name,
     partition_dir,
 )
+from antkv.spark.store.multipart import abort_uploads, incomplete_uploads
 from antkv.spark.store.objects import Marker
 from antkv.spark.store.presence import Listing, needed_objects
 from antkv.spark.store.state_store import as_location, read_manifest, read_marker
@@ -77,6 +81,7 @@ class PublishResult:
 class CleanupResult:
     deleted: int
     retained_versions: tuple[int, int]  # [first, last] versions still loadable
+    aborted_uploads: int = 0  # incomplete multipart uploads of finished attempts aborted (S3)
 
 
 class CommitCoordinator:
@@ -315,7 +320,15 @@ class CommitCoordinator:
                     deleted += 1
         self._manifest_objects = {k: v for k, v in self._manifest_objects.items() if k in referenced}
         self._base_of = {k: v for k, v in self._base_of.items() if k in referenced}
-        return CleanupResult(deleted, (first, version))
+        aborted = abort_uploads(self.location, self.finished_uploads(version))
+        return CleanupResult(deleted, (first, version), aborted)
+
+    def finished_uploads(self, version: int) -> list:
+        """The incomplete multipart uploads of this operator's partition objects and output files
+        of versions ``<= version`` (attempts that are over, once ``version`` is published); an
+        empty list where they cannot be seen (:mod:`antkv.spark.store.multipart`)."""
+        uploads = incomplete_uploads(self.location, f"{self.operator}/") or ()
+        return [u for u in uploads if (v := _upload_version(self.operator, u.name)) is not None and v <= version]
 
     def _newest_loadable(self, versions, listing: Listing) -> int | None:
         """The newest of ``versions`` (newest first) whose marker, manifests and objects are all
@@ -342,3 +355,13 @@ class CommitCoordinator:
             self._manifest_objects[manifest] = objs
             self._base_of[manifest] = read.base
         return objs
+
+
+def _upload_version(operator: str, name: str) -> int | None:
+    """The version of a partition object or output file named ``name``, or None for any other name."""
+    head, _, base = name.rpartition("/")
+    _, _, sub = head.partition("/")
+    if len(sub) == 6 and sub[0] == "p" and sub[1:].isdigit() and head == f"{operator}/{sub}":
+        parsed = parse_object_name(base)
+        return None if parsed is None else parsed.version
+    return parse_output_file_name(operator, name)

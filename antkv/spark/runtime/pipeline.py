@@ -24,7 +24,8 @@
    number of partitions, plan the rescale (:mod:`antkv.spark.store.rescale`);
 2. in the JVM: add each row's key group, route rows with ``repartitionById``
    (:func:`antkv.spark.runtime.routing.route`) and sort each partition by (key group, key);
-3. in each task (``mapInPandas``): open the partition's state, then stream the partition's
+3. in each task (``mapInPandas``): check that the executor imports the driver's antkv version
+   (:mod:`antkv.spark.runtime.executor_check`), open the partition's state, then stream the partition's
    Arrow batches: check every row's key group belongs to the partition (a stray row fails the
    task at once: nothing is published), call ``func(state, rows)`` once per chunk of complete
    keys (:func:`antkv.spark.state.chunks.whole_key_chunks`: about one Arrow batch of
@@ -32,7 +33,8 @@
    stream what it yields into the attempt's own Parquet files
    (:class:`antkv.spark.runtime.output.OutputWriter`); then commit, and return one row: the
    commit message (naming the state's manifest and the output files) and the metrics;
-4. on the driver: one Spark action collects those rows -- one per partition, never an output
+4. on the driver: one Spark action (its jobs described as ``antkv <operator> batch <b>: ...``,
+   :mod:`antkv.spark.runtime.spark_status`) collects those rows -- one per partition, never an output
    row -- and publishes the version: one write-once marker naming the winning attempts'
    manifests and output files (exactly once: a replayed batch keeps the first publication),
    then the output-log record, cleanup of what no version needs (losers' output included),

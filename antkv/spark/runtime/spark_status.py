@@ -48,7 +48,8 @@ def describing_jobs(spark_context, text: str):
     """Within the block, jobs started by this thread carry ``text`` as their description (the
     thread's previous description on the lines after it), restored afterwards."""
     previous = spark_context.getLocalProperty(DESCRIPTION)
-    spark_context.setLocalProperty(DESCRIPTION, text if not previous else f"{text}\n{previous.lstrip(chr(10))}")
+    # a streaming query's own description starts with a line break (after the query's name)
+    spark_context.setLocalProperty(DESCRIPTION, "\n".join([text, previous.lstrip("\n")]) if previous else text)
     try:
         yield
     finally:

@@ -10,7 +10,7 @@ SECONDS ?= 60
 TEST_WORKERS ?= auto
 ARGS ?=
 
-.PHONY: venv test demo demo-library fuzz bench docs-cli clean
+.PHONY: venv test demo demo-library fuzz bench docs-cli dist clean
 
 venv: $(STAMP)
 
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	command -v java >/dev/null 2>&1 || { apt-get update -q && apt-get install -y -q default-jre-headless; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q -e '.[test,bench,dist]'
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -48,5 +48,12 @@ bench: $(STAMP)
 docs-cli: $(STAMP)
 	$(PY) tests/test_docs_cli.py --write
 
+# dist/: the wheel and the sdist (built offline with .venv's setuptools), and the wheel again as a
+# .zip, the file Spark's --py-files ships to executors (docs/spark-howto.md)
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
+	cd dist && for w in *.whl; do cp "$$w" "$${w%.whl}.zip"; done
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

@@ -42,7 +42,9 @@ def spark():
     With ``ANTKV_SPARK_MASTER`` set (a ``spark://`` URL: the subprocess driver of
     ``tests/test_spark_cluster.py``), the session runs on that standalone cluster instead:
     executors of 512 MB that find antkv on ``PYTHONPATH``, and a failed task is never retried
-    on the executor where it failed (so a retry runs on the other executor).
+    on the executor where it failed (so a retry runs on the other executor).  With
+    ``ANTKV_SPARK_EXECUTOR_PYTHON`` also set, the executors run that Python, which has no
+    antkv, nothing puts antkv on their path (the driver ships it), and the UI's REST API is on.
 
     ``ANTKV_SPARK_CONF`` (``name=value;name=value``) adds settings: the subprocess driver of
     ``tests/test_spark_worker_churn.py`` turns Python worker reuse off with it."""
@@ -62,18 +64,25 @@ def spark():
         .config("spark.driver.memory", "2g")
     )
     if not master.startswith("local"):
+        executor_python = os.environ.get("ANTKV_SPARK_EXECUTOR_PYTHON")
         builder = (
             builder.config("spark.executor.memory", "512m")
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.executorEnv.PYTHONPATH", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-            .config("spark.pyspark.python", sys.executable)
+            .config("spark.pyspark.python", executor_python or sys.executable)
             .config("spark.task.maxFailures", "3")
             .config("spark.excludeOnFailure.enabled", "true")
             .config("spark.excludeOnFailure.task.maxTaskAttemptsPerExecutor", "1")
             .config("spark.excludeOnFailure.stage.maxFailedTasksPerExecutor", "100")
             .config("spark.excludeOnFailure.application.maxFailedTasksPerExecutor", "100")
         )
+        if executor_python:  # a Python without antkv: the driver ships it (tests/spark_cluster_shipping.py)
+            # no exclusion: a task without antkv fails on both executors, and a third attempt
+            # would wait two minutes for an executor the exclusion allows
+            builder = (builder.config("spark.ui.enabled", "true").config("spark.ui.port", "0")
+                       .config("spark.excludeOnFailure.enabled", "false"))
+        else:
+            builder = builder.config("spark.executorEnv.PYTHONPATH", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for setting in filter(None, os.environ.get("ANTKV_SPARK_CONF", "").split(";")):
         name, _, value = setting.partition("=")  # a subprocess driver's own settings
         builder = builder.config(name.strip(), value.strip())

@@ -5,7 +5,10 @@ They are started with ``bin/spark-class org.apache.spark.deploy.master.Master`` 
 scripts), each in a process group of its own, each worker with one core, a small memory, and
 its own work, local and antkv cache directories (``SPARK_WORKER_DIR``, ``SPARK_LOCAL_DIRS``,
 ``ANTKV_SPARK_CACHE_DIR``: the executor a worker starts inherits them), so that two executors
-share nothing but the checkpoint location, as on two machines.
+share nothing but the checkpoint location, as on two machines.  The workers' environment has no
+``PYTHONPATH`` or ``PYSPARK_PYTHON``: which Python an executor runs and where it finds antkv
+are the application's choice (``spark.pyspark.python``, ``spark.executorEnv.PYTHONPATH``, or
+antkv shipped with the job).
 
 :func:`start_cluster` returns once both workers registered with the master (read from the
 master's JSON status page); :meth:`StandaloneCluster.stop` ends every process it started
@@ -110,8 +113,8 @@ def start_cluster(root: str) -> StandaloneCluster:
     port, ui = free_port(), free_port()
     cluster.master_url, cluster.status_url = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui}/json/"
     base = dict(os.environ, SPARK_HOME=SPARK_HOME, SPARK_LOCAL_IP="127.0.0.1", SPARK_NO_DAEMONIZE="1")
-    base.pop("PYSPARK_GATEWAY_PORT", None)
-    base.pop("PYSPARK_GATEWAY_SECRET", None)
+    for name in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PYTHONPATH", "PYSPARK_PYTHON"):
+        base.pop(name, None)  # an executor inherits its worker's environment: antkv only as the app says
     try:
         cluster._spawn("master", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                   "--port", str(port), "--webui-port", str(ui)], base)

@@ -8,16 +8,19 @@ a pipeline's batch jobs rescaled 2 -> 2 -> 3 -> 1 whose output and state equal p
 a row-based processor whose output equals Spark's row-based ``transformWithState``,
 and the checks only a cluster gives meaning to (``tests/spark_cluster_checks.py``: the state
 data source reads in both executors, a killed Python worker's task retried on the other
-executor).  Every one of them must pass, none skipped."""
+executor).  Every one of them must pass, none skipped.  Then antkv shipped with the job to
+executors whose Python lacks it (``tests/spark_cluster_shipping.py``), in a driver of its own."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
 from spark_cluster import driver_env
+from wheel_env import bare_venv, build_wheel, can_import_antkv
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 ON_THE_CLUSTER = [
@@ -44,3 +47,27 @@ def test_exactly_once_rescale_output_and_state_source_on_a_standalone_cluster(sp
     assert len(outcomes) == EXPECTED, outcomes
     assert all(not tags for tags in outcomes.values()), outcomes  # no failure, error or skip
     assert spark_cluster.alive_workers() == 2  # the cluster outlived its driver
+
+
+def test_antkv_shipped_with_the_job_to_workers_whose_python_lacks_it(spark_cluster, tmp_path):
+    """``tests/spark_cluster_shipping.py`` in a driver of its own: the executors run a Python
+    without antkv (checked here first, and again in the executors), and the driver ships this
+    checkout's wheel, as a ``.zip``, with ``SparkContext.addPyFile``."""
+    wheel = build_wheel(str(tmp_path / "dist"))
+    shipped = wheel[: -len(".whl")] + ".zip"
+    shutil.copy(wheel, shipped)
+    python = bare_venv(str(tmp_path / "executor-venv"))
+    imported, said = can_import_antkv(python)
+    assert not imported and "No module named 'antkv'" in said, said
+    junit = tmp_path / "shipping.xml"
+    env = dict(driver_env(spark_cluster), ANTKV_SPARK_EXECUTOR_PYTHON=python, PYSPARK_PYTHON=python,
+               ANTKV_SHIPPED_ZIP=shipped)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", "--durations=0",
+         f"--basetemp={tmp_path / 'driver'}", os.path.join(TESTS, "spark_cluster_shipping.py")],
+        cwd=os.path.dirname(TESTS), env=env, capture_output=True, text=True, timeout=600)
+    print(proc.stdout[-3000:])
+    assert proc.returncode == 0, f"{proc.stdout[-8000:]}\n{proc.stderr[-3000:]}"
+    cases = list(ET.parse(junit).getroot().iter("testcase"))
+    assert len(cases) == 1 and not list(cases[0]), [(c.get("name"), [e.tag for e in c]) for c in cases]
+    assert spark_cluster.alive_workers() == 2

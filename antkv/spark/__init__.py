@@ -37,6 +37,7 @@ from antkv.spark.tools.migrate import (
 from antkv.spark.tools.state_reader import read_state
 from antkv.spark.runtime.pipeline import BatchMetrics, BatchResult, PartitionMetrics, PartitionState, StatefulPipeline
 from antkv.spark.runtime.output import output_versions, read_output
+from antkv.spark.runtime.spark_status import batch_metrics
 from antkv.spark.store.idle_copies import release_idle_stores
 from antkv.spark.store.opening import open_store
 from antkv.spark.store.state_store import StateStore
@@ -50,6 +51,7 @@ __all__ = [
     "BatchResult",
     "BatchMetrics",
     "PartitionMetrics",
+    "batch_metrics",
     "read_output",
     "output_versions",
     "read_state",

@@ -24,7 +24,8 @@
    number of partitions, plan the rescale (:mod:`antkv.spark.store.rescale`);
 2. in the JVM: add each row's key group, route rows with ``repartitionById``
    (:func:`antkv.spark.runtime.routing.route`) and sort each partition by (key group, key);
-3. in each task (``mapInPandas``): open the partition's state, then stream the partition's
+3. in each task (``mapInPandas``): check that the executor imports the driver's antkv version
+   (:mod:`antkv.spark.runtime.executor_check`), open the partition's state, then stream the partition's
    Arrow batches: check every row's key group belongs to the partition (a stray row fails the
    task at once: nothing is published), call ``func(state, rows)`` once per chunk of complete
    keys (:func:`antkv.spark.state.chunks.whole_key_chunks`: about one Arrow batch of
@@ -32,7 +33,8 @@
    stream what it yields into the attempt's own Parquet files
    (:class:`antkv.spark.runtime.output.OutputWriter`); then commit, and return one row: the
    commit message (naming the state's manifest and the output files) and the metrics;
-4. on the driver: one Spark action collects those rows -- one per partition, never an output
+4. on the driver: one Spark action (its jobs described as ``antkv <operator> batch <b>: ...``,
+   :mod:`antkv.spark.runtime.spark_status`) collects those rows -- one per partition, never an output
    row -- and publishes the version: one write-once marker naming the winning attempts'
    manifests and output files (exactly once: a replayed batch keeps the first publication),
    then the output-log record, cleanup of what no version needs (losers' output included),
@@ -67,6 +69,8 @@ from antkv.spark.runtime.output import (
     retire_output,
     write_output_log,
 )
+from antkv.spark.runtime.executor_check import checked_task
+from antkv.spark.runtime.spark_status import describing_jobs, record_batch
 from antkv.spark.store.commit_message import CommitMessage
 from antkv.spark.store.commit_protocol import CommitCoordinator
 from antkv.spark.runtime.output_schema import OutputCheck
@@ -191,6 +195,24 @@ class BatchMetrics:
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
+    def figures(self) -> dict:
+        """The batch's figures as one flat dict of numbers, for a ``StreamingQueryListener``
+        or a metrics system: the totals, the tasks' load/process/commit seconds summed over the
+        partitions, and how many partitions reused their working copy (``copies_reused``, of
+        which ``copies_caught_up`` applied changelogs it lacked) or loaded it from the location
+        and the executor's cache (``copies_rebuilt``)."""
+        parts = self.partition_metrics
+        reused = sum(m.reused_working_copy for m in parts)
+        return {
+            "rows": self.rows, "output_rows": self.output_rows, "keys": self.keys, "partitions": self.partitions,
+            "load_s": sum(m.load_s for m in parts), "process_s": sum(m.process_s for m in parts),
+            "commit_s": sum(m.commit_s for m in parts), "publish_s": self.publish_s, "seconds": self.seconds,
+            "bytes_uploaded": self.bytes_uploaded, "bytes_reused": self.bytes_reused,
+            "copies_reused": reused, "copies_rebuilt": len(parts) - reused,
+            "copies_caught_up": sum(m.caught_up_working_copy for m in parts),
+            "cache_hit_ratio": self.cache_hit_ratio, "replayed": int(self.replayed),
+        }
+
 
 @dataclass(frozen=True)
 class BatchResult:
@@ -287,14 +309,20 @@ class StatefulPipeline:
                    conf.get("spark.sql.execution.pandas.convertToArrowArraySafely", "false").lower() == "true")
         routed = route(df, self.key, self.partitions, self.key_groups, KEY_GROUP_COLUMN)
         routed = routed.sortWithinPartitions(KEY_GROUP_COLUMN, *self.key, *sort_columns)
-        task = self._task(batch_id, bases, old, plans, partition_function, writing)
+        # every task first checks its executor runs the driver's antkv (executor_check)
+        task = checked_task(self._task(batch_id, bases, old, plans, partition_function, writing), antkv.__version__)
         commits = routed.mapInPandas(task, f"{COMMIT_COLUMN} string, {METRICS_COLUMN} string")
-        collected = commits.collect()  # the one Spark action of the batch: one row per partition
+        sc = spark.sparkContext
+        with describing_jobs(sc, f"antkv {self.operator} batch {batch_id}: route the rows, then load, process "
+                                 f"and commit the state of {self.partitions} partitions"):
+            collected = commits.collect()  # the one Spark action of the batch: one row per partition
         if not collected:
             # an input without rows: Spark's adaptive execution replaced the sorted, shuffled
             # input by an empty relation and ran no task; every partition still makes a version
-            empty = spark.createDataFrame(spark.sparkContext.parallelize([], self.partitions), routed.schema)
-            collected = empty.mapInPandas(task, f"{COMMIT_COLUMN} string, {METRICS_COLUMN} string").collect()
+            empty = spark.createDataFrame(sc.parallelize([], self.partitions), routed.schema)
+            with describing_jobs(sc, f"antkv {self.operator} batch {batch_id}: commit the state of "
+                                     f"{self.partitions} partitions (no input rows)"):
+                collected = empty.mapInPandas(task, f"{COMMIT_COLUMN} string, {METRICS_COLUMN} string").collect()
         messages = [CommitMessage.from_json(r[COMMIT_COLUMN]) for r in collected]
         parts = sorted((PartitionMetrics(**json.loads(r[METRICS_COLUMN])) for r in collected),
                        key=lambda m: m.partition)
@@ -320,6 +348,7 @@ class StatefulPipeline:
             seconds=time.perf_counter() - started, publish_s=publish_s, replayed=result.replayed,
             cache_hit_ratio=local / total if total else 1.0, partition_metrics=tuple(parts))
         self._record(metrics)
+        record_batch(sc, self.operator, metrics)
         return BatchResult(output_dataframe(spark, self.location, files, self.schema), metrics)
 
     def _record(self, metrics: BatchMetrics) -> None:

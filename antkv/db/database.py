@@ -65,11 +65,11 @@ class DB(Recovery, Checkpoints, Ingestion, ValueLogGC, Resume, ReadAPI):
     Every field is declared in :class:`~antkv.db.state.DBState`, typed and grouped by the lock
     that guards it, and nowhere else."""
 
-    def __init__(self, path: str, options: Options):
+    def __init__(self, path: str, options: Options, attempts=None):
         """Declares the fields (:class:`~antkv.db.state.DBState`), then opens the database
         (``_open_db``, :mod:`antkv.db.recovery`, fills in what the directory holds) and starts
-        the background threads."""
-        super().__init__(path, options)
+        the background threads.  ``attempts``: see :func:`~antkv.db.read_only.open_read_only`."""
+        super().__init__(path, options, attempts)
         self._open_db()  # may raise
         self._closed = False
         self._write_blocked = options.read_only

@@ -133,7 +133,11 @@ class Recovery(WritePath, Statistics):
         vs = self._versions
         recovered_manifest = None
         if exists:
-            vs.recover()  # InvalidArgumentError when the MANIFEST has more levels than num_levels
+            # InvalidArgumentError when the MANIFEST has more levels than num_levels
+            attempts = self._read_only_attempts
+            progress = vs.recover(attempts.manifest if attempts is not None else None)
+            if attempts is not None:
+                attempts.manifest = progress  # a retry of this read-only open reads only the edits after it
             recovered_manifest = vs.manifest_number
             if self._pinned is not None:
                 self._pin_recovered_state(vs)

@@ -53,9 +53,10 @@ DEFAULT_CACHE_POLICY = "clock"  # ... and its policy: hits without a lock (docs/
 class DBState:
     """The shared state of a database and the primitives every part of it uses."""
 
-    def __init__(self, path: str, options: Options):
+    def __init__(self, path: str, options: Options, attempts=None):
         """Declares every field of the database (nothing is open yet: ``DB.__init__`` then
-        opens it, and :mod:`antkv.db.recovery` fills in what the directory holds)."""
+        opens it, and :mod:`antkv.db.recovery` fills in what the directory holds).
+        ``attempts``: the :class:`~antkv.db.read_only.ReadOnlyAttempts` of a read-only open."""
         self.path: str = path
         self.options: Options = options
         fs = options.file_system or default_file_system()
@@ -65,6 +66,7 @@ class DBState:
         # --- no lock: set here or at open, then only read (or guarded by their own lock) ---
         self._fs: FileSystem = fs
         self._pinned: PinnedFileSystem | None = fs if options.read_only else None  # read-only: the files held open
+        self._read_only_attempts = attempts  # read-only: what the attempts of this open share
         self._recovered_vlog_lengths: dict[int, int] = {}  # read-only: unsealed files' valid length at open
         self._lock: FileLock | None = None  # the held LOCK file (recovery takes it)
         self._cache: Cache = (

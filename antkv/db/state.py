@@ -34,7 +34,7 @@ from ..fs.api import FileLock, FileSystem
 from ..fs.pinned import PinnedFileSystem
 from ..manifest.table_cache import TableCache
 from ..manifest.version_set import VersionSet
-from ..memory.cache import Cache
+from ..memory.cache import DEFAULT_POLICY, Cache
 from ..memory.write_buffer_manager import WriteBufferManager
 from ..memtable.memtable import MemTable
 from ..options import Options
@@ -47,7 +47,7 @@ from .files.info_log import InfoLog
 from .files.stats_file import new_stats
 
 DEFAULT_CACHE_CAPACITY = 32 * 1024 * 1024  # the private block cache when Options.block_cache is None
-DEFAULT_CACHE_POLICY = "clock"  # ... and its policy: hits without a lock (docs/memory.md)
+DEFAULT_CACHE_POLICY = DEFAULT_POLICY  # ... and its policy: the one of every Cache (docs/memory.md)
 
 
 class DBState:

@@ -59,7 +59,7 @@ from .lru import LRUShard, check_lru_shard
 
 POLICIES = {"lru": LRUShard, "clock": ClockShard}
 """The cache policies by name (see the module docstring)."""
-DEFAULT_POLICY = "lru"
+DEFAULT_POLICY = "clock"
 """The policy of ``Cache(...)`` when none is named."""
 
 __all__ = ["Cache", "Handle", "POLICIES", "DEFAULT_POLICY", "default_shard_bits"]

@@ -1,6 +1,6 @@
 """Single-threaded speed of the block cache's hot paths, in operations per second.
 
-    .venv/bin/python bench/bench_cache.py [--keys N] [--rounds R] [--shard-bits B]
+    .venv/bin/python bench/bench_cache.py [--keys N] [--rounds R] [--shard-bits B] [--policy clock|lru]
 
 Keys are ``(table_id, offset)`` tuples, as the table reader uses.  Prints one line per path:
 ``get`` hit / miss (the non-pinning fast path; "get hit" walks all keys in order, so every hit
@@ -22,7 +22,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from antkv.memory.cache import Cache  # noqa: E402
+from antkv.memory.cache import DEFAULT_POLICY, POLICIES  # noqa: E402
+from antkv.memory.cache import Cache as _Cache  # noqa: E402
 
 
 def _rate(n: int, fn) -> float:
@@ -37,8 +38,13 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--shard-bits", type=int, default=6)
     ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--policy", choices=sorted(POLICIES), default=DEFAULT_POLICY)
     a = ap.parse_args(argv)
     n = a.keys
+
+    def Cache(*args, **kwargs):  # noqa: N802 - the cache under test, of the chosen policy
+        return _Cache(*args, policy=a.policy, **kwargs)
+
     keys = [(7, i * 4096) for i in range(n)]
     missing = [(8, i * 4096) for i in range(n)]
     block = b"x" * 4096

@@ -15,6 +15,7 @@ per-round ratios antkv/RocksDB, with their range.
 | ``fillrandom`` | ``--num`` puts of 100 B values in random key order into an empty database, then ``flush()`` and the wait for every flush and compaction the load triggered |
 | ``readrandom`` | ``min(num, 100k)`` gets of random present keys, after the same gets once untimed: *in cache*, both engines opened with a block cache of twice the user data (69.6 MB at 300,000 keys), which holds every block of either |
 | ``readrandom_uncached`` | the same gets, no warm-up: *out of cache*, both engines opened with a block cache of a quarter of the user data (8.7 MB at 300,000 keys) |
+| ``readafterload`` | in the process that loaded it: ``--num`` puts (the 100 B pairs, another seed) into an empty database opened with a 256 MiB block cache, ``flush()``, the wait, ``compact_range()``; then every key read once, in random order -- the reads alone are timed |
 | ``readseq`` | one full forward scan (after one untimed scan) |
 | ``overwrite`` | YCSB-A (50% get, 50% update, zipfian) over a database of ``num // 10`` keys of 1 KiB values, ``num // 10`` operations, then the flush and wait as in the fill |
 | ``seekrandom`` | seek to a random present key of the 1 KiB database, then 10 ``next`` (one cursor reused), ``min(num // 10, 20k)`` times |
@@ -25,10 +26,13 @@ at the start); antkv's uses the policy of a database's own cache (``antkv.db.DEF
 RocksDB's is its ``LRUCache`` (rocksdict's ``Cache``).  The other workloads use each engine's
 default cache (32 MiB for both).
 
-The two point-read workloads also run a third reader in each round, after the engines: the
+The point-read workloads also run a third reader in each round, after the engines: the
 *floor* (:mod:`bench.read_floor`), the least a pure-Python reader does to get a key from
 antkv's tables through the same cache capacity. The report gives its multiple of RocksDB and
-antkv's share of it: how far antkv's own gets are from what Python allows.
+antkv's share of it: how far antkv's own gets are from what Python allows.  For
+``readafterload`` the floor reads the database antkv's child of that round loaded, in a process
+holding the same loaded pairs (a process's heap is part of what a read costs: the cyclic
+garbage collector walks it).
 
 The 100 B databases of a round are made by that round's ``fillrandom``; the 1 KiB ones by an
 untimed load in their own child (``load1k``); overwrite works on a copy.
@@ -49,8 +53,10 @@ import time
 
 ENGINES = ("antkv", "rocksdb")
 FLOOR = "floor"  # bench/read_floor.py: the point reads, beside the two engines
-POINT_READS = ("readrandom", "readrandom_uncached")
-WORKLOADS = ("fillrandom", "readrandom", "readrandom_uncached", "readseq", "overwrite", "seekrandom", "shortjob")
+POINT_READS = ("readrandom", "readrandom_uncached", "readafterload")
+WORKLOADS = ("fillrandom", "readrandom", "readrandom_uncached", "readafterload", "readseq", "overwrite", "seekrandom",
+             "shortjob")
+AFTER_LOAD_CACHE = 256 * 1024 * 1024  # readafterload's block cache, both engines
 UNITS = {"shortjob": "ms"}  # every other figure is operations per second
 KEY_SIZE = 16
 SMALL, LARGE = 100, 1024
@@ -103,6 +109,9 @@ class AntKV:
         db.flush()
         db._wait_for_background(lambda: not db._imms and db._bg_running == 0 and not db._has_work())
 
+    def compact(self) -> None:
+        self.db.compact_range()
+
     def scan(self) -> int:
         return sum(1 for _ in self.db.items())
 
@@ -130,6 +139,10 @@ class RocksDB:
         prop = self.db.property_int_value
         while prop("rocksdb.num-running-compactions") or prop("rocksdb.compaction-pending") or prop("rocksdb.num-running-flushes"):
             time.sleep(0.005)
+
+    def compact(self) -> None:
+        self.db.compact_range(None, None)
+        self.settle()
 
     def scan(self) -> int:
         return sum(1 for _ in self.db.items())
@@ -197,6 +210,28 @@ def child(engine: str, workload: str, d: str, num: int, jobs: int, seed: int) ->
         if wrong:
             raise SystemExit(f"{engine} {workload}: {wrong} wrong answers")
         return reads / took
+    if workload == "readafterload":
+        pairs = make_pairs(small_n, SMALL, seed + 6)
+        order = list(range(small_n))
+        random.Random(seed + 7).shuffle(order)
+        path = os.path.join(d, f"{'antkv' if engine == FLOOR else engine}-afterload")
+        db = OPEN[engine](path, AFTER_LOAD_CACHE)
+        if engine != FLOOR:  # the floor reads what antkv's child of this round loaded
+            put = db.put
+            for k, v in pairs:
+                put(k, v)
+            db.settle()
+            db.compact()
+        get = db.get
+        t = time.perf_counter()
+        for i in order:
+            get(pairs[i][0])
+        took = time.perf_counter() - t
+        wrong = sum(1 for k, v in pairs[:: max(1, small_n // 10_000)] if get(k) != v)
+        db.close()
+        if wrong:
+            raise SystemExit(f"{engine} {workload}: {wrong} wrong answers")
+        return small_n / took
     if workload == "readseq":
         db = OPEN[engine](path)
         db.scan()
@@ -358,6 +393,8 @@ def main(argv: list[str] | None = None) -> None:
     for w in ("readrandom", "readrandom_uncached"):
         if w in workloads:
             print(f"{w}: both engines' block cache {cache_capacity(w, args.num):,} bytes", flush=True)
+    if "readafterload" in workloads:
+        print(f"readafterload: both engines' block cache {AFTER_LOAD_CACHE:,} bytes", flush=True)
     for r in range(args.rounds):
         order = ENGINES if r % 2 == 0 else ENGINES[::-1]
         d = tempfile.mkdtemp(prefix="bench-small-", dir=args.dir)

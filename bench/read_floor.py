@@ -5,7 +5,9 @@ from antkv's tables, against which ``bench_small`` sets antkv's own gets.
 tombstone, no snapshot, no value log: the 100 B database ``bench_small`` builds) and keeps only
 what a point read cannot do without:
 
-* per table, newest first: the bloom probe on the key's hash computed once, the index bisect;
+* per table, newest first (L0's tables, then the one table of each sorted level whose key range
+  may hold the key, found by a bisect over the level's largest keys): the bloom probe on the
+  key's hash computed once, the index bisect;
 * the block cache: an ``OrderedDict`` charged ``block bytes + 470`` per block (antkv's charge),
   a hit moved to the newest end, a miss inserted with the oldest blocks evicted until it fits;
 * a miss: one ``os.pread`` of the block and its trailer, the checksum and trailer checked
@@ -43,19 +45,22 @@ class FloorReader:
         db = antkv.open(path)
         try:
             version = db._sv.version
-            if any(files for _level, files, _largest in version.sorted_levels):
-                raise SystemExit("the floor reads L0 tables only")
-            names = [(f.number, table_file_name(path, f.number)) for f in version.levels[0]]
+            l0 = [f.number for f in version.levels[0]]  # newest first, as the version lists L0
+            levels = [([f.number for f in files], largest) for _level, files, largest in version.sorted_levels]
         finally:
             db.close()
         fs = default_file_system()
-        self.tables = []
         self._readers = []
-        for number, name in names:  # newest first, as the version lists L0
+
+        def table(number: int) -> tuple:
+            name = table_file_name(path, number)
             r = TableReader.open(fs, name, number)
             self._readers.append(r)
             keys, _negs, offsets, sizes = r.index()
-            self.tables.append((r.filter, keys, offsets, sizes, os.open(name, os.O_RDONLY), number))
+            return r.filter, keys, offsets, sizes, os.open(name, os.O_RDONLY), number
+
+        self.tables = [table(n) for n in l0]
+        self.levels = [([table(n) for n in numbers], largest) for numbers, largest in levels]
         self.cache: OrderedDict = OrderedDict()
         self.capacity = cache_bytes
         self.usage = 0
@@ -63,8 +68,15 @@ class FloorReader:
 
     def get(self, key: bytes):
         probe = key_probe(key)
+        tables = self.tables
+        if self.levels:  # the sorted levels' candidates after L0's tables
+            tables = list(tables)
+            for files, largest in self.levels:
+                i = bisect_left(largest, key)
+                if i < len(files):
+                    tables.append(files[i])
         cache = self.cache
-        for filt, keys, offsets, sizes, fd, number in self.tables:
+        for filt, keys, offsets, sizes, fd, number in tables:
             if not may_contain_probe(filt, probe):
                 continue
             i = bisect_left(keys, key)
@@ -99,7 +111,7 @@ class FloorReader:
         return None
 
     def close(self) -> None:
-        for t in self.tables:
+        for t in self.tables + [t for files, _ in self.levels for t in files]:
             os.close(t[4])
         for r in self._readers:
             r.close()

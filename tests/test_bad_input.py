@@ -396,10 +396,20 @@ def test_write_batch_from_data_validates_every_record(db):
 def test_unusable_buffers_nul_paths_and_a_non_bool_reverse_are_clear_errors(db, tmp_path):
     released = memoryview(b"abc")
     released.release()
+    writer = antkv.SstFileWriter(str(tmp_path / "x.sst"))
     for call in (lambda: db.put(released, b"v"), lambda: db.put(b"k", released), lambda: db.get(released),
-                 lambda: antkv.WriteBatch().put(released, b"v")):
+                 lambda: antkv.WriteBatch().put(released, b"v"), lambda: db.multi_get([b"k", released]),
+                 lambda: writer.put(released, b"v"), lambda: writer.put(b"k", released),
+                 lambda: writer.delete_range(released, b"z")):
         with pytest.raises(antkv.InvalidArgumentError, match="not a usable buffer"):
             call()
+    # the keys of multi_get are an iterable of keys: one key, a released buffer among them, is a TypeError
+    for keys in (released, b"k", "k", memoryview(b"k")):
+        with pytest.raises(TypeError, match="iterable of keys"):
+            db.multi_get(keys)
+        with db.snapshot() as snap:
+            with pytest.raises(TypeError, match="iterable of keys"):
+                db.multi_get(keys, snapshot=snap)
     for bad in (str(tmp_path / "a\x00b"), b"x\x00y"):
         with pytest.raises(antkv.InvalidArgumentError, match="NUL"):
             antkv.open(bad)

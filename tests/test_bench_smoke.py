@@ -128,12 +128,14 @@ def test_percentiles_and_io_counters():
 
 
 def test_bench_small_sets_the_point_reads_beside_their_floor(tmp_path):
-    """The small-value bench runs its point-read floor beside both engines; every reader's
-    answers are checked against the data (a wrong answer fails the run)."""
+    """The small-value bench runs its point-read floor beside both engines (also on the
+    compacted database of the read-after-load scenario, whose tables are in a sorted level);
+    every reader's answers are checked against the data (a wrong answer fails the run)."""
     cmd = [sys.executable, "-m", "bench.bench_small", "--num", "3000", "--rounds", "1",
-           "--workloads", "readrandom", "readrandom_uncached", "--dir", str(tmp_path), "--timeout", "120"]
+           "--workloads", "readrandom", "readrandom_uncached", "readafterload", "--dir", str(tmp_path),
+           "--timeout", "120"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for w in ("readrandom", "readrandom_uncached"):
+    for w in ("readrandom", "readrandom_uncached", "readafterload"):
         assert f"round 1 {w:20} floor" in proc.stdout
         assert f"\n{w}, the floor (bench/read_floor.py, the same cache): " in proc.stdout

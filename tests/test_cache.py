@@ -98,6 +98,15 @@ def test_validation(policy):
     assert c.usage == 0 and len(c) == 0
 
 
+def test_one_default_policy_for_every_cache():
+    """``antkv.Cache(capacity)``, ``shared_memory()``'s cache and a database's own cache all use
+    the clock: a user who passes a bigger cache keeps the lock-free hit (docs/memory.md)."""
+    import antkv
+    from antkv.db import DEFAULT_CACHE_POLICY
+
+    assert Cache(1 << 20).policy == antkv.shared_memory(1 << 24)[0].policy == DEFAULT_CACHE_POLICY == "clock"
+
+
 def test_default_shard_bits_follow_rocksdb():
     assert default_shard_bits(0) == 0
     assert default_shard_bits(512 * KiB) == 0
@@ -129,7 +138,7 @@ def test_shard_routing_uses_hash_of_key():
     assert [s["entries"] for s in c.stats()["shards"]] == per_shard
     assert all(n > 0 for n in per_shard)  # tuple hashes spread over the shards
     # A shard fills on its own: capacity is per shard.
-    small = Cache(8 * 100, num_shard_bits=3, high_pri_pool_ratio=0.0)
+    small = Cache(8 * 100, num_shard_bits=3, high_pri_pool_ratio=0.0, policy="lru")
     same_shard = [k for k in range(0, 80, 8)]  # hash(int) == int: all in shard 0
     for k in same_shard:
         small.put(k, k, 40)
@@ -155,7 +164,7 @@ def test_new_id_is_unique_across_threads():
 
 # --------------------------------------------------------------------------- LRU and pools
 def test_eviction_takes_the_least_recently_used():
-    c = Cache(300, 0, high_pri_pool_ratio=0.0)
+    c = Cache(300, 0, high_pri_pool_ratio=0.0, policy="lru")
     for k in "abc":
         assert c.put(k, k.upper(), 100)
     assert c.get("a") == "A"  # a becomes the newest
@@ -170,7 +179,7 @@ def test_eviction_takes_the_least_recently_used():
 
 
 def test_high_priority_pool_and_demotion():
-    c = Cache(400, 0, high_pri_pool_ratio=0.5)  # high pool: 200 bytes
+    c = Cache(400, 0, high_pri_pool_ratio=0.5, policy="lru")  # high pool: 200 bytes
     c.put("h1", 1, 100, priority="high")
     c.put("h2", 2, 100, priority="high")
     c.put("l1", 3, 100)
@@ -188,7 +197,7 @@ def test_high_priority_pool_and_demotion():
 
 
 def test_a_hit_promotes_to_the_high_pool():
-    c = Cache(400, 0, high_pri_pool_ratio=0.5)
+    c = Cache(400, 0, high_pri_pool_ratio=0.5, policy="lru")
     for k in ("a", "b", "c"):
         c.put(k, k, 100)
     assert c.get("a") == "a"  # hit: a moves to the high pool
@@ -205,7 +214,7 @@ def test_a_hit_promotes_to_the_high_pool():
 
 
 def test_without_a_high_pool_hits_only_refresh():
-    c = Cache(300, 0, high_pri_pool_ratio=0.0)
+    c = Cache(300, 0, high_pri_pool_ratio=0.0, policy="lru")
     c.put("x", 1, 100, priority="high")  # no high pool: everything is low
     c.put("y", 2, 100)
     c.get("x")
@@ -470,7 +479,7 @@ class CacheMachine(RuleBasedStateMachine):
     @rule(capacity=st.integers(0, 800), ratio=st.sampled_from([0.0, 0.25, 0.5, 1.0]),
           strict=st.booleans(), bits=st.sampled_from([0, 1]))
     def create(self, capacity, ratio, strict, bits):
-        self.cache = Cache(capacity, bits, strict, ratio)
+        self.cache = Cache(capacity, bits, strict, ratio, policy="lru")
         caps = [s["capacity"] for s in self.cache.stats()["shards"]]
         self.refs = [Reference(cap, ratio, strict) for cap in caps]
         self.mask = (1 << bits) - 1

@@ -47,6 +47,12 @@ def test_fail_every_call(base, op):
     counts = run_io_sweep(base, cases)
     assert sum(counts.values()) == len(cases)
     raised = sum(n for (_, outcome), n in counts.items() if outcome.startswith("raised:"))
+    if op == "open":
+        # an open refuses only before its commit point; after it, a failure leaves debris for
+        # the next open or becomes a background error (tests/test_open_refusals.py checks both
+        # sides of that point, call by call)
+        assert raised >= len(cases) * 0.2, counts
+        return
     # most failed calls must surface; only best-effort ones (removing an obsolete file,
     # a hard link that falls back to a copy) may be absorbed
     assert raised >= len(cases) * 0.8, counts

@@ -314,3 +314,45 @@ def test_ingest_database_with_operands_needs_the_same_operator(tmp_path):
     with antkv.open(dst, merge_operator="append:2c", max_background_jobs=0) as db:
         db.ingest_database(str(tmp_path / "cp"))
         assert db.get(b"k") == b"a,b"
+
+
+@pytest.mark.parametrize("base", [None, b"base", "deleted"])
+def test_operands_adding_up_to_more_than_a_block_holds_are_stored_apart(tmp_path, monkeypatch, base):
+    """Each operand fits a table block, but their combined value does not (the block limit
+    scaled down from 4 GiB to 64 KiB): every merge is acknowledged, and then every flush,
+    compaction and reopen still succeeds -- the operands that would not fit combined stay
+    apart -- so the key can be read, and deleted.  A WAL that already holds such merges
+    opens."""
+    from antkv.sst import format as sst_format
+
+    monkeypatch.setattr(sst_format, "MAX_BLOCK_SIZE", 64 * 1024)
+    path = str(tmp_path / "db")
+    opts = dict(max_background_jobs=0, merge_operator="append", min_blob_size=1 << 30)
+    parts = [bytes([65 + i]) * 20_000 for i in range(6)]  # 120 KB in all; each 20 KB operand fits
+    with antkv.open(path, **opts) as db:
+        if base == "deleted":
+            db.put(b"big", b"old")
+            db.flush()
+            db.delete(b"big")
+        elif base is not None:
+            db.put(b"big", base)
+        for part in parts[:4]:
+            db.merge(b"big", part)
+        db.put(b"other", b"x")
+    # the WAL holds the merges: reopening replays and flushes them ("append" concatenates)
+    start = [base] if isinstance(base, bytes) else []
+    with antkv.open(path, **opts) as db:
+        assert db.get(b"big") == b"".join(start + parts[:4])
+        db.flush()
+        for part in parts[4:]:
+            db.merge(b"big", part)
+        db.flush()
+        db.compact_range()
+        assert db.get(b"big") == b"".join(start + parts)
+        assert db.get(b"other") == b"x"
+        assert db.verify()["tables"] >= 1
+    with antkv.open(path, **opts) as db:
+        assert db.get(b"big") == b"".join(start + parts)
+        db.delete(b"big")
+        db.compact_range()
+        assert db.get(b"big") is None and db.get(b"other") == b"x"

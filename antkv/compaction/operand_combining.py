@@ -15,6 +15,11 @@ entry at the newest operand's sequence number:
   pointer would read the value log in a compaction, and merging onto an expiring value would
   lose the moment it expires (a read then starts from nothing).
 
+A run whose result would not fit one table block (:func:`~antkv.sst.format.max_entry_size`;
+each operand alone fits, the write path checks that) is not combined: its operands stay as
+they are, and reads combine them.  Operands that add up to more than a block can hold are
+therefore stored, and a flush or compaction never fails on them.
+
 Operands never combine across a snapshot, so every snapshot reads what it read before.  The
 stream keeps the entry below a kept MERGE in the same stripe (a MERGE does not shadow).
 """
@@ -30,6 +35,7 @@ from ..base.dbformat import DELETION, EXPIRING, MERGE, VALUE
 from ..base.expiry import expiry_of
 from ..base.merge_operator import full_merge, partial_merge
 from ..memtable.rangedel import FragmentedRangeTombstones
+from ..sst.format import max_entry_size
 
 _KEY = itemgetter(0)
 
@@ -91,7 +97,11 @@ def _combine_key(key: bytes, entries: list, snapshots: list[int], frags, bottomm
                     full, base = True, nxt[3]
         operands.reverse()  # oldest first
         if full:
-            yield key, e[1], VALUE, full_merge(op, key, base, operands)
+            kind, value = VALUE, full_merge(op, key, base, operands)
         else:
-            yield key, e[1], MERGE, partial_merge(op, key, operands)
+            kind, value = MERGE, partial_merge(op, key, operands)
+        if len(key) + len(value) > max_entry_size():
+            yield from entries[i:j]  # no table block could hold the result: the operands stay apart
+        else:
+            yield key, e[1], kind, value
         i = j

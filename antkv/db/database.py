@@ -18,6 +18,7 @@ guarding them are declared in :class:`~antkv.db.state.DBState`.
 from __future__ import annotations
 
 import builtins
+import logging
 import os
 import threading
 
@@ -42,6 +43,7 @@ from .value_log_gc import ValueLogGC
 from .write_limits import CHECK_ABOVE as _CHECK_ABOVE
 from .write_limits import check_ops
 
+log = logging.getLogger("antkv")
 _SINGLE_RECORD_PACK = SINGLE_RECORD.pack  # a one-record write batch header (record/batch.py)
 _FRAME_HEADER_PACK = HEADER.pack  # the log record header (record/log_format.py)
 _checksum = checksum
@@ -65,14 +67,14 @@ class DB(Recovery, Checkpoints, Ingestion, ValueLogGC, Resume, ReadAPI):
     Every field is declared in :class:`~antkv.db.state.DBState`, typed and grouped by the lock
     that guards it, and nowhere else."""
 
-    def __init__(self, path: str, options: Options):
+    def __init__(self, path: str, options: Options, attempts=None):
         """Declares the fields (:class:`~antkv.db.state.DBState`), then opens the database
         (``_open_db``, :mod:`antkv.db.recovery`, fills in what the directory holds) and starts
-        the background threads."""
-        super().__init__(path, options)
+        the background threads.  ``attempts``: see :func:`~antkv.db.read_only.open_read_only`."""
+        super().__init__(path, options, attempts)
         self._open_db()  # may raise
         self._closed = False
-        self._write_blocked = options.read_only
+        self._write_blocked = options.read_only or self._bg_error is not None
         if options.read_only:
             return  # no background work: nothing is ever written
         if options.max_background_jobs > 0:
@@ -91,15 +93,16 @@ class DB(Recovery, Checkpoints, Ingestion, ValueLogGC, Resume, ReadAPI):
         if options.max_background_jobs == 0:
             # each open adds the replayed WAL as an L0 table: with no thread to compact them,
             # a series of short sessions (the antkv command's) would pile L0 up past the stop
-            # trigger, so compact L0 once it reached its trigger.  A failure fails the open.
+            # trigger, so compact L0 once it reached its trigger.  The open has committed by
+            # now: a failure is a background error (writes refused until resume()), as at any
+            # other time, and the open does not refuse (db/recovery.py).
             trigger = options.level0_file_num_compaction_trigger
             try:
                 while len(self._versions.current.levels[0]) >= trigger and self._compact_once():
                     pass
-            except BaseException as e:
-                self._set_bg_error(e)  # so that close() writes nothing more
-                self.close()
-                raise
+            except Exception as e:  # noqa: BLE001 - see above
+                log.warning("%s: compaction at open failed: %s", path, e)
+                self._set_bg_error(e)
 
     # ------------------------------------------------------------------ writes
 

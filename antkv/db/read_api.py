@@ -160,7 +160,10 @@ class ReadAPI(DBState):
         return key_versions(self._sv, self._open_table, lo, hi)
 
     def multi_get(self, keys, *, snapshot=None) -> list:
-        """The values of ``keys`` (None for an absent key), all read at one sequence number."""
+        """The values of ``keys`` (None for an absent key), all read at one sequence number.
+        ``keys`` is an iterable of keys: one key (bytes-like or ``str``) is a TypeError."""
+        if isinstance(keys, (bytes, bytearray, memoryview, str)):
+            raise TypeError(f"multi_get takes an iterable of keys (e.g. a list), not one {type(keys).__name__}")
         keys = [as_bytes(k, "key") for k in keys]
         if snapshot is not None:
             return [self.get(k, snapshot=snapshot) for k in keys]

@@ -12,6 +12,14 @@ rotates to a new value-log file through an edit too.  So:
   know, or a MANIFEST that ``CURRENT`` no longer names, all come with a changed
   :func:`manifest_state`.  The open is then thrown away (:class:`WriterMovedOn`) and started
   again from ``CURRENT``; the same error with an unchanged MANIFEST is real damage and raised;
+* the attempts of one open share what they read (:class:`ReadOnlyAttempts`): a retry reads only
+  the MANIFEST edits appended since the last attempt, not the whole history again.  The time
+  from reading the MANIFEST to holding its files is the window in which the writer can delete
+  one of them; were every attempt to decode the whole MANIFEST, that window would grow with
+  the MANIFEST until a busy writer moved on within every attempt;
+* a writer that still moves on within every attempt after :data:`RETRY_SECONDS` makes the open
+  fail with an :class:`~antkv.errors.IOError` (``EAGAIN``) saying so -- never with the
+  ``CorruptionError`` the last attempt met, which is no damage;
 * once the open chose its files it holds them open (:class:`~antkv.fs.pinned.PinnedFileSystem`)
   until it closes, so a writer deleting them never breaks a running scan, ``get`` or
   ``verify``; nothing is written or left behind.
@@ -25,11 +33,13 @@ record of the newest WAL or of the active value-log file) is simply not seen yet
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import time
 
 from ..base.filenames import current_file_name, parse_file_name
 from ..errors import Error
+from ..errors import IOError as AntIOError
 from ..fs import default_file_system
 from ..fs.pinned import PinnedFileSystem
 
@@ -61,25 +71,42 @@ def manifest_state(fs, dbname: str):
         return current, None
 
 
-def open_read_only(make_db, path: str, options):
-    """``make_db(path, options)``, tried again while a live writer keeps moving on under it.
+class ReadOnlyAttempts:
+    """What the attempts of one read-only open share: the files they hold (``files``, a
+    :class:`~antkv.fs.pinned.PinnedFileSystem`) and how far the MANIFEST was read
+    (``manifest``, a :class:`~antkv.manifest.version_set.ManifestProgress`, or None)."""
 
-    The attempts share one :class:`~antkv.fs.pinned.PinnedFileSystem`: a file an attempt
-    already holds stays held (file numbers are never reused), so each retry has only the files
-    of the writer's newest changes left to catch, and succeeds however busy the writer is."""
+    def __init__(self, files: PinnedFileSystem):
+        self.files = files
+        self.manifest = None
+        self.count = 0
+
+
+def open_read_only(make_db, path: str, options):
+    """``make_db(path, options, attempts)``, tried again while a live writer keeps moving on
+    under it.
+
+    The attempts share one :class:`ReadOnlyAttempts`: a file an attempt already holds stays
+    held (file numbers are never reused) and a retry reads only the MANIFEST edits appended
+    since, so each retry has only the writer's newest changes left to catch."""
     pinned = options.file_system
     if not isinstance(pinned, PinnedFileSystem):
         pinned = PinnedFileSystem(pinned or default_file_system())
         options = dataclasses.replace(options, file_system=pinned)
+    attempts = ReadOnlyAttempts(pinned)
     delay = 0.001
     deadline = time.monotonic() + RETRY_SECONDS
     try:
         while True:
+            attempts.count += 1
             try:
-                return make_db(path, options)
+                return make_db(path, options, attempts)
             except WriterMovedOn as e:
                 if time.monotonic() > deadline:
-                    raise e.cause from None
+                    raise AntIOError(
+                        f"read-only open of {path}: a live writer changed the database under each of "
+                        f"{attempts.count} attempts in {RETRY_SECONDS:g} s; try again (the last attempt met: {e.cause})",
+                        OSError(errno.EAGAIN, os.strerror(errno.EAGAIN), path), path) from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.02)
     except BaseException:

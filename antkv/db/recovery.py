@@ -10,13 +10,21 @@ Open, step by step:
    ``Options.wal_recovery_mode`` says (:mod:`antkv.db.files.wal_replay`; by default replay stops at the first
    torn record, and at a record whose value pointer reaches past what survived of its value-log
    file: the result is a prefix of history);
-6. flush what was replayed to L0 tables, start a new WAL and value-log file, and write one
-   MANIFEST edit recording all of it (the MANIFEST is rolled: a recovered MANIFEST is never
-   appended to);
-7. delete the files that are provably debris (old WALs and MANIFESTs, outputs of interrupted
-   jobs) and move every other file the MANIFEST does not list to ``lost/`` (:mod:`antkv.db.files.unaccounted`
-   says how debris is proven); each one is *reported* in ``db.stats()``
+6. flush what was replayed to L0 tables, start a new WAL and value-log file; move every file
+   the MANIFEST does not list and that is not provably debris to ``lost/`` (a WAL the old
+   state may still need is copied there), and save ``OPTIONS``;
+7. write one MANIFEST edit recording all of it (the MANIFEST is rolled: a recovered MANIFEST
+   is never appended to) -- the **commit point**;
+8. delete the files that are provably debris (old WALs and MANIFESTs, outputs of interrupted
+   jobs, the originals of WALs copied to ``lost/``; :mod:`antkv.db.files.unaccounted` says how
+   debris is proven).  Each file removed or moved aside is *reported* in ``db.stats()``
    (``files_removed_at_open``) and with a warning in the ``antkv`` logger.
+
+An open that refuses -- at any step up to the commit point -- leaves every file as it found
+it: :mod:`antkv.db.files.open_changes` records each change before it is made and undoes them
+all.  After the commit point nothing refuses the open: step 8 is best effort (what it could not
+delete, the next open finds again), and a failing compaction at open
+(``max_background_jobs=0``) becomes a background error, as one at any other time.
 
 A directory with antkv files but no ``CURRENT`` is refused (CorruptionError; ``antkv.repair``
 rebuilds it).  With ``Options.read_only`` steps 1, 6 and 7 are skipped: the WAL is replayed into
@@ -35,7 +43,9 @@ from .files import options_file
 from ..base.dbformat import MERGE
 from ..base.merge_operator import missing_operator
 from ..base.filenames import (
+    CURRENT,
     CURRENT_TMP,
+    OPTIONS,
     TABLE,
     VLOG,
     WAL,
@@ -51,6 +61,7 @@ from ..compaction.flush import write_level0_table
 from ..errors import CorruptionError, InvalidArgumentError
 from ..errors import IOError as AntIOError
 from .files.info_log import NEW_FILE, InfoLog
+from .files.open_changes import OpenChanges
 from .files.unaccounted import DELETE, OwnFiles, check_is_antkv, check_without_current, data_files, keep_copy, move_aside, sort_unlisted
 from ..manifest.version_edit import VersionEdit
 from ..memtable.memtable import MemTable
@@ -91,25 +102,40 @@ class Recovery(WritePath, Statistics):
                 self._release_resources()
                 raise
             return
-        if not fs.is_dir(path):
+        created_dir = not fs.is_dir(path)
+        if created_dir:
             if fs.exists(path):
                 raise InvalidArgumentError(f"{path} exists and is not a directory")
             if not opts.create_if_missing:
                 raise InvalidArgumentError(f"database {path} does not exist (create_if_missing is False)")
             fs.mkdirs(path)
             fs.sync_dir(os.path.dirname(path) or ".")
-        self._lock = fs.lock(lock_file_name(path))
+        lock_existed = fs.exists(lock_file_name(path))
+        try:
+            self._lock = fs.lock(lock_file_name(path))
+        except Exception:
+            self._remove_created_dir(fs, created_dir)
+            raise
+        changes = None
         try:
             started = time.monotonic()
+            changes = OpenChanges(fs, path)
+            changes.replaces(CURRENT, CURRENT_TMP, OPTIONS, OPTIONS + ".tmp")
             exists = fs.exists(current)
             if not exists:
-                moved = check_without_current(fs, path)  # raises when the directory holds data
+                moved = check_without_current(fs, path, changes.moved)  # raises when the directory holds data
                 if moved:
                     log.warning("%s: no CURRENT; moved the data-less files of an interrupted creation to lost/: %s",
                                 path, ", ".join(moved))
             self._info_log = InfoLog(fs, path)  # written from start(): a refused open writes nothing
+
+            def announce(number: int) -> None:
+                changes.handed_out(number)  # the open's own files: removed if it refuses
+                self._announce_file_number(number)
+
+            self._versions.announce = announce
+            self._open_locked(fs, exists, changes)
             self._versions.announce = self._announce_file_number
-            self._open_locked(fs, exists)
             self._info_log.start()
             s = self._stats
             self._event(
@@ -118,11 +144,24 @@ class Recovery(WritePath, Statistics):
                 f"{s['recovery_dropped'] or 'nothing'}; files removed or moved aside: {s['files_removed_at_open'] or 'none'}; "
                 f"options changed: {s['options_changed'] or 'none'}"
             )
+        except Exception:
+            # before the commit point: put every file back, LOCK included
+            self._release_resources(undo=changes, remove_lock=not lock_existed)
+            self._remove_created_dir(fs, created_dir)
+            raise
         except BaseException:
             self._release_resources()
             raise
 
-    def _open_locked(self, fs, exists: bool) -> None:
+    def _remove_created_dir(self, fs, created_dir: bool) -> None:
+        """A refused open: remove the database directory it created, if it is empty."""
+        try:
+            if created_dir and fs.is_dir(self.path) and not fs.listdir(self.path):
+                fs.rmdir(self.path)
+        except Exception as e:  # noqa: BLE001 - best effort while failing an open
+            log.warning("%s: undoing a refused open: %s", self.path, e)
+
+    def _open_locked(self, fs, exists: bool, changes: OpenChanges | None = None) -> None:
         opts = self.options
         path = self.path
         if exists and opts.error_if_exists:
@@ -133,7 +172,11 @@ class Recovery(WritePath, Statistics):
         vs = self._versions
         recovered_manifest = None
         if exists:
-            vs.recover()  # InvalidArgumentError when the MANIFEST has more levels than num_levels
+            # InvalidArgumentError when the MANIFEST has more levels than num_levels
+            attempts = self._read_only_attempts
+            progress = vs.recover(attempts.manifest if attempts is not None else None)
+            if attempts is not None:
+                attempts.manifest = progress  # a retry of this read-only open reads only the edits after it
             recovered_manifest = vs.manifest_number
             if self._pinned is not None:
                 self._pin_recovered_state(vs)
@@ -177,7 +220,7 @@ class Recovery(WritePath, Statistics):
         # ... and, beside a writer that holds the LOCK, a torn last record of the newest WAL or
         # of the active value-log file is a write in flight, not a loss: not reported as dropped
         live_writer = opts.read_only and fs.is_locked(lock_file_name(path)) is True
-        vlog_lengths = self._recover_vlogs(fs, vs, on_disk, edit, live_writer)
+        vlog_lengths = self._recover_vlogs(fs, vs, on_disk, edit, live_writer, changes)
         self._last_seq = vs.last_sequence
         self._memtable_counter = 0
         # --- WAL replay ---
@@ -208,7 +251,7 @@ class Recovery(WritePath, Statistics):
             return
         if not mem.is_empty():
             self._flush_recovered(mem, edit)
-        self._count_unreferenced_vlog_records(vs, edit, keep_orphans=bool(replay.not_whole))
+        self._count_unreferenced_vlog_records(vs, edit, keep_orphans=bool(replay.not_whole), changes=changes)
         vs.last_sequence = max(vs.last_sequence, self._last_seq)
         self._last_seq = vs.last_sequence
         # --- fresh WAL and value-log file, one MANIFEST edit for all of it ---
@@ -219,17 +262,26 @@ class Recovery(WritePath, Statistics):
         if opts.enable_blob_files:
             self._start_vlog(edit)
         edit.last_sequence = vs.last_sequence
-        vs.log_and_apply(edit)  # rolls to a new MANIFEST and swaps CURRENT (syncs the directory)
+        own.replayed_wals = replay.replayed_whole
+        unlisted = sort_unlisted(on_disk, vs, own, log_number=new_log, manifest_number=vs.next_file_number,
+                                 recovered_manifest=recovered_manifest, foreign_wals=replay.foreign,
+                                 partial_wals=replay.not_whole)
+        removed, debris = self._move_aside_at_open(fs, unlisted, changes, needed_from=vs.log_number)
+        options_file.save(fs, path, opts)
+        vs.log_and_apply(edit)  # THE COMMIT POINT: rolls to a new MANIFEST and swaps CURRENT (syncs the directory)
+        changes.committed = True
         self._mem = self._new_memtable(new_log)
         self._imms = []
         self._table_files = {f.number for _, f in vs.current.all_files()}
         self._wal_files = {new_log}
         with self._mutex:
             self._install_super_version()
-        own.replayed_wals = replay.replayed_whole
-        self._remove_obsolete_at_open(fs, on_disk, own, recovered_manifest, replay.foreign, replay.not_whole)
-        options_file.save(fs, path, opts)
-        self._delete_obsolete_files()  # e.g. empty or fully-garbage value-log files sealed above
+        self._remove_debris_at_open(fs, removed, debris)
+        try:
+            self._delete_obsolete_files()  # e.g. empty or fully-garbage value-log files sealed above
+        except Exception as e:  # noqa: BLE001 - after the commit point nothing refuses the open
+            log.warning("%s: deleting obsolete files at open failed: %s", path, e)
+            self._set_bg_error(e)
         if self._wbm is not None:
             self._wbm_token = self._wbm.register(self._wbm_flush_callback, self._wbm_oldest)
 
@@ -256,7 +308,7 @@ class Recovery(WritePath, Statistics):
         vlog = self._vlog
         return MemTable(self._memtable_counter, log_number, vlog.file_number if vlog is not None else None)
 
-    def _recover_vlogs(self, fs, vs, on_disk, edit, live_writer: bool = False) -> dict[int, int]:
+    def _recover_vlogs(self, fs, vs, on_disk, edit, live_writer: bool = False, changes=None) -> dict[int, int]:
         """Valid length of every value-log file; unsealed ones are cut back and sealed in ``edit``
         (read-only: only measured; beside a live writer a torn tail is a record in flight)."""
         lengths: dict[int, int] = {}
@@ -287,8 +339,9 @@ class Recovery(WritePath, Statistics):
             if length < fs.size(p):
                 if dropped is not None and "damaged" in dropped:
                     # damage, not a torn tail: keep the whole file aside before cutting it back
-                    target = keep_copy(fs, self.path, os.path.basename(p))
+                    target = keep_copy(fs, self.path, os.path.basename(p), changes.copied)
                     self._event("copied-to-lost", f"{os.path.basename(p)}: {dropped}; a copy is {target}")
+                changes.cut_back(p, length)
                 fs.truncate(p, length)
             # after a process kill its unsynced tail is intact and WAL records replayed now may
             # point into it; they are about to be flushed into a synced table, so the bytes they
@@ -297,7 +350,7 @@ class Recovery(WritePath, Statistics):
             edit.sealed_vlogs.append((number, record_bytes))
         return lengths
 
-    def _count_unreferenced_vlog_records(self, vs, edit: VersionEdit, keep_orphans: bool) -> None:
+    def _count_unreferenced_vlog_records(self, vs, edit: VersionEdit, keep_orphans: bool, changes) -> None:
         """Count as garbage the records of the value-log files this recovery sealed that no
         table points to.
 
@@ -321,7 +374,7 @@ class Recovery(WritePath, Statistics):
             orphaned = total - garbage - referenced
             if orphaned > 0 and keep_orphans:
                 name = os.path.basename(vlog_file_name(self.path, number))
-                target = keep_copy(self._fs, self.path, name)
+                target = keep_copy(self._fs, self.path, name, changes.copied)
                 self._event("copied-to-lost", f"{name}: holds {orphaned} bytes of records of writes recovery "
                                               f"dropped; a copy is {target}")
             if orphaned > 0:
@@ -344,34 +397,60 @@ class Recovery(WritePath, Statistics):
         self._vlog = ValueLogWriter.create_in(self._fs, self.path, number, compression=self.options.blob_compression)
         edit.new_vlogs.append(number)
 
-    def _remove_obsolete_at_open(self, fs, on_disk, own, recovered_manifest, foreign_wals, partial_wals) -> None:
-        """Delete provable debris, move every other unlisted file to ``lost/`` (files/unaccounted.py)."""
-        vs = self._versions
-        removed = []
-        unlisted = sort_unlisted(on_disk, vs, own, recovered_manifest=recovered_manifest, foreign_wals=foreign_wals,
-                                 partial_wals=partial_wals)
+    def _move_aside_at_open(self, fs, unlisted, changes: OpenChanges, needed_from: int):
+        """Before the commit point: move every file of ``unlisted`` that is not provable debris
+        to ``lost/`` -- a WAL numbered from ``needed_from`` on (the old state would replay it)
+        is copied there instead, its original deleted after the commit point.  Returns the
+        report lines and the names to delete after the commit point."""
+        removed, debris = [], []
         for name, action, reason in unlisted:
+            kind, number = parse_file_name(name)
             if action == DELETE:
-                fs.remove(os.path.join(self.path, name))
-                removed.append(f"{name}: {reason}")
-                self._event("removed", f"{name}: {reason}")
+                debris.append((name, reason))
+            elif kind == WAL and number >= needed_from:
+                target = keep_copy(fs, self.path, name, changes.copied)
+                removed.append(f"{name}: {reason}; moved to {target}")
+                debris.append((name, None))
+                self._event("moved-to-lost", f"{name}: {reason}; now {target}")
             else:
-                target = move_aside(fs, self.path, name)
+                target = move_aside(fs, self.path, name, changes.moved)
                 removed.append(f"{name}: {reason}; moved to {target}")
                 self._event("moved-to-lost", f"{name}: {reason}; now {target}")
-            if parse_file_name(name)[0] in (TABLE, VLOG) or action != DELETE:
-                log.warning("%s at open: %s (%s)", "removed" if action == DELETE else "moved aside", name, reason)
-        tmp = os.path.join(self.path, CURRENT_TMP)
-        if fs.exists(tmp):
-            fs.remove(tmp)
-            removed.append(f"{CURRENT_TMP}: unfinished CURRENT swap")
+            if action != DELETE:
+                log.warning("moved aside at open: %s (%s)", name, reason)
+        return removed, debris
+
+    def _remove_debris_at_open(self, fs, removed: list[str], debris) -> None:
+        """After the commit point: delete provable debris (``(name, reason)``; reason None: a
+        WAL whose copy is in ``lost/``) and an unfinished ``CURRENT.tmp``.  Best effort: a file
+        that cannot be deleted now is debris the next open deletes."""
+        for name, reason in debris + [(CURRENT_TMP, "unfinished CURRENT swap")]:
+            p = os.path.join(self.path, name)
+            try:
+                if name == CURRENT_TMP and not fs.exists(p):
+                    continue
+                fs.remove(p)
+            except Exception as e:  # noqa: BLE001 - after the commit point nothing refuses the open
+                log.warning("%s: could not delete %s at open (%s); the next open will", self.path, name, e)
+                continue
+            if reason is not None:
+                removed.append(f"{name}: {reason}")
+                self._event("removed", f"{name}: {reason}")
+                if name != CURRENT_TMP and parse_file_name(name)[0] in (TABLE, VLOG):
+                    log.warning("removed at open: %s (%s)", name, reason)
         self._stats["files_removed_at_open"] = removed
         if removed:
-            fs.sync_dir(self.path)
+            try:
+                fs.sync_dir(self.path)
+            except Exception as e:  # noqa: BLE001 - as above
+                log.warning("%s: syncing the directory after deleting debris at open failed: %s", self.path, e)
 
-    def _release_resources(self, keep_pins: bool = False) -> None:
+    def _release_resources(self, keep_pins: bool = False, undo: OpenChanges | None = None,
+                           remove_lock: bool = False) -> None:
         """Close every file the open holds (``keep_pins``: not the files a read-only open held,
-        which the next attempt of the same open reuses)."""
+        which the next attempt of the same open reuses); ``undo``: then, still holding the
+        LOCK, put back what a refused open changed, and (``remove_lock``) remove the LOCK file
+        it created -- while holding it, so no other opener can be holding that file."""
         for what, w in (("the WAL", self._wal), ("the value log", self._vlog)):  # None when read-only
             if w is not None:
                 try:
@@ -385,6 +464,17 @@ class Recovery(WritePath, Statistics):
         if self._info_log is not None:
             self._info_log.close()
             self._info_log = None
+        if undo is not None:
+            try:
+                undo.undo()
+            except Exception as e:  # noqa: BLE001 - the undo logs what failed; the LOCK is still released
+                log.warning("%s: undoing a refused open failed: %s", self.path, e)
+        if self._lock is not None and remove_lock:
+            try:
+                fs_lock_path = lock_file_name(self.path)
+                self._fs.remove(fs_lock_path)
+            except Exception as e:  # noqa: BLE001 - best effort while failing an open
+                log.warning("%s: undoing a refused open: removing LOCK failed: %s", self.path, e)
         if self._lock is not None:
             self._fs.unlock(self._lock)
             self._lock = None

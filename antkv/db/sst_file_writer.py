@@ -29,6 +29,7 @@ from ..base.filenames import external_vlog_path
 from ..errors import InvalidArgumentError
 from ..fs import default_file_system
 from ..options import Options
+from ..record.batch import as_bytes
 from ..sst.builder import TableBuilder
 from ..vlog.pointer import decode_pointer
 from ..vlog.writer import ValueLogWriter
@@ -43,9 +44,7 @@ THE FILE FORMAT; a database never numbers a file 0."""
 def _bytes(x, what: str) -> bytes:
     if type(x) is bytes:
         return x
-    if isinstance(x, (bytearray, memoryview)):
-        return bytes(x)
-    raise TypeError(f"{what} must be bytes-like, not {type(x).__name__}")
+    return as_bytes(x, what)  # TypeError for str and other types; InvalidArgumentError for a released buffer
 
 
 class SstFileWriter:

@@ -34,7 +34,7 @@ from ..fs.api import FileLock, FileSystem
 from ..fs.pinned import PinnedFileSystem
 from ..manifest.table_cache import TableCache
 from ..manifest.version_set import VersionSet
-from ..memory.cache import Cache
+from ..memory.cache import DEFAULT_POLICY, Cache
 from ..memory.write_buffer_manager import WriteBufferManager
 from ..memtable.memtable import MemTable
 from ..options import Options
@@ -47,15 +47,16 @@ from .files.info_log import InfoLog
 from .files.stats_file import new_stats
 
 DEFAULT_CACHE_CAPACITY = 32 * 1024 * 1024  # the private block cache when Options.block_cache is None
-DEFAULT_CACHE_POLICY = "clock"  # ... and its policy: hits without a lock (docs/memory.md)
+DEFAULT_CACHE_POLICY = DEFAULT_POLICY  # ... and its policy: the one of every Cache (docs/memory.md)
 
 
 class DBState:
     """The shared state of a database and the primitives every part of it uses."""
 
-    def __init__(self, path: str, options: Options):
+    def __init__(self, path: str, options: Options, attempts=None):
         """Declares every field of the database (nothing is open yet: ``DB.__init__`` then
-        opens it, and :mod:`antkv.db.recovery` fills in what the directory holds)."""
+        opens it, and :mod:`antkv.db.recovery` fills in what the directory holds).
+        ``attempts``: the :class:`~antkv.db.read_only.ReadOnlyAttempts` of a read-only open."""
         self.path: str = path
         self.options: Options = options
         fs = options.file_system or default_file_system()
@@ -65,6 +66,7 @@ class DBState:
         # --- no lock: set here or at open, then only read (or guarded by their own lock) ---
         self._fs: FileSystem = fs
         self._pinned: PinnedFileSystem | None = fs if options.read_only else None  # read-only: the files held open
+        self._read_only_attempts = attempts  # read-only: what the attempts of this open share
         self._recovered_vlog_lengths: dict[int, int] = {}  # read-only: unsealed files' valid length at open
         self._lock: FileLock | None = None  # the held LOCK file (recovery takes it)
         self._cache: Cache = (

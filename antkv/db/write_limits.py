@@ -21,7 +21,7 @@ from ..vlog import format as vlog_format
 from ..vlog.pointer import POINTER_SIZE
 
 CHECK_ABOVE = 1 << 20  # DB.put checks a pair only from this many bytes of key and value on
-ENTRY_OVERHEAD = 256  # what a table block adds around a single entry: footer, offsets, sequence, kind
+ENTRY_OVERHEAD = sst_format.BLOCK_ENTRY_OVERHEAD  # what a table block adds around a single entry
 BATCH_HEADER = 12  # sequence u64 + count u32 (antkv/record/batch.py)
 RECORD_HEADER = 9  # kind u8 + key length u32 + value length u32
 
@@ -35,7 +35,7 @@ def check_ops(ops, min_blob_size: int, user_bytes: int | None = None) -> None:
     at each pair when even the whole batch, each pair counted with a value pointer and an
     expiry head on top of its value, fits every limit: a pair's inline bytes, its value-log
     record and the WAL record are each at most that."""
-    block = sst_format.MAX_BLOCK_SIZE - ENTRY_OVERHEAD
+    block = sst_format.max_entry_size()
     vlog = vlog_format.MAX_RECORD_SIZE - vlog_format.RECORD_HEADER_SIZE
     if user_bytes is not None and BATCH_HEADER + user_bytes + len(ops) * (RECORD_HEADER + POINTER_SIZE + HEAD_SIZE) \
             <= min(block, vlog, log_format.MAX_RECORD_SIZE):

@@ -277,30 +277,48 @@ class VersionSet:
 
     # --- recovery ---
 
-    def recover(self) -> None:
-        """Rebuild the state from CURRENT and its MANIFEST."""
+    def recover(self, progress: "ManifestProgress | None" = None) -> "ManifestProgress":
+        """Rebuild the state from CURRENT and its MANIFEST; returns how far it read.
+
+        ``progress``, what an earlier call returned: when ``CURRENT`` still names the MANIFEST
+        it read, the state starts from that call's and only the edits appended since are read
+        (a MANIFEST only grows until a roll names a new one).  A read-only open beside a live
+        writer tries again with it, so each retry reads only the writer's newest edits, not the
+        whole history (db/read_only.py)."""
         fs = self.fs
         number, manifest_path = read_current_file(fs, self.dbname)
         if not fs.exists(manifest_path):
             raise CorruptionError(
                 f"CURRENT names {os.path.basename(manifest_path)}, which does not exist", current_file_name(self.dbname), 0
             )
-        data = fs.read_all(manifest_path)
+        start, version, records = 0, self.current, 0
+        if progress is not None and progress.number == number:
+            f = fs.open_random(manifest_path)
+            try:
+                size = f.size()
+                if size >= progress.offset:
+                    start, version, records = progress.offset, progress.version, progress.records
+                    progress.restore_counters(self)
+                    data = f.read(start, size - start)
+            finally:
+                f.close()
+        if start == 0:
+            data = fs.read_all(manifest_path)
         reader = LogReader(data, manifest_path)
-        version = self.current
-        n = 0
         for offset, payload in reader:
-            edit = VersionEdit.decode(payload, manifest_path, offset)
+            edit = VersionEdit.decode(payload, manifest_path, start + offset)
             version = self.apply(edit, version)
             self.recovered_deletions.update((TABLE, number) for _, number in edit.deleted_tables)
             self.recovered_deletions.update((VLOG, number) for number in edit.deleted_vlogs)
-            n += 1
-        if n == 0:
+            records += 1
+        if records == 0:
             raise CorruptionError("MANIFEST holds no complete record", manifest_path, 0)
-        self.recovered_torn_tail = reader.torn_tail_offset
+        torn = reader.torn_tail_offset
+        self.recovered_torn_tail = None if torn is None else start + torn
         self.current = version
         self.manifest_number = number
         self.mark_file_number_used(number)
+        return ManifestProgress.of(self, start + reader.valid_length, records)
 
     def start_new_manifest(self) -> None:
         """Continue in a fresh MANIFEST holding a snapshot of the current state (after a failed
@@ -315,6 +333,37 @@ class VersionSet:
         if self._manifest is not None:
             self._manifest.close()
             self._manifest = None
+
+
+@dataclass
+class ManifestProgress:
+    """How far :meth:`VersionSet.recover` read MANIFEST ``number``: the state after its first
+    ``records`` records, which end at byte ``offset``.  Holds copies: the version set that
+    made it may go on changing."""
+
+    number: int
+    offset: int
+    records: int
+    version: Version
+    counters: tuple[int, int, int]  # next file number, last sequence, log number
+    vlogs: dict[int, VlogFileState]
+    deletions: frozenset
+
+    @classmethod
+    def of(cls, vs: "VersionSet", offset: int, records: int) -> "ManifestProgress":
+        return cls(vs.manifest_number, offset, records, vs.current,
+                   (vs.next_file_number, vs.last_sequence, vs.log_number), _copy_vlogs(vs.vlogs),
+                   frozenset(vs.recovered_deletions))
+
+    def restore_counters(self, vs: "VersionSet") -> None:
+        """Give ``vs`` this state's counters, value-log states and recorded deletions."""
+        vs.next_file_number, vs.last_sequence, vs.log_number = self.counters
+        vs.vlogs = _copy_vlogs(self.vlogs)
+        vs.recovered_deletions = set(self.deletions)
+
+
+def _copy_vlogs(vlogs: dict[int, VlogFileState]) -> dict[int, VlogFileState]:
+    return {n: VlogFileState(s.number, s.total, s.garbage, s.sealed) for n, s in vlogs.items()}
 
 
 def set_current_file(fs, dbname: str, manifest_number: int) -> None:

@@ -59,7 +59,7 @@ from .lru import LRUShard, check_lru_shard
 
 POLICIES = {"lru": LRUShard, "clock": ClockShard}
 """The cache policies by name (see the module docstring)."""
-DEFAULT_POLICY = "lru"
+DEFAULT_POLICY = "clock"
 """The policy of ``Cache(...)`` when none is named."""
 
 __all__ = ["Cache", "Handle", "POLICIES", "DEFAULT_POLICY", "default_shard_bits"]
@@ -256,8 +256,20 @@ class Cache:
             lock.release()
 
     def put(self, key: Hashable, value: Any, charge: int, priority: str = "low") -> bool:
-        """Insert without a handle; False (and nothing kept) if it cannot fit."""
-        return self._insert(key, value, charge, priority, False)
+        """Insert without a handle; False (and nothing kept) if it cannot fit.  (Every block
+        read that misses the cache ends here: ``_insert`` written out, one frame fewer.)"""
+        if type(charge) is not int or charge < 0:
+            _check_int("charge", charge, 0)
+        high = _PRIORITIES.get(priority)
+        if high is None:
+            high = _priority(priority)
+        s = self.shards[hash(key) & self.mask]
+        lock = s.lock
+        lock.acquire()
+        try:
+            return s.put(key, value, charge, high)
+        finally:
+            lock.release()
 
     def _insert(self, key: Hashable, value: Any, charge: int, priority: str, pin: bool):
         """``pin``: the shard's ``insert`` (the pinned entry); else its ``put`` (kept or not)."""

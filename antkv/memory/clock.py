@@ -123,14 +123,23 @@ class ClockShard(Shard):
         self.evictions += evicted
 
     def put(self, key, value, charge: int, high: bool) -> bool:
-        """:meth:`Shard.insert` of an unpinned entry with the link inline (a block read's
-        insert); False, and nothing kept, when it cannot fit."""
+        """:meth:`Shard.insert` of an unpinned entry, in one frame (a block read's insert: the
+        sweep, the entry and its link inline); False, and nothing kept, when it cannot fit."""
         if self.usage + charge > self.capacity:
             self.evict(charge)
             if self.usage + charge > self.capacity:
                 self.rejected += 1
                 return False
-        e = self.new_entry(key, value, charge, high)
+        table = self.table
+        if key in table:  # a replacement: the general path detaches or unlinks the old entry
+            e = self.new_entry(key, value, charge, high)
+        else:
+            e = Handle(key, value, charge, high, self)
+            if high:
+                e.hit = True
+            table[key] = e
+            self.usage += charge
+            self.inserts += 1
         hand = self.hand
         p = hand.prev
         e.prev = p

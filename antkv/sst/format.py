@@ -69,6 +69,14 @@ FOOTER_SIZE = FOOTER.size  # 68
 _FOOTER_CHECKED = FOOTER_SIZE - 16  # bytes covered by the footer checksum
 
 MAX_BLOCK_SIZE = 0xFFFFFFFF  # a block handle's size is a u32
+BLOCK_ENTRY_OVERHEAD = 256  # what a block adds around a single entry: footer, offsets, sequence, kind
+
+
+def max_entry_size() -> int:
+    """The most bytes of key plus value one table entry may have: it must fit a block by
+    itself (read at each call, so a test may scale :data:`MAX_BLOCK_SIZE` down)."""
+    return MAX_BLOCK_SIZE - BLOCK_ENTRY_OVERHEAD
+
 ZSTD_LEVEL = 3
 # Compressed bytes are kept only when they save at least 1/8 of the block (as RocksDB does).
 _MIN_RATIO_SAVING = 8

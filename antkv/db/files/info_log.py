@@ -19,10 +19,12 @@ warning, so the LOG can never fail a write.
 from __future__ import annotations
 
 import datetime
+import errno
 import re
 import logging
 import threading
 
+from ...errors import IOError as AntIOError
 from ...base.filenames import INFO_LOG, INFO_LOG_OLD_PREFIX, info_log_name, old_info_log_name
 
 MAX_LOG_FILE_SIZE = 1 << 20  # RocksDB's max_log_file_size is 0 (no limit); a bound suits a library
@@ -152,8 +154,12 @@ def numbers_handed_out(fs, dbname: str) -> set[int]:
             continue
         try:
             data = fs.read_all(f"{dbname}/{name}")
-        except Exception:  # noqa: BLE001 - an unreadable LOG is no evidence
-            continue
+        except AntIOError as e:
+            # a LOG gone meanwhile or one we may not read is no evidence; a failing read is an
+            # error: evidence missing by accident could merge another database's WAL in
+            if e.errno in (errno.ENOENT, errno.EACCES, errno.EPERM):
+                continue
+            raise
         for line in data.split(b"\n"):
             head, found, rest = line.partition(marker)
             if found and rest.isdigit() and _STAMP.match(head + b" "):

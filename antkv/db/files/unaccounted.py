@@ -58,21 +58,25 @@ def _lost_target(fs, dbname: str, name: str) -> str:
     return target
 
 
-def move_aside(fs, dbname: str, name: str) -> str:
+def move_aside(fs, dbname: str, name: str, before=None) -> str:
     """Move ``dbname/name`` into ``dbname/lost/``; both directories are synced.  Returns the
-    new path."""
+    new path.  ``before(source, target)`` is called right before the move."""
     target = _lost_target(fs, dbname, name)
     lost = os.path.dirname(target)
+    if before is not None:
+        before(os.path.join(dbname, name), target)
     fs.rename(os.path.join(dbname, name), target)
     fs.sync_dir(lost)
     fs.sync_dir(dbname)
     return target
 
 
-def keep_copy(fs, dbname: str, name: str) -> str:
+def keep_copy(fs, dbname: str, name: str, before=None) -> str:
     """Copy ``dbname/name`` into ``dbname/lost/`` before the database cuts it back; returns the
-    copy's path."""
+    copy's path.  ``before(target)`` is called right before the copy."""
     target = _lost_target(fs, dbname, name)
+    if before is not None:
+        before(target)
     fs.copy(os.path.join(dbname, name), target, sync=True)
     fs.sync_dir(os.path.dirname(target))
     return target
@@ -108,9 +112,10 @@ def _manifest_lists_tables(fs, path: str) -> bool:
     return False
 
 
-def check_without_current(fs, dbname: str) -> list[str]:
+def check_without_current(fs, dbname: str, on_move=None) -> list[str]:
     """``dbname`` has no ``CURRENT``: raise CorruptionError when it holds antkv data; else move
-    the data-less debris of an interrupted creation aside and return the moved names."""
+    the data-less debris of an interrupted creation aside and return the moved names
+    (``on_move(source, target)`` is called before each move)."""
     data = data_files(fs, dbname)
     if data:
         shown = ", ".join(data[:8]) + (f" and {len(data) - 8} more" if len(data) > 8 else "")
@@ -123,23 +128,29 @@ def check_without_current(fs, dbname: str) -> list[str]:
     moved = []
     for name in sorted(fs.listdir(dbname)):
         if parse_file_name(name) is not None or name == CURRENT_TMP:
-            move_aside(fs, dbname, name)
+            move_aside(fs, dbname, name, on_move)
             moved.append(name)
     return moved
 
 
 def sort_unlisted(on_disk: dict, vs, evidence, *, recovered_manifest: int | None = None,
-                  foreign_wals=(), partial_wals=()) -> list[tuple[str, str, str]]:
+                  foreign_wals=(), partial_wals=(), log_number: int | None = None,
+                  manifest_number: int | None = None) -> list[tuple[str, str, str]]:
     """``(name, DELETE or MOVE, reason)`` for every numbered file of ``on_disk``
     (``{(kind, number): name}``) that the version set ``vs`` (after the open's edit) does not
     need.  ``evidence`` is an :class:`OwnFiles`; ``recovered_manifest`` the MANIFEST the open
     recovered from; ``foreign_wals`` the WALs recovery did not replay as not the database's;
-    ``partial_wals`` the WALs holding intact records recovery dropped or never reached."""
+    ``partial_wals`` the WALs holding intact records recovery dropped or never reached.
+    ``log_number`` and ``manifest_number``, when given, stand for ``vs``'s: the WAL and
+    MANIFEST numbers of the open's edit not yet applied (the files the edit adds are not on
+    disk yet, and it deletes none that are)."""
+    log_number = vs.log_number if log_number is None else log_number
+    manifest_number = vs.manifest_number if manifest_number is None else manifest_number
     live_tables = {f.number for _, f in vs.current.all_files()}
     out = []
     for (kind, number), name in sorted(on_disk.items()):
         if kind == WAL:
-            if number >= vs.log_number:
+            if number >= log_number:
                 continue
             if number in foreign_wals:
                 out.append((name, MOVE, "WAL the database has no record of writing (not replayed)"))
@@ -153,12 +164,12 @@ def sort_unlisted(on_disk: dict, vs, evidence, *, recovered_manifest: int | None
                 out.append((name, MOVE, "WAL the database has no record of writing"))
             continue
         if kind == MANIFEST:
-            if number == vs.manifest_number:
+            if number == manifest_number:
                 continue
             if number == recovered_manifest:
                 out.append((name, DELETE, "old MANIFEST"))
             elif evidence.wrote(kind, number):
-                out.append((name, DELETE, "old MANIFEST" if number < vs.manifest_number
+                out.append((name, DELETE, "old MANIFEST" if number < manifest_number
                             else "MANIFEST of an interrupted roll (CURRENT never named it)"))
             else:
                 out.append((name, MOVE, "MANIFEST the database has no record of writing"))

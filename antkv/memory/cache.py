@@ -257,7 +257,8 @@ class Cache:
 
     def put(self, key: Hashable, value: Any, charge: int, priority: str = "low") -> bool:
         """Insert without a handle; False (and nothing kept) if it cannot fit.  (Every block
-        read that misses the cache ends here: ``_insert`` written out, one frame fewer.)"""
+        read that misses the cache ends here: written in one frame, with the lock taken and
+        released by hand, for speed.)"""
         if type(charge) is not int or charge < 0:
             _check_int("charge", charge, 0)
         high = _PRIORITIES.get(priority)
@@ -271,22 +272,6 @@ class Cache:
         finally:
             lock.release()
 
-    def _insert(self, key: Hashable, value: Any, charge: int, priority: str, pin: bool):
-        """``pin``: the shard's ``insert`` (the pinned entry); else its ``put`` (kept or not)."""
-        if type(charge) is not int or charge < 0:
-            _check_int("charge", charge, 0)
-        high = _PRIORITIES.get(priority)
-        if high is None:
-            high = _priority(priority)
-        s = self.shards[hash(key) & self.mask]
-        lock = s.lock
-        lock.acquire()
-        try:
-            if pin:
-                return s.insert(key, value, charge, high, True)
-            return s.put(key, value, charge, high)
-        finally:
-            lock.release()
 
     # ----------------------------------------------------------------- handles
     def insert(self, key: Hashable, value: Any, charge: int, priority: str = "low") -> Handle:
@@ -295,7 +280,14 @@ class Cache:
         Raises ``MemoryLimitError`` under ``strict_capacity_limit`` if it cannot fit; without
         the strict limit the entry is inserted over capacity.
         """
-        return self._insert(key, value, charge, priority, True)
+        if type(charge) is not int or charge < 0:
+            _check_int("charge", charge, 0)
+        high = _PRIORITIES.get(priority)
+        if high is None:
+            high = _priority(priority)
+        s = self.shards[hash(key) & self.mask]
+        with s.lock:
+            return s.insert(key, value, charge, high, True)
 
     def lookup(self, key: Hashable) -> Handle | None:
         """A pinned handle to ``key``'s entry, or None on a miss."""

@@ -522,7 +522,7 @@ class StateStore:
             return True
         try:
             copy.park(ParkedCopies(copy.cache), self.location, self.operator, self.partition, checkpoint)
-        except antkv.Error as e:
+        except (antkv.Error, OSError) as e:  # the local disk's trouble: the version is committed all the same
             log.warning("antkv.spark: %s/%d version %d was committed but not parked: %s",
                         self.operator, self.partition, copy.version, e)
             return False

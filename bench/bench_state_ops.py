@@ -1,0 +1,221 @@
+"""Microseconds per state operation: the processor handle's and the pipeline views' calls on a
+partition's store, without Spark.
+
+Usage::
+
+    .venv/bin/python bench/bench_state_ops.py                 # 20,000 keys, 3 rounds
+        [--keys 20000] [--rounds 3] [--ops value_get value_update ...] [--json out.json]
+
+One store (a local checkpoint location, one partition owning every key group) holds, for each
+of ``--keys`` string grouping keys, a committed value (``start long, last long, events long``,
+the processor bench's session), a list of one element, a map entry and an event-time timer.
+Each operation then runs once per key, in key order as a batch meets them, in a batch of its
+own on the newest committed version (opened warm: the working copy and its row cache are the
+previous batch's, as in a steady stream), and is timed over all keys; the batch then commits
+(timed apart, per key).  The figure is the CPU time of the process (every thread: a flush or
+compaction the writes cause counts) over the loop divided by the keys, including
+setting the current key (one ``set_current_key`` per key, reported alone as ``set_key``) -- the
+cost a processor's handler pays per call.  The timer deletion deletes the timer the registration
+before it added, so every round meets the same state but for the lists, one element longer.
+
+Operations (``processor_*``: :class:`antkv.spark.processor.handle.ProcessorHandle`; ``view_*``:
+:class:`antkv.spark.state.views.KeyedState`, the ``StatefulPipeline``'s views):
+
+* ``*_value_get`` -- ``get()`` of the key's value (its first read in the batch);
+* ``*_value_update`` -- ``update()`` with a new value (after no read);
+* ``*_list_append`` -- ``appendValue()`` of one element;
+* ``*_map_put`` -- ``updateValue()`` of an existing user key;
+* ``processor_timer_register`` / ``processor_timer_delete`` -- a new timer, the existing timer;
+* ``dict_*`` -- the same operation on plain dicts (a value per key, a list per key, a dict per
+  key, a set of timers): the floor of a state that costs nothing.
+
+The best of ``--rounds`` runs is reported per operation.  Single runs on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SCHEMA = "start long, last long, events long"
+KEY_GROUPS = 128
+
+
+def _keys(n: int) -> list[tuple[int, tuple]]:
+    """``(key group, grouping key)`` of ``n`` keys, in key-group order as a batch meets them."""
+    import xxhash
+
+    keys = [(f"user-{i:08d}",) for i in range(n)]
+    return sorted((xxhash.xxh64_intdigest(k[0].encode()) % KEY_GROUPS, k) for k in keys)
+
+
+class _Processor:
+    """The processor handle and its state variables over one store."""
+
+    def __init__(self, store):
+        from antkv.spark.processor.handle import ProcessorHandle
+        from antkv.spark.store.keygroups import key_group_range
+
+        self.handle = h = ProcessorHandle(store, key_group_range(KEY_GROUPS, 1, 0), "EventTime", 0)
+        self.value = h.getValueState("session", SCHEMA)
+        self.list = h.getListState("events", SCHEMA)
+        self.map = h.getMapState("by_day", "day long", SCHEMA)
+        h.phase = "INITIALIZED"
+
+
+class _Views:
+    """The pipeline's keyed views over one store."""
+
+    def __init__(self, store):
+        from antkv.spark.state.views import KeyedState
+        from antkv.spark.store.keygroups import key_group_range
+
+        self.keyed = k = KeyedState(store, key_group_range(KEY_GROUPS, 1, 0))
+        self.value = k.value_state("session", 1)
+        self.list = k.list_state("events", 2)
+        self.map = k.map_state("by_day", 3)
+
+
+def _populate(loc: str, options, keys) -> str:
+    """Version 1 (its manifest's name): every key's value, list, map entry and timer."""
+    from antkv.spark import open_store
+
+    store = open_store(loc, "bench", 0, 0, manifest=None, options=options)
+    p = _Processor(store)
+    v = _Views(store)
+    for kg, key in keys:
+        p.handle.set_current_key(kg, key)
+        p.value.update((1, 2, 3))
+        p.list.appendValue((1, 2, 3))
+        p.map.updateValue((7,), (1, 2, 3))
+        p.handle.registerTimer(1_000)
+        v.keyed.set_current_key(kg, key)
+        v.value.update((1, 2, 3))
+        v.list.appendValue((1, 2, 3))
+        v.map.updateValue((7,), (1, 2, 3))
+    return store.commit().manifest
+
+
+def _operations():
+    """name -> (what it runs over: "processor", "views" or "dict", the per-key call)."""
+    row = (4, 5, 6)
+    return {
+        "set_key": ("processor", lambda s: None),
+        "processor_value_get": ("processor", lambda s: s.value.get()),
+        "processor_value_update": ("processor", lambda s: s.value.update(row)),
+        "processor_list_append": ("processor", lambda s: s.list.appendValue(row)),
+        "processor_map_put": ("processor", lambda s: s.map.updateValue((7,), row)),
+        "processor_timer_register": ("processor", lambda s: s.handle.registerTimer(2_000)),
+        "processor_timer_delete": ("processor", lambda s: s.handle.deleteTimer(2_000)),
+        "view_value_get": ("views", lambda s: s.value.get()),
+        "view_value_update": ("views", lambda s: s.value.update(row)),
+        "view_list_append": ("views", lambda s: s.list.appendValue(row)),
+        "view_map_put": ("views", lambda s: s.map.updateValue((7,), row)),
+        "dict_value_get": ("dict", lambda s: s.values.get(s.key)),
+        "dict_value_update": ("dict", lambda s: s.values.__setitem__(s.key, row)),
+        "dict_list_append": ("dict", lambda s: s.lists[s.key].append(row)),
+        "dict_map_put": ("dict", lambda s: s.maps[s.key].__setitem__((7,), row)),
+        "dict_timer_register": ("dict", lambda s: s.timers.add((s.key, 2_000))),
+        "dict_timer_delete": ("dict", lambda s: s.timers.discard((s.key, 2_000))),
+    }
+
+
+class _Dicts:
+    """State in plain dicts, keyed by the grouping key: no persistence, no encoding."""
+
+    def __init__(self, keys):
+        self.values = {k: (1, 2, 3) for _, k in keys}
+        self.lists = {k: [(1, 2, 3)] for _, k in keys}
+        self.maps = {k: {(7,): (1, 2, 3)} for _, k in keys}
+        self.timers = {(k, t) for _, k in keys for t in (1_000, 2_000)}
+        self.key = None
+
+    def set_current_key(self, kg, key):
+        self.key = key
+
+
+class _Stream:
+    """The committed versions of the bench's store: each timed batch opens the newest (warm:
+    the previous batch's working copy and row cache, as a steady stream meets them) and commits."""
+
+    def __init__(self, loc: str, options, keys):
+        self.loc, self.options, self.keys = loc, options, keys
+        self.manifest = _populate(loc, options, keys)
+        self.version = 1
+
+    def time(self, over: str, call) -> tuple[float, float]:
+        """Seconds per key of ``call`` over every key in one batch, and of the batch's commit."""
+        from antkv.spark import open_store
+
+        keys = self.keys
+        if over == "dict":
+            state = _Dicts(keys)
+            set_key = state.set_current_key
+        else:
+            store = open_store(self.loc, "bench", 0, self.version, manifest=self.manifest, options=self.options)
+            state = _Processor(store) if over == "processor" else _Views(store)
+            set_key = state.handle.set_current_key if over == "processor" else state.keyed.set_current_key
+        start = time.process_time()
+        for kg, key in keys:
+            set_key(kg, key)
+            call(state)
+        elapsed = time.process_time() - start
+        if over == "dict":
+            return elapsed / len(keys), 0.0
+        start = time.process_time()
+        self.manifest = store.commit().manifest
+        committed = time.process_time() - start
+        self.version += 1
+        return elapsed / len(keys), committed / len(keys)
+
+
+def run(n: int, rounds: int, names) -> dict:
+    """``{operation: (us per key, us of commit per key)}``, the best of ``rounds`` each."""
+    from antkv.spark import StoreOptions, release_idle_stores
+
+    work = tempfile.mkdtemp(prefix="antkv-state-ops-")
+    try:
+        options = StoreOptions(cache_dir=os.path.join(work, "cache"), park_copies=False)
+        stream = _Stream(f"file://{work}/loc", options, _keys(n))
+        ops = _operations()
+        best = {name: (float("inf"), 0.0) for name in names}
+        for _ in range(rounds):
+            for name in names:
+                over, call = ops[name]
+                best[name] = min(best[name], stream.time(over, call))
+        release_idle_stores()
+        return {name: (op * 1e6, commit * 1e6) for name, (op, commit) in best.items()}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv=None) -> None:
+    ops = list(_operations())
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--keys", type=int, default=20_000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--ops", nargs="+", default=ops, choices=ops)
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    result = run(args.keys, args.rounds, args.ops)
+    set_key = result.get("set_key", (0.0, 0.0))[0]
+    print(f"{args.keys:,} keys, best of {args.rounds}; us per key: the call with setting the key, "
+          f"the call alone, the batch's commit")
+    print(f"{'operation':<28}{'us/key':>10}{'op alone':>10}{'commit':>10}")
+    for name, (us, commit) in result.items():
+        alone = us if name.startswith("dict_") or name == "set_key" else us - set_key
+        print(f"{name:<28}{us:>10.2f}{alone:>10.2f}{commit:>10.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"keys": args.keys, "rounds": args.rounds, "us_per_key": result}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -136,7 +136,7 @@ def _run_batch(store, model: Model, ops) -> None:
 
 
 @pytest.mark.parametrize("options", list(OPTIONS), ids=list(OPTIONS))
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=BATCHES)
 def test_reads_see_the_batchs_own_writes(tmp_path_factory, options, batches):
     work = tmp_path_factory.mktemp("ryw")

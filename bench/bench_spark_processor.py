@@ -17,24 +17,28 @@ write, a timer delete and a timer registration):
 * **spark** -- ``groupBy(key).transformWithStateInPandas(processor, ..., "EventTime")`` on
   Spark's RocksDB state store provider, to the ``noop`` sink;
 * **antkv** -- :class:`antkv.spark.TransformWithState` (the same processor object's class,
-  ``time_mode="EventTime"``) under ``foreachBatch``, state in a local checkpoint location.
+  ``time_mode="EventTime"``) under ``foreachBatch``, state in a local checkpoint location;
+* **floor** -- antkv's runner with state that costs nothing (:mod:`bench.processor_floor`): the
+  same plan, runner and processor under ``foreachBatch``, the state in plain dicts in the
+  Python worker, nothing encoded, committed or written.  The report gives antkv's share of it.
 
 With ``--api rows`` the same sessions come from a processor written for Spark 4.1's row-based
 API (``Row``s in and out, :func:`bench.bench_spark_baseline.session_row_processor_class`):
 Spark runs it with ``groupBy(key).transformWithState``, antkv with ``rows=True``.
 
-Each file is processed by both queries before the next is written, so both see the same
-machine load.  By default the queries take turns, Spark's first (``--order interleave``: S A S
-A ...), so each query's batches are one batch of the other apart.  ``--order alternate`` makes
-the first query of each batch alternate (S A, A S, S A, ...): each query then runs two batches
-back to back and waits for two of the other's.  Two Spark batches of the full size take over
+Each file is processed by every query before the next is written, so all see the same
+machine load.  By default the queries take turns, Spark's first (``--order interleave``: S A F
+S A F ...), so each query's batches are one batch of each other apart.  ``--order alternate``
+reverses the order every other batch (S F A, A F S, S F A, ...): antkv and Spark then each run
+two batches back to back and wait for two of the other's.  Two Spark batches of the full size take over
 a minute, and Spark stops the Python workers of a UDF that has not run for a minute (its fixed
 idle timeout), so antkv's next batch starts new workers, which reopen the working copies parked
 on the machine: that order measures a query whose batches are over a minute apart, not a
 steady stream.  The report gives antkv's load time and each partition's copy (``R`` reused,
 ``O`` reopened, ``C`` caught up, ``B`` rebuilt, ``N`` new) per batch.
-``--order streams`` measures steady streams: antkv's batches run back to back, then Spark's, as
-queries fed faster than they process (each query then sees the machine on its own).
+``--order streams`` measures steady streams: antkv's batches run back to back, then Spark's,
+then the floor's, as queries fed faster than they process (each query then sees the machine on
+its own).
 
 Reported per batch and query: rows/s, the input rows over the micro-batches'
 ``triggerExecution`` time (summed over the micro-batches the file caused: Spark adds a batch
@@ -57,7 +61,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.bench_spark_baseline import (  # noqa: E402
     session_processor_class, session_row_processor_class, start_session, write_batch_file)
 from antkv.spark.tools.batch_report import FATE_LETTERS, fate_of  # noqa: E402
+from bench.processor_floor import floor_batch  # noqa: E402
 
+ENGINES = ("spark", "antkv", "floor")
 OUTPUT_SCHEMA = "key string, start long, end long, events long"
 INPUT_SCHEMA = "key string, value binary, ts timestamp"
 
@@ -68,7 +74,7 @@ def _queries(spark, work: str, partitions: int, api: str = "pandas"):
     rows = api == "rows"
     processor = session_row_processor_class if rows else session_processor_class
     queries = {}
-    for name in ("spark", "antkv"):
+    for name in ENGINES:
         inputs = os.path.join(work, f"input-{name}")
         os.makedirs(inputs)
         stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(inputs)
@@ -78,6 +84,9 @@ def _queries(spark, work: str, partitions: int, api: str = "pandas"):
             spark_api = grouped.transformWithState if rows else grouped.transformWithStateInPandas
             out = spark_api(processor()(), OUTPUT_SCHEMA, "Update", "EventTime")
             writer = out.writeStream.format("noop").outputMode("update")
+        elif name == "floor":
+            writer = stream.select("key", "ts").writeStream.foreachBatch(
+                floor_batch(processor(), OUTPUT_SCHEMA, partitions, rows))
         else:
             runner = TransformWithState(f"file://{work}/antkv-state", "sessions", "key", processor()(),
                                         OUTPUT_SCHEMA, time_mode="EventTime", event_time_column="ts",
@@ -116,9 +125,11 @@ def _antkv_breakdown(work: str, batch: int) -> dict:
 def _schedule(order: str, batches: int) -> list[tuple[int, str]]:
     """``(batch, engine)`` in the order they run (see the module docstring)."""
     if order == "streams":
-        return [(b, "antkv") for b in range(batches)] + [(b, "spark") for b in range(batches)]
+        return [(b, engine) for engine in ("antkv", "spark", "floor") for b in range(batches)]
+    if order == "interleave":
+        return [(b, engine) for b in range(batches) for engine in ENGINES]
     return [(b, engine) for b in range(batches)
-            for engine in (("spark", "antkv") if order == "interleave" or b % 2 == 0 else ("antkv", "spark"))]
+            for engine in (("spark", "floor", "antkv") if b % 2 == 0 else ("antkv", "floor", "spark"))]
 
 
 def run(args) -> dict:
@@ -169,17 +180,20 @@ def report(results: dict) -> str:
     lines = [f"# Session-window StatefulProcessor: {results['keys']:,} keys, {results['batches']} batches, "
              f"{results['partitions']} state partitions, local[2], {results['cores']} cores, "
              f"order {results['order']}, {results.get('api', 'pandas')} API", "",
-             "| batch | first | Spark (RocksDB provider) rows/s | antkv rows/s | antkv / Spark | antkv load s | antkv copies |",
-             "|---:|---|---:|---:|---:|---:|:---|"]
+             "| batch | first | Spark (RocksDB provider) rows/s | antkv rows/s | floor rows/s | antkv / Spark "
+             "| antkv / floor | antkv load s | antkv copies |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|:---|"]
     for b in results["per_batch"]:
-        s, a = b["spark"]["rows_per_s"], b["antkv"]["rows_per_s"]
+        s, a, f = b["spark"]["rows_per_s"], b["antkv"]["rows_per_s"], b["floor"]["rows_per_s"]
         br = b["antkv"].get("breakdown", {})
-        lines.append(f"| {b['batch']} | {b['first']} | {s:,.0f} | {a:,.0f} | {a / s:.1f}x | "
+        lines.append(f"| {b['batch']} | {b['first']} | {s:,.0f} | {a:,.0f} | {f:,.0f} | {a / s:.1f}x | {a / f:.0%} | "
                      f"{br.get('load_s', 0):.2f} | {br.get('copies', '-')} |")
     steady = results["per_batch"][1:] or results["per_batch"]
     s = statistics.median(b["spark"]["rows_per_s"] for b in steady)
     a = statistics.median(b["antkv"]["rows_per_s"] for b in steady)
-    lines += ["", f"median over the update batches: Spark {s:,.0f} rows/s, antkv {a:,.0f} rows/s: {a / s:.1f}x"]
+    f = statistics.median(b["floor"]["rows_per_s"] for b in steady)
+    lines += ["", f"median over the update batches: Spark {s:,.0f} rows/s, antkv {a:,.0f} rows/s, floor {f:,.0f} "
+                  f"rows/s: antkv {a / s:.1f}x Spark, {a / f:.0%} of the floor"]
     return "\n".join(lines)
 
 
@@ -189,8 +203,8 @@ def main(argv=None) -> None:
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--order", choices=("interleave", "alternate", "streams"), default="interleave",
-                   help="interleave: Spark then antkv every batch; alternate: the first query alternates; "
-                        "streams: antkv's batches back to back, then Spark's")
+                   help="interleave: Spark, antkv, the floor every batch; alternate: the order reverses every other batch; "
+                        "streams: antkv's batches back to back, then Spark's, then the floor's")
     p.add_argument("--api", choices=("pandas", "rows"), default="pandas",
                    help="the processor written for transformWithStateInPandas, or for the row-based transformWithState")
     p.add_argument("--dir", default=None, help="where the inputs and state go (a temp dir)")

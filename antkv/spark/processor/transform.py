@@ -351,7 +351,11 @@ def _initial_and_inputs(batch: _Batch, rows):
     return initial, inputs
 
 
-def _run_partition(batch: _Batch, state, frames):
+def _run_partition(batch: _Batch, state, frames, handle_class=ProcessorHandle):
+    """The processor over one partition's rows: each key's handler calls, then the expired
+    timers', then the TTL cleanup; yields the output frames.  ``handle_class(store, owned,
+    time_mode, batch_timestamp_ms)`` makes the handle (the processor bench's floor gives one
+    whose state is plain dicts)."""
     import numpy as np
     from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
@@ -360,7 +364,7 @@ def _run_partition(batch: _Batch, state, frames):
     if batch.row_types is not None:
         calls = RowProcessor(processor, batch.input_columns, batch.initial_columns, batch.output_columns,
                              batch.row_types)
-    handle = ProcessorHandle(state.store, state.owned, batch.time_mode, batch.batch_timestamp_ms)
+    handle = handle_class(state.store, state.owned, batch.time_mode, batch.batch_timestamp_ms)
     processor.init(handle)
     if batch.time_mode == "None":
         timer_values = TimerValues(-1, -1)

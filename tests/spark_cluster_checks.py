@@ -17,6 +17,7 @@ import pandas as pd
 from pyspark import TaskContext, cloudpickle
 
 from antkv.spark import StatefulPipeline, read_state, read_state_df
+from spark_summing import summing
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the executors cannot import tests/
 
@@ -42,15 +43,6 @@ def _pipeline(location, func, partitions=2):
 
 def test_the_state_source_reads_in_both_executors_not_the_driver(spark, tmp_path):
     location = "file://" + str(tmp_path / "state")
-
-    def summing(state, rows):
-        total = state.value_state("total", 1)
-        out = []
-        for key, group in state.groups(rows):
-            total.update(((total.get() or (0,))[0] + int(group["value"].sum()),))
-            out.append((key[0], total.get()[0]))
-        return pd.DataFrame(out, columns=["key", "total"])
-
     df, rows = _inputs(spark, 0)
     _pipeline(location, summing, partitions=4).run(df)
 

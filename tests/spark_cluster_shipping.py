@@ -26,7 +26,8 @@ import pytest
 from pyspark import cloudpickle
 
 import antkv
-from antkv.spark import StatefulPipeline, batch_metrics, read_state
+from antkv.spark import StatefulPipeline, read_state
+from spark_summing import progress_listener, summing
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the executors cannot import tests/
 
@@ -35,16 +36,6 @@ BATCHES = 3
 
 def _rows(batch: int) -> list[tuple[str, int]]:
     return [(f"k{(batch * 5 + i) % 13}", batch * 100 + i) for i in range(40)]
-
-
-def summing(state, rows):
-    total = state.value_state("total", 1)
-    out = []
-    for key, group in state.groups(rows):
-        total.update(((total.get() or (0,))[0] + int(group["value"].sum()),))
-        out.append((key[0], total.get()[0]))
-    state.reports["antkv"] = [antkv.__version__, antkv.__file__, os.getcwd()]  # the executor's antkv
-    return pd.DataFrame(out, columns=["key", "total"])
 
 
 def _try_import(_):
@@ -58,29 +49,6 @@ def _try_import(_):
     except ImportError as e:
         said = str(e)
     return said, sys.executable, os.getcwd()
-
-
-def _listener():
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    class Figures(StreamingQueryListener):
-        def __init__(self):
-            self.seen = {}
-
-        def onQueryStarted(self, event):
-            pass
-
-        def onQueryProgress(self, event):
-            p = event.progress
-            self.seen[p.batchId] = (p.numInputRows, {op: m.figures() for op, m in batch_metrics(p).items()})
-
-        def onQueryIdle(self, event):
-            pass
-
-        def onQueryTerminated(self, event):
-            pass
-
-    return Figures()
 
 
 def _rest(sc, what: str):
@@ -125,7 +93,7 @@ def test_a_streaming_pipeline_ships_antkv_to_executors_without_it(spark, tmp_pat
     def sink(output, batch_id):
         outputs[batch_id] = sorted((r["key"], r["total"]) for r in output.collect())
 
-    listener = _listener()
+    listener = progress_listener()
     spark.streams.addListener(listener)
     try:
         stream = spark.readStream.schema("key string, value long").option("maxFilesPerTrigger", 1).csv(str(inputs))
@@ -156,8 +124,8 @@ def test_a_streaming_pipeline_ships_antkv_to_executors_without_it(spark, tmp_pat
     # the listener saw each batch's figures
     assert sorted(listener.seen) == list(range(BATCHES)), listener.seen
     for b, metrics in enumerate(pipe.history):
-        input_rows, figures = listener.seen[b]
-        assert figures == {"sums": metrics.figures()} and figures["sums"]["rows"] == input_rows == 40
+        query_id, input_rows, figures = listener.seen[b]
+        assert query_id == str(query.id) and figures == {"sums": metrics.figures()} and figures["sums"]["rows"] == input_rows == 40
 
     # the UI's REST API names antkv's jobs and stages: operator, batch, phase, then the query's
     assert sc.uiWebUrl.startswith("http://127.0.0.1:"), sc.uiWebUrl

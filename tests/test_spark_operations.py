@@ -17,17 +17,9 @@ from pyspark import cloudpickle
 
 import antkv
 from antkv.spark import StatefulPipeline, batch_metrics, read_state
+from spark_summing import progress_listener, summing
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the executors cannot import tests/
-
-
-def summing(state, rows):
-    total = state.value_state("total", 1)
-    out = []
-    for key, group in state.groups(rows):
-        total.update(((total.get() or (0,))[0] + int(group["value"].sum()),))
-        out.append((key[0], total.get()[0]))
-    return pd.DataFrame(out, columns=["key", "total"])
 
 
 def _pipeline(location):
@@ -65,33 +57,6 @@ def test_an_executor_with_another_antkv_fails_the_first_task_and_writes_nothing(
     assert read_state(location, "sums")["total"] == _totals([0])
 
 
-class _Figures:
-    """A ``StreamingQueryListener`` keeping what each progress event showed of antkv."""
-
-    def __new__(cls):
-        from pyspark.sql.streaming import StreamingQueryListener
-
-        class Figures(StreamingQueryListener):
-            def __init__(self):
-                self.seen = {}
-
-            def onQueryStarted(self, event):
-                pass
-
-            def onQueryProgress(self, event):
-                p = event.progress
-                self.seen[p.batchId] = (str(p.id), p.numInputRows,
-                                        {op: m.figures() for op, m in batch_metrics(p).items()})
-
-            def onQueryIdle(self, event):
-                pass
-
-            def onQueryTerminated(self, event):
-                pass
-
-        return Figures()
-
-
 def test_a_streaming_listener_sees_each_batchs_antkv_figures(spark, tmp_path):
     inputs = tmp_path / "in"
     inputs.mkdir()
@@ -99,7 +64,7 @@ def test_a_streaming_listener_sees_each_batchs_antkv_figures(spark, tmp_path):
         pd.DataFrame(_rows(b), columns=["key", "value"]).to_csv(inputs / f"part-{b}.csv", index=False, header=False)
     location = "file://" + str(tmp_path / "state")
     pipe = _pipeline(location)
-    listener = _Figures()
+    listener = progress_listener()
     spark.streams.addListener(listener)
     try:
         stream = spark.readStream.schema("key string, value long").option("maxFilesPerTrigger", 1).csv(str(inputs))

@@ -128,7 +128,7 @@ def stop_and_copy(checkpoint, work):
 # --------------------------------------------------------------------------- the tests
 
 
-def test_apply_in_pandas_with_state_continues_on_antkv(spark, tmp_path):
+def test_apply_in_pandas_with_state_continues_on_antkv(spark, tmp_path, monkeypatch):
     work = str(tmp_path)
     inputs, checkpoint = os.path.join(work, "in"), os.path.join(work, "ckpt")
     os.makedirs(inputs)
@@ -153,6 +153,13 @@ def test_apply_in_pandas_with_state_continues_on_antkv(spark, tmp_path):
     want = spark_batches(spark, inputs, checkpoint, writer, batches[2:], 2)
 
     location = f"file://{work}/antkv"
+    real = antkv.__version__
+    monkeypatch.setattr(antkv, "__version__", "0.0.0+driver")  # the executors run another antkv
+    with pytest.raises(Exception, match=r"antkv version mismatch: the driver runs antkv 0\.0\.0\+driver"):
+        migrate_apply_in_pandas_with_state(spark, migrated, location, "counts", ["key"],
+                                           state=("count_latest", 1), partitions=2, key_groups=16)
+    assert not [f for _, _, files in os.walk(os.path.join(work, "antkv")) for f in files]  # no task wrote
+    monkeypatch.setattr(antkv, "__version__", real)
     result = migrate_apply_in_pandas_with_state(spark, migrated, location, "counts", ["key"],
                                                 state=("count_latest", 1), partitions=2, key_groups=16)
     assert (result.batch_id, result.version, result.rows, result.keys) == (1, 2, 3, 3)  # a, b, c's rows

@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import antkv
 
 from antkv.spark.processor.handle import ProcessorHandle, check_time_mode
+from antkv.spark.runtime.executor_check import checked_task
 from antkv.spark.runtime.routing import route
 from antkv.spark.state.views import KeyedState
 from antkv.spark.store.commit_message import CommitMessage
@@ -372,7 +373,8 @@ def _migrate(spark, frame, writer, op, location, operator, key, partitions, key_
 
     frame = frame.withColumn(_SEQ_COLUMN, F.monotonically_increasing_id())
     routed = route(frame, key, partitions, key_groups, KEY_GROUP_COLUMN)
-    task = _Task(writer, loc, operator, op.batch_id, key_groups, partitions, options)
+    # every task first checks its executor runs the driver's antkv (executor_check)
+    task = checked_task(_Task(writer, loc, operator, op.batch_id, key_groups, partitions, options), antkv.__version__)
     done = routed.mapInArrow(task, f"{_COMMIT_COLUMN} string, rows long, keys long").collect()  # one per partition
     messages = [CommitMessage.from_json(r[0]) for r in done]
     if event_time is not None:

@@ -56,27 +56,34 @@ def count_changes(db, snap, base_keys: int, base_counts: dict | None, changes: d
                     per[p] = per.get(p, 0) + 1
         return total, _limited(per)
     unknown = [k for k in changes if k not in known]
-    if len(unknown) * scan_factor > base_keys:
-        # most of the base is touched: one scan of it costs less than a read per key
-        live = {k for k in db.keys(snapshot=snap) if k in changes}
+    if unknown:
         known = dict(known)
-        for k in unknown:
-            known[k] = k in live
+        if len(unknown) * scan_factor > base_keys:
+            # most of the base is touched: one scan of it costs less than a read per key
+            live = {k for k in db.keys(snapshot=snap) if k in changes}
+            for k in unknown:
+                known[k] = k in live
+        else:
+            for k in unknown:
+                known[k] = db.get(k, snapshot=snap) is not None
     by_counts = per is not None and all(aligned(b, e) for b, e in ranges)
-    rewritten = {}  # prefix -> changed keys live in the base (when ranges are counted by prefix)
-    delta = 0
-    for k, v in changes.items():
-        was = known.get(k)
-        if was is None:
-            was = db.get(k, snapshot=snap) is not None
-        d = (v is not None) - was
-        if per is not None:
+    # only the keys whose liveness the batch changed move a count (most updates do not)
+    born = [k for k, v in changes.items() if v is not None and not known[k]]
+    died = [k for k, v in changes.items() if v is None and known[k]]
+    delta = len(born) - len(died)
+    if per is not None:
+        for k in born:
             p = k[:PREFIX_LEN]
-            if d:
-                per[p] = per.get(p, 0) + d
-            if was and by_counts and ranges:
+            per[p] = per.get(p, 0) + 1
+        for k in died:
+            p = k[:PREFIX_LEN]
+            per[p] = per.get(p, 0) - 1
+    rewritten = {}  # prefix -> changed keys live in the base (when ranges are counted by prefix)
+    if by_counts and ranges:
+        for k in changes:
+            if known[k]:
+                p = k[:PREFIX_LEN]
                 rewritten[p] = rewritten.get(p, 0) + 1
-        delta += d
     for b, e in ranges:
         if by_counts:
             for p, n in in_range(base_counts, b, e).items():

@@ -401,15 +401,11 @@ def _worth_compressing(head: bytes) -> tuple[bool, float]:
 
 
 def _changelog_payload(ranges, items) -> bytes:
-    rec, ln = _REC.pack, _LEN.pack
-    parts = []
-    for b, e in ranges:
-        parts += (rec(CHANGE_DELETE_RANGE, len(b)), b, ln(len(e)), e)
-    for k, v in items:
-        if v is None:
-            parts += (rec(CHANGE_DELETE, len(k)), k)
-        else:
-            parts += (rec(CHANGE_PUT, len(k)), k, ln(len(v)), v)
+    rec, ln, put, delete = _REC.pack, _LEN.pack, CHANGE_PUT, CHANGE_DELETE
+    parts = [b"".join((rec(CHANGE_DELETE_RANGE, len(b)), b, ln(len(e)), e)) for b, e in ranges]
+    # one bytes object per record, made in a comprehension: fewer interpreter steps per change
+    parts += [rec(delete, len(k)) + k if v is None else b"".join((rec(put, len(k)), k, ln(len(v)), v))
+              for k, v in items]
     return b"".join(parts)
 
 

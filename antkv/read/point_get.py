@@ -87,13 +87,13 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
             ckey = (cache_id, offsets[i])
             s = shards[hash(ckey) & mask]
             e = s.table.get(ckey)
-            if e is not None:
-                e.hit = True
+            if e is not None:  # a clock entry [value, hit, charge, key]
+                e[1] = True
                 s.count_hit()
-                block = e.value
+                block = e[0]
             else:
                 s.count_miss()
-                block = r.load_searchable(i)
+                block = r.load_searchable(i, s, ckey)
         if block is None:
             found = r.find(key, neg)
             if found is not None:

@@ -204,10 +204,12 @@ class TableReader:
             raise DBClosedError(f"table {self.path} is closed") from e
         raise e
 
-    def load_searchable(self, i: int) -> tuple:
+    def load_searchable(self, i: int, shard=None, ckey: tuple | None = None) -> tuple:
         """Data block ``i`` (its index position) read from the file with one ``pread``, checked,
         in searchable form (:func:`~antkv.sst.block.searchable_block`) and put in the cache: a
-        point read's cache miss (the caller has counted it).  REQUIRES: a cache."""
+        point read's cache miss (the caller has counted it).  The fused point read passes the
+        block's cache key ``ckey`` and the cache ``shard`` it routes to, which it found already.
+        REQUIRES: a cache."""
         f = self._file
         if f is None:
             raise DBClosedError(f"table {self.path} is closed")
@@ -218,7 +220,10 @@ class TableReader:
         except (AntIOError, CorruptionError) as e:
             self._read_failed(e)
         block = searchable_block(buf, size, self.path, offset)
-        self._cache.put((self._cache_id, offset), block, size + _SEARCHABLE_CHARGE)
+        if shard is None:
+            self._cache.put((self._cache_id, offset), block, size + _SEARCHABLE_CHARGE)
+        else:
+            shard.put(ckey, block, size + _SEARCHABLE_CHARGE, False)
         return block
 
     def _data_block(self, offset: int, size: int):

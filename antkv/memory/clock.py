@@ -132,10 +132,10 @@ class ClockShard:
             table = self.table
             ring = self.ring
             usage = self.usage + charge
-            if usage > self.capacity:  # evict(charge), inline
+            capacity = self.capacity
+            if usage > capacity:  # evict(charge), inline
                 popitem = ring.popitem
                 chances = len(table)
-                capacity = self.capacity
                 while usage > capacity and ring:
                     k, e = popitem(False)
                     if e[1] and chances > 0:

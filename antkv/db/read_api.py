@@ -65,15 +65,13 @@ class ReadAPI(DBState):
             self._check_open()
         read_seq = self._last_seq if snapshot is None else self._read_seq(snapshot)
         sv = self._sv
-        tomb = 0
-        for mem in sv.memtables:
+        for mem in sv.memtables:  # newest first; the first memtable with an answer ends the search
             e = mem.versions.get(key)
+            if e is None and not mem.range_dels:
+                continue  # (most gets: the key in no memtable)
             if e is not None and e[0] > read_seq:
                 e = mem.get(key, read_seq)
-            if mem.range_dels:
-                t = mem.fragments().max_covering_seq(key, read_seq)
-                if t > tomb:
-                    tomb = t
+            tomb = mem.fragments().max_covering_seq(key, read_seq) if mem.range_dels else 0
             if e is not None:
                 if tomb > e[0] or e[1] == DELETION:
                     return default

@@ -67,16 +67,15 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
                 if found is not None:
                     return found
             continue
-        bits, nfb, k, ikeys, offsets, cache_id, shards, mask = p
-        if k:  # the filter's first two masks (k == 6 is the default), then any further ones
+        bits, nfb, k, ikeys, offsets, sizes, cache_id, shards, mask = p
+        if k == 6:  # the default filter (10 bits per key): its two masks, inline
             o = (x % nfb) << 6
             if not (bits[o + pe[0]] & pe[1] and bits[o + pe[2]] & pe[3] and bits[o + pe[4]] & pe[5]):
                 continue
-            if k > 3:
-                if not (bits[o + pf[0]] & pf[1] and bits[o + pf[2]] & pf[3] and bits[o + pf[4]] & pf[5]):
-                    continue
-                if k > 6 and not may_contain_probe(r.filter, (x, pe, pf, d)):
-                    continue
+            if not (bits[o + pf[0]] & pf[1] and bits[o + pf[2]] & pf[3] and bits[o + pf[4]] & pf[5]):
+                continue
+        elif k and not may_contain_probe(r.filter, (x, pe, pf, d)):
+            continue
         i = bisect_left(ikeys, key)
         if i == len(ikeys):
             continue
@@ -94,7 +93,7 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
             block = e[0]
         else:
             s.count_miss()
-            block = r.load_searchable(i, s, ckey)
+            block = r.load_searchable(ckey[1], sizes[i], s, ckey)
         try:
             buf, _size, width, n, seqs_off, qw, kinds_off, ends, g, _r = block
         except ValueError:  # not SEARCHABLE_FIELDS long: decoded by an iterator

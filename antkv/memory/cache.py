@@ -20,6 +20,13 @@ Which entry goes when a shard is full is the *policy*, one module each:
 * ``"clock"`` (:mod:`antkv.memory.clock`): the direction of RocksDB's ``HyperClockCache``; a hit
   sets a reference bit without any lock, eviction sweeps a clock hand.
 
+A policy's shard supplies ``evict(charge)``, ``put`` (which takes the shard's lock) and, under
+the lock, ``insert_pinned``, ``pin``, ``release_last`` and ``erase``, with the fields ``owner``,
+``lock``, ``table``, ``usage``, ``capacity``, ``strict``, ``rejected``, ``count_hit``,
+``count_miss`` and ``lock_free_hits``.  :class:`Cache` routes a key to its shard, takes the lock, and does what is
+the same under every policy: making room for a pinned insert (or refusing it), and counting a
+handle back until the last one.
+
 An entry is *pinned* while it has outstanding handles (:meth:`Cache.insert` and a hit of
 :meth:`Cache.lookup` return one; :meth:`Cache.release` gives it back).  A pinned entry is never
 evicted and sits outside the policy's list.
@@ -52,7 +59,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Hashable
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, MemoryLimitError
 from .clock import ClockShard, check_clock_shard
 from .cache_entry import Handle
 from .lru import LRUShard, check_lru_shard
@@ -279,7 +286,15 @@ class Cache:
             high = _priority(priority)
         s = self.shards[hash(key) & self.mask]
         with s.lock:
-            return s.insert(key, value, charge, high, True)
+            if s.usage + charge > s.capacity:
+                s.evict(charge)
+                if s.usage + charge > s.capacity and s.strict:
+                    s.rejected += 1
+                    raise MemoryLimitError(
+                        f"cache shard full: usage {s.usage} + charge {charge} > capacity "
+                        f"{s.capacity} and the rest is pinned"
+                    )
+            return s.insert_pinned(key, value, charge, high)
 
     def lookup(self, key: Hashable) -> Handle | None:
         """A pinned handle to ``key``'s entry, or None on a miss."""
@@ -287,7 +302,12 @@ class Cache:
         lock = s.lock
         lock.acquire()
         try:
-            return s.lookup(key)
+            e = s.table.get(key)
+            if e is None:
+                s.count_miss()
+                return None
+            s.count_hit()
+            return s.pin(key, e)
         finally:
             lock.release()
 
@@ -301,7 +321,13 @@ class Cache:
         lock = s.lock
         lock.acquire()
         try:
-            return s.release(handle, erase_if_last_ref)
+            refs = handle.refs
+            if refs <= 0:
+                raise InvalidArgumentError(f"release(): {handle!r} was already released")
+            if refs > 1:
+                handle.refs = refs - 1
+                return False
+            return s.release_last(handle, erase_if_last_ref)
         finally:
             lock.release()
 

@@ -52,7 +52,6 @@ from collections import OrderedDict
 from itertools import count
 from operator import itemgetter
 
-from ..errors import InvalidArgumentError, MemoryLimitError
 from .cache_entry import Handle, counter_value
 
 VALUE, HIT, CHARGE, KEY = 0, 1, 2, 3
@@ -171,44 +170,24 @@ class ClockShard:
         del self.ring[key]
         self.usage -= old[CHARGE]
 
-    def insert(self, key, value, charge: int, high: bool, pin: bool):
-        """Insert; returns the entry (a :class:`ClockHandle`), or None if it was not kept (only
-        when ``pin`` is False).  Over capacity with nothing left to evict, a pinned insert
-        raises ``MemoryLimitError`` under the strict limit and goes over capacity otherwise."""
-        if self.usage + charge > self.capacity:
-            self.evict(charge)
-            if self.usage + charge > self.capacity and (not pin or self.strict):
-                self.rejected += 1
-                if pin:
-                    raise MemoryLimitError(
-                        f"cache shard full: usage {self.usage} + charge {charge} > capacity "
-                        f"{self.capacity} and the rest is pinned"
-                    )
-                return None
+    def insert_pinned(self, key, value, charge: int, high: bool) -> ClockHandle:
+        """Insert with one handle (the caller made room or may go over capacity)."""
         if key in self.table:
             self.take_out(key)
         h = ClockHandle((value, high, charge, key))
+        h.refs = 1
         h.in_cache = True
         h.shard = self
         self.table[key] = h
         self.usage += charge
+        self.pinned_usage += charge
         self.inserts += 1
-        if pin:
-            h.refs = 1
-            self.pinned_usage += charge
-        else:
-            h.refs = 0
-            self.ring[key] = h
         return h
 
-    def lookup(self, key):
-        """A pinned handle to ``key``'s entry (the entry itself), or None; counts the hit or miss."""
-        e = self.table.get(key)
-        if e is None:
-            self.count_miss()
-            return None
-        self.count_hit()
-        if type(e) is not ClockHandle:  # a plain entry becomes a handle, in its place
+    def pin(self, key, e) -> ClockHandle:
+        """One more handle to ``e``, the table's entry of ``key`` (out of the ring if it was
+        unpinned; a plain entry becomes a handle, in its place)."""
+        if type(e) is not ClockHandle:
             h = ClockHandle(e)
             h.refs = 0
             h.in_cache = True
@@ -221,14 +200,9 @@ class ClockShard:
         e[HIT] = True
         return e
 
-    def release(self, h: ClockHandle, erase_if_last_ref: bool) -> bool:
-        """Give back one of ``h``'s handles; True if that freed the entry (no longer charged)."""
-        refs = h.refs
-        if refs <= 0:
-            raise InvalidArgumentError(f"release(): {h!r} was already released")
-        h.refs = refs = refs - 1
-        if refs:
-            return False
+    def release_last(self, h: ClockHandle, erase_if_last_ref: bool) -> bool:
+        """Give back the entry's last handle; True if that freed it (no longer charged)."""
+        h.refs = 0
         charge = h[CHARGE]
         self.pinned_usage -= charge
         if h.in_cache:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import threading
 from itertools import count
 
-from ..errors import InvalidArgumentError, MemoryLimitError
 from .cache_entry import Handle, counter_value
 
 
@@ -155,65 +154,58 @@ class LRUShard:
             self.usage -= e.charge
             self.evictions += 1
 
-    def insert(self, key, value, charge: int, high: bool, pin: bool):
-        """Insert; returns the entry, or None if it was not kept (only when ``pin`` is False).
-        Over capacity with nothing left to evict, a pinned insert raises ``MemoryLimitError``
-        under the strict limit and goes over capacity otherwise."""
-        if self.usage + charge > self.capacity:
-            self.evict(charge)
-            if self.usage + charge > self.capacity and (not pin or self.strict):
-                self.rejected += 1
-                if pin:
-                    raise MemoryLimitError(
-                        f"cache shard full: usage {self.usage} + charge {charge} > capacity "
-                        f"{self.capacity} and the rest is pinned"
-                    )
-                return None
+    def new_entry(self, key, value, charge: int, high: bool) -> LRUHandle:
+        """A new entry for ``key``, in the table and charged, not yet in a list (replacing any
+        entry of ``key``: an unpinned one leaves the list, a pinned one is detached)."""
         e = LRUHandle(key, value, charge, high, self)
         table = self.table
         old = table.get(key)
         table[key] = e
         self.usage += charge
         self.inserts += 1
-        if old is not None:  # replaced: an unpinned entry leaves the list, a pinned one is detached
-            old.in_cache = False
-            if old.refs:
-                self.detached_usage += old.charge
-            else:
-                self.unlink(old)
-                self.usage -= old.charge
-        if pin:
-            e.refs = 1
+        if old is not None:
+            self.left_table(old)
+        return e
+
+    def left_table(self, e: LRUHandle) -> None:
+        """``e`` has just left the table (replaced or erased): uncharged if unpinned (and out of
+        its list), detached and still charged if pinned."""
+        e.in_cache = False
+        if e.refs:
+            self.detached_usage += e.charge
         else:
-            self.link(e)
+            self.unlink(e)
+            self.usage -= e.charge
+
+    def insert_pinned(self, key, value, charge: int, high: bool) -> LRUHandle:
+        """Insert with one handle (the caller made room or may go over capacity)."""
+        e = self.new_entry(key, value, charge, high)
+        e.refs = 1
         return e
 
     def put(self, key, value, charge: int, high: bool) -> bool:
         """Insert an unpinned entry, taking the lock; False (and nothing kept) if it cannot fit."""
         with self.lock:
-            return self.insert(key, value, charge, high, False) is not None
+            if self.usage + charge > self.capacity:
+                self.evict(charge)
+                if self.usage + charge > self.capacity:
+                    self.rejected += 1
+                    return False
+            self.link(self.new_entry(key, value, charge, high))
+            return True
 
-    def lookup(self, key):
-        """A pinned handle to ``key``'s entry, or None; counts the hit or miss."""
-        e = self.table.get(key)
-        if e is None:
-            self.count_miss()
-            return None
-        self.count_hit()
+    def pin(self, key, e: LRUHandle) -> LRUHandle:
+        """One more handle to ``e``, the table's entry of ``key`` (out of its list if it was
+        unpinned)."""
         if not e.refs:
             self.unlink(e)
         e.refs += 1
         e.hit = True
         return e
 
-    def release(self, handle: LRUHandle, erase_if_last_ref: bool) -> bool:
-        """Give back one of the entry's handles; True if that freed it (no longer charged)."""
-        refs = handle.refs
-        if refs <= 0:
-            raise InvalidArgumentError(f"release(): {handle!r} was already released")
-        handle.refs = refs = refs - 1
-        if refs:
-            return False
+    def release_last(self, handle: LRUHandle, erase_if_last_ref: bool) -> bool:
+        """Give back the entry's last handle; True if that freed it (no longer charged)."""
+        handle.refs = 0
         if handle.in_cache:
             if self.usage <= self.capacity and not erase_if_last_ref:
                 self.link(handle)
@@ -230,12 +222,7 @@ class LRUShard:
         e = self.table.pop(key, None)
         if e is None:
             return False
-        e.in_cache = False
-        if e.refs:
-            self.detached_usage += e.charge
-        else:
-            self.unlink(e)
-            self.usage -= e.charge
+        self.left_table(e)
         return True
 
     def listed(self) -> list:

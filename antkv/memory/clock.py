@@ -68,6 +68,8 @@ class ClockHandle(list, Handle):
     hit = property(itemgetter(HIT))
     charge = property(itemgetter(CHARGE))
     key = property(itemgetter(KEY))
+    # a handle is compared and hashed by identity, as every handle is, not as a list
+    __eq__, __ne__, __hash__ = object.__eq__, object.__ne__, object.__hash__
 
     def __repr__(self) -> str:
         return f"Handle(key={self[KEY]!r}, charge={self[CHARGE]}, refs={self.refs})"

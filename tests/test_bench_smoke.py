@@ -139,3 +139,4 @@ def test_bench_small_sets_the_point_reads_beside_their_floor(tmp_path):
     for w in ("readrandom", "readrandom_uncached", "readafterload"):
         assert f"round 1 {w:20} floor" in proc.stdout
         assert f"\n{w}, the floor (bench/read_floor.py, the same cache): " in proc.stdout
+    assert proc.stdout.count("  by process CPU time (") == 3  # each workload's share by CPU time too

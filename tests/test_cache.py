@@ -29,14 +29,7 @@ def policy(request) -> str:
 
 def listed(cache: Cache, shard: int = 0) -> list:
     """Keys of the unpinned entries of a shard, in the policy's list (LRU list or clock ring)."""
-    s = cache.shards[shard]
-    head = s.ring if s.lock_free_hits else s.lru
-    out = []
-    e = head.next
-    while e is not head:
-        out.append(e.key)
-        e = e.next
-    return out
+    return cache.shards[shard].listed()
 
 
 def lru_order(cache: Cache, shard: int = 0) -> tuple[list, list]:
@@ -623,6 +616,18 @@ def test_threads_hammering_one_cache_keep_exact_accounting(policy):
     c._check()
     s = c.stats()
     assert s["pinned_usage"] == 0
-    assert s["usage"] == sum(e.charge for sh in c.shards for e in sh.table.values())
+    assert s["usage"] == sum(sum(sh.charges()) for sh in c.shards)
     assert s["usage"] <= c.capacity
     assert s["hits"] + s["misses"] == sum(x["gets"] + x["lookups"] for x in counts)
+
+
+def test_handles_compare_and_hash_by_identity(policy):
+    """Two handles to entries of equal contents are two handles: a caller may keep them in a set."""
+    c = Cache(1000, 0, policy=policy)
+    a, b = c.insert("a", "V", 10), c.insert("b", "V", 10)
+    assert a != b and a == a and len({a, b}) == 2
+    assert c.lookup("a") is a  # a second handle to the same entry is the same object
+    for h in (a, a, b):
+        c.release(h)
+    assert c.pinned_usage == 0
+    c._check()

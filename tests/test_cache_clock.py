@@ -13,20 +13,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from antkv.errors import MemoryLimitError
 from antkv.memory.cache import Cache, Handle
+from antkv.memory.clock import HIT
 
 
 def ring(cache: Cache, shard: int = 0) -> list:
     """Keys of the shard's ring, starting at the hand (the order the sweep looks at them)."""
-    s = cache.shards[shard]
-    out = []
-    e = s.hand
-    for _ in range(2 * len(s.table) + 2):
-        if e is not s.ring:
-            out.append(e.key)
-        e = e.next
-        if e is s.hand:
-            break
-    return out
+    return cache.shards[shard].listed()
 
 
 def test_a_hit_is_a_second_chance():
@@ -253,7 +245,7 @@ class ClockMachine(RuleBasedStateMachine):
             s = self.cache.shards[i]
             keys = [e["key"] for e in r.ring]
             assert ring(self.cache, i) == keys[r.h :] + keys[: r.h]
-            assert [e.hit for e in (s.table[k] for k in keys)] == [e["hit"] for e in r.ring]
+            assert [bool(s.table[k][HIT]) for k in keys] == [bool(e["hit"]) for e in r.ring]
             assert s.usage == r.usage and sorted(s.table) == sorted(r.table)
 
     def teardown(self):

@@ -65,15 +65,13 @@ class ReadAPI(DBState):
             self._check_open()
         read_seq = self._last_seq if snapshot is None else self._read_seq(snapshot)
         sv = self._sv
-        tomb = 0
-        for mem in sv.memtables:
+        for mem in sv.memtables:  # newest first; the first memtable with an answer ends the search
             e = mem.versions.get(key)
+            if e is None and not mem.range_dels:
+                continue  # (most gets: the key in no memtable)
             if e is not None and e[0] > read_seq:
                 e = mem.get(key, read_seq)
-            if mem.range_dels:
-                t = mem.fragments().max_covering_seq(key, read_seq)
-                if t > tomb:
-                    tomb = t
+            tomb = mem.fragments().max_covering_seq(key, read_seq) if mem.range_dels else 0
             if e is not None:
                 if tomb > e[0] or e[1] == DELETION:
                     return default
@@ -83,11 +81,14 @@ class ReadAPI(DBState):
             if tomb:
                 return default
         e = sv.table_get(key, read_seq, self._open_table)
-        if e is None or e[1] == DELETION:
+        if e is None:
             return default
-        if e[1] != VALUE:
-            return self._entry_value(key, e[1], e[2], sv, read_seq, default)
-        return e[2]
+        kind = e[1]
+        if kind == VALUE:
+            return e[2]
+        if kind == DELETION:
+            return default
+        return self._entry_value(key, kind, e[2], sv, read_seq, default)
 
     def key_may_exist(self, key, fetch: bool = False, *, snapshot=None):
         """Whether ``key`` is present (rocksdict's ``key_may_exist``, here exact: no false

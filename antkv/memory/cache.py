@@ -20,6 +20,13 @@ Which entry goes when a shard is full is the *policy*, one module each:
 * ``"clock"`` (:mod:`antkv.memory.clock`): the direction of RocksDB's ``HyperClockCache``; a hit
   sets a reference bit without any lock, eviction sweeps a clock hand.
 
+A policy's shard supplies ``evict(charge)``, ``put`` (which takes the shard's lock) and, under
+the lock, ``insert_pinned``, ``pin``, ``release_last`` and ``erase``, with the fields ``owner``,
+``lock``, ``table``, ``usage``, ``capacity``, ``strict``, ``rejected``, ``count_hit``,
+``count_miss`` and ``lock_free_hits``.  :class:`Cache` routes a key to its shard, takes the lock, and does what is
+the same under every policy: making room for a pinned insert (or refusing it), and counting a
+handle back until the last one.
+
 An entry is *pinned* while it has outstanding handles (:meth:`Cache.insert` and a hit of
 :meth:`Cache.lookup` return one; :meth:`Cache.release` gives it back).  A pinned entry is never
 evicted and sits outside the policy's list.
@@ -42,7 +49,7 @@ Speed
 -----
 :meth:`Cache.get` and :meth:`Cache.put` are the paths every block read takes.  A hit costs one
 ``hash`` and one ``dict`` probe, then, under the LRU policy, the shard's lock and a few pointer
-moves; under the clock policy one attribute store and a counter step, with no lock.
+moves; under the clock policy one list store and a counter step, with no lock.
 ``bench/bench_cache.py`` measures them.  Differences from RocksDB: no metadata charge (the
 caller's charge is all that counts) and no deleter callbacks (Python frees the value).
 """
@@ -52,7 +59,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Hashable
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, MemoryLimitError
 from .clock import ClockShard, check_clock_shard
 from .cache_entry import Handle
 from .lru import LRUShard, check_lru_shard
@@ -200,14 +207,14 @@ class Cache:
         hit entries).
         """
         s = self.shards[hash(key) & self.mask]
-        if s.lock_free_hits:
+        if s.lock_free_hits:  # the clock: an entry is a list [value, hit, charge, key]
             e = s.table.get(key)
             if e is None:
                 s.count_miss()
                 return None
-            e.hit = True
+            e[1] = True
             s.count_hit()
-            return e.value
+            return e[0]
         lock = s.lock
         lock.acquire()  # try/finally is cheaper than ``with`` on CPython 3.11
         try:
@@ -257,21 +264,13 @@ class Cache:
 
     def put(self, key: Hashable, value: Any, charge: int, priority: str = "low") -> bool:
         """Insert without a handle; False (and nothing kept) if it cannot fit.  (Every block
-        read that misses the cache ends here: written in one frame, with the lock taken and
-        released by hand, for speed.)"""
+        read that misses the cache ends here; the shard's ``put`` takes its lock.)"""
         if type(charge) is not int or charge < 0:
             _check_int("charge", charge, 0)
         high = _PRIORITIES.get(priority)
         if high is None:
             high = _priority(priority)
-        s = self.shards[hash(key) & self.mask]
-        lock = s.lock
-        lock.acquire()
-        try:
-            return s.put(key, value, charge, high)
-        finally:
-            lock.release()
-
+        return self.shards[hash(key) & self.mask].put(key, value, charge, high)
 
     # ----------------------------------------------------------------- handles
     def insert(self, key: Hashable, value: Any, charge: int, priority: str = "low") -> Handle:
@@ -287,7 +286,15 @@ class Cache:
             high = _priority(priority)
         s = self.shards[hash(key) & self.mask]
         with s.lock:
-            return s.insert(key, value, charge, high, True)
+            if s.usage + charge > s.capacity:
+                s.evict(charge)
+                if s.usage + charge > s.capacity and s.strict:
+                    s.rejected += 1
+                    raise MemoryLimitError(
+                        f"cache shard full: usage {s.usage} + charge {charge} > capacity "
+                        f"{s.capacity} and the rest is pinned"
+                    )
+            return s.insert_pinned(key, value, charge, high)
 
     def lookup(self, key: Hashable) -> Handle | None:
         """A pinned handle to ``key``'s entry, or None on a miss."""
@@ -300,11 +307,7 @@ class Cache:
                 s.count_miss()
                 return None
             s.count_hit()
-            if not e.refs:
-                s.unlink(e)
-            e.refs += 1
-            e.hit = True
-            return e
+            return s.pin(key, e)
         finally:
             lock.release()
 
@@ -321,19 +324,10 @@ class Cache:
             refs = handle.refs
             if refs <= 0:
                 raise InvalidArgumentError(f"release(): {handle!r} was already released")
-            handle.refs = refs = refs - 1
-            if refs:
+            if refs > 1:
+                handle.refs = refs - 1
                 return False
-            if handle.in_cache:
-                if s.usage <= s.capacity and not erase_if_last_ref:
-                    s.link(handle)
-                    return False
-                del s.table[handle.key]
-                handle.in_cache = False
-            else:
-                s.detached_usage -= handle.charge
-            s.usage -= handle.charge
-            return True
+            return s.release_last(handle, erase_if_last_ref)
         finally:
             lock.release()
 
@@ -341,16 +335,7 @@ class Cache:
         """Remove ``key``; a pinned entry stays charged until its last release.  True if found."""
         s = self.shards[hash(key) & self.mask]
         with s.lock:
-            e = s.table.pop(key, None)
-            if e is None:
-                return False
-            e.in_cache = False
-            if e.refs:
-                s.detached_usage += e.charge
-            else:
-                s.unlink(e)
-                s.usage -= e.charge
-            return True
+            return s.erase(key)
 
     # ----------------------------------------------------------------- observation
     @property

@@ -1,37 +1,19 @@
-"""A block cache entry, which is also the handle to it (as in RocksDB).
+"""A block cache handle, and the shards' counters.
 
-The fields a caller reads are ``key``, ``value`` and ``charge``.  The rest is the shard's
-bookkeeping (:mod:`antkv.memory.lru` and :mod:`antkv.memory.clock` say what each field means
-under their policy), touched only under the shard's lock -- except ``hit``, which a lock-free
-hit of the clock policy sets (a single store of ``True``; the sweep that clears it holds the
-lock, and a lost race only decides whether the entry gets one more turn of the clock).
+A handle is a pinned cache entry, and the entry itself (as in RocksDB): ``insert`` and a hit of
+``lookup`` return it, ``release`` gives it back.  A caller reads its ``key``, ``value`` and
+``charge`` (and ``refs``, the outstanding handles).  Each policy stores its entries its own
+way (:class:`antkv.memory.lru.LRUHandle`, :class:`antkv.memory.clock.ClockHandle`); both are
+:class:`Handle`\\ s.
 """
 
 from __future__ import annotations
 
 
 class Handle:
-    """A cache entry; a handle to it is the entry itself."""
+    """What every policy's handle is an instance of (it adds no field)."""
 
-    __slots__ = (
-        "key", "value", "charge", "high", "refs", "hit", "in_cache", "in_high_pool", "shard",
-        "prev", "next",
-    )
-
-    def __init__(self, key, value, charge, high, shard):
-        self.key = key
-        self.value = value
-        self.charge = charge
-        self.high = high  # inserted with priority "high"
-        self.refs = 0  # outstanding handles; > 0 means pinned
-        self.hit = False  # looked up while in the cache (LRU: goes to the high pool; clock: the reference bit)
-        self.in_cache = True  # in the shard's hash table
-        self.in_high_pool = False  # LRU: in the high part of the list (only if refs == 0)
-        self.shard = shard
-        self.prev = self.next = None  # the shard's list links; None when not in the list
-
-    def __repr__(self) -> str:
-        return f"Handle(key={self.key!r}, charge={self.charge}, refs={self.refs})"
+    __slots__ = ()
 
 
 def counter_value(counter) -> int:

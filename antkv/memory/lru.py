@@ -32,11 +32,36 @@ import threading
 from itertools import count
 
 from .cache_entry import Handle, counter_value
-from .shard import Shard
 
 
-class LRUShard(Shard):
-    """One shard: a lock, a hash table and one circular LRU list.  Methods REQUIRE ``lock``.
+class LRUHandle(Handle):
+    """An LRU entry, which is also the handle to it.  The fields beyond ``key``, ``value`` and
+    ``charge`` are the shard's bookkeeping, touched only under the shard's lock."""
+
+    __slots__ = (
+        "key", "value", "charge", "high", "refs", "hit", "in_cache", "in_high_pool", "shard",
+        "prev", "next",
+    )
+
+    def __init__(self, key, value, charge, high, shard):
+        self.key = key
+        self.value = value
+        self.charge = charge
+        self.high = high  # inserted with priority "high"
+        self.refs = 0  # outstanding handles; > 0 means pinned
+        self.hit = False  # looked up while in the cache: goes to the high pool
+        self.in_cache = True  # in the shard's hash table
+        self.in_high_pool = False  # in the high part of the list (only if refs == 0)
+        self.shard = shard
+        self.prev = self.next = None  # the shard's list links; None when not in the list
+
+    def __repr__(self) -> str:
+        return f"Handle(key={self.key!r}, charge={self.charge}, refs={self.refs})"
+
+
+class LRUShard:
+    """One shard: a lock, a hash table and one circular LRU list.  Methods REQUIRE ``lock``,
+    but :meth:`put`, which takes it.
 
     As in RocksDB, the list is ``lru.next`` (oldest) ... ``lru.prev`` (newest) around the
     sentinel ``lru``, and ``low_pri`` points at the newest low-pool entry (the sentinel when the
@@ -57,7 +82,7 @@ class LRUShard(Shard):
         self.strict = strict
         self.lock = threading.Lock()
         self.table: dict = {}
-        lru = self.lru = Handle(None, None, 0, False, self)
+        lru = self.lru = LRUHandle(None, None, 0, False, self)
         lru.in_cache = False
         lru.prev = lru.next = lru
         self.low_pri = lru
@@ -74,7 +99,7 @@ class LRUShard(Shard):
         self.count_miss = self.miss_counter.__next__
         self.inserts = self.evictions = self.rejected = 0
 
-    def link(self, e: Handle) -> None:
+    def link(self, e: LRUHandle) -> None:
         """Put an unpinned in-cache entry at the newest end of its pool."""
         c = e.charge
         if self.ratio > 0 and (e.high or e.hit):
@@ -96,7 +121,7 @@ class LRUShard(Shard):
             self.low_pri = e
         self.lru_usage += c
 
-    def unlink(self, e: Handle) -> None:
+    def unlink(self, e: LRUHandle) -> None:
         if self.low_pri is e:
             self.low_pri = e.prev
         p, n = e.prev, e.next
@@ -128,6 +153,90 @@ class LRUShard(Shard):
             e.in_cache = False
             self.usage -= e.charge
             self.evictions += 1
+
+    def new_entry(self, key, value, charge: int, high: bool) -> LRUHandle:
+        """A new entry for ``key``, in the table and charged, not yet in a list (replacing any
+        entry of ``key``: an unpinned one leaves the list, a pinned one is detached)."""
+        e = LRUHandle(key, value, charge, high, self)
+        table = self.table
+        old = table.get(key)
+        table[key] = e
+        self.usage += charge
+        self.inserts += 1
+        if old is not None:
+            self.left_table(old)
+        return e
+
+    def left_table(self, e: LRUHandle) -> None:
+        """``e`` has just left the table (replaced or erased): uncharged if unpinned (and out of
+        its list), detached and still charged if pinned."""
+        e.in_cache = False
+        if e.refs:
+            self.detached_usage += e.charge
+        else:
+            self.unlink(e)
+            self.usage -= e.charge
+
+    def insert_pinned(self, key, value, charge: int, high: bool) -> LRUHandle:
+        """Insert with one handle (the caller made room or may go over capacity)."""
+        e = self.new_entry(key, value, charge, high)
+        e.refs = 1
+        return e
+
+    def put(self, key, value, charge: int, high: bool) -> bool:
+        """Insert an unpinned entry, taking the lock; False (and nothing kept) if it cannot fit."""
+        with self.lock:
+            if self.usage + charge > self.capacity:
+                self.evict(charge)
+                if self.usage + charge > self.capacity:
+                    self.rejected += 1
+                    return False
+            self.link(self.new_entry(key, value, charge, high))
+            return True
+
+    def pin(self, key, e: LRUHandle) -> LRUHandle:
+        """One more handle to ``e``, the table's entry of ``key`` (out of its list if it was
+        unpinned)."""
+        if not e.refs:
+            self.unlink(e)
+        e.refs += 1
+        e.hit = True
+        return e
+
+    def release_last(self, handle: LRUHandle, erase_if_last_ref: bool) -> bool:
+        """Give back the entry's last handle; True if that freed it (no longer charged)."""
+        handle.refs = 0
+        if handle.in_cache:
+            if self.usage <= self.capacity and not erase_if_last_ref:
+                self.link(handle)
+                return False
+            del self.table[handle.key]
+            handle.in_cache = False
+        else:
+            self.detached_usage -= handle.charge
+        self.usage -= handle.charge
+        return True
+
+    def erase(self, key) -> bool:
+        """Remove ``key``; a pinned entry stays charged until its last release.  True if found."""
+        e = self.table.pop(key, None)
+        if e is None:
+            return False
+        self.left_table(e)
+        return True
+
+    def listed(self) -> list:
+        """The keys of the LRU list, oldest first."""
+        out = []
+        e = self.lru.next
+        while e is not self.lru:
+            out.append(e.key)
+            e = e.next
+        return out
+
+    def charges(self) -> list:
+        """The charges of the table's entries."""
+        return [e.charge for e in self.table.values()]
 
     def set_capacity(self, capacity: int) -> None:
         self.capacity = capacity

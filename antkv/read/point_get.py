@@ -27,20 +27,18 @@ from bisect import bisect_left
 
 from ..base.dbformat import MAX_KIND
 from ..manifest.version_set import find_file
-from ..sst.block import SEARCHABLE_FIELDS
 from ..sst.bloom import DIGEST_HEAD, LANE_MASK, PROBE_TABLE, digest, key_probe, may_contain_probe
 
 
 def table_get(sv, key: bytes, read_seq: int, open_table):
     """Newest visible ``(seq, kind, value)`` of ``key`` in the tables of super version ``sv``,
     or None (absent or covered by a range tombstone)."""
-    # key_probe(key), inline: the key's hash, once for every filter probed
+    # key_probe(key), inline: the key's hash, once for every filter probed (the general paths
+    # below rebuild key_probe's tuple, (x, pe, pf, d), and the negated read sequence find takes)
     d = digest(key)
     x, a, b = DIGEST_HEAD(d)
     pe, pf = PROBE_TABLE[a & LANE_MASK], PROBE_TABLE[b & LANE_MASK]
-    probe = x, pe, pf, d
-    klen = len(key)
-    neg = -read_seq
+    klen = len(key) or -1  # a key column's width is never -1: an empty key takes the general search
     version = sv.version
     candidates = version.levels[0]  # each checked against the key's range below
     if version.sorted_levels:
@@ -64,49 +62,47 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
         if p is None:
             if r.range_tombstones:
                 return table_get_covered(sv, key, read_seq, open_table)
-            if may_contain_probe(r.filter, probe):
-                found = r.find(key, neg)
+            if may_contain_probe(r.filter, (x, pe, pf, d)):
+                found = r.find(key, -read_seq)
                 if found is not None:
                     return found
             continue
-        bits, nfb, k, ikeys, offsets, cache_id, shards, mask = p
-        if k:  # the filter's first two masks (k == 6 is the default), then any further ones
+        bits, nfb, k, ikeys, offsets, sizes, cache_id, shards, mask = p
+        if k == 6:  # the default filter (10 bits per key): its two masks, inline
             o = (x % nfb) << 6
             if not (bits[o + pe[0]] & pe[1] and bits[o + pe[2]] & pe[3] and bits[o + pe[4]] & pe[5]):
                 continue
-            if k > 3:
-                if not (bits[o + pf[0]] & pf[1] and bits[o + pf[2]] & pf[3] and bits[o + pf[4]] & pf[5]):
-                    continue
-                if k > 6 and not may_contain_probe(r.filter, probe):
-                    continue
+            if not (bits[o + pf[0]] & pf[1] and bits[o + pf[2]] & pf[3] and bits[o + pf[4]] & pf[5]):
+                continue
+        elif k and not may_contain_probe(r.filter, (x, pe, pf, d)):
+            continue
         i = bisect_left(ikeys, key)
         if i == len(ikeys):
             continue
-        block = None
-        if ikeys[i] != key:  # (equal: the key's versions may span blocks; find() picks one)
-            ckey = (cache_id, offsets[i])
-            s = shards[hash(ckey) & mask]
-            e = s.table.get(ckey)
-            if e is not None:
-                e.hit = True
-                s.count_hit()
-                block = e.value
-            else:
-                s.count_miss()
-                block = r.load_searchable(i)
-        if block is None:
-            found = r.find(key, neg)
+        if ikeys[i] == key:  # the key's versions may span blocks; find() picks one
+            found = r.find(key, -read_seq)
             if found is not None:
                 return found
             continue
-        if len(block) != SEARCHABLE_FIELDS:  # decoded by an iterator
-            found = r.search_cached(block, i, key, neg)
+        ckey = (cache_id, offsets[i])
+        s = shards[hash(ckey) & mask]
+        e = s.table.get(ckey)
+        if e is not None:  # a clock entry [value, hit, charge, key]
+            e[1] = True
+            s.count_hit()
+            block = e[0]
+        else:
+            s.count_miss()
+            block = r.load_searchable(ckey[1], sizes[i], s, ckey)
+        try:
+            buf, _size, width, n, seqs_off, qw, kinds_off, ends, g, _r = block
+        except ValueError:  # not SEARCHABLE_FIELDS long: decoded by an iterator
+            found = r.search_cached(block, i, key, -read_seq)
             if found is not None:
                 return found
             continue
-        buf, _size, width, n, seqs_off, qw, kinds_off, ends, g, _r = block
-        if width != klen or not width:  # (0: not one width; an empty key is never one)
-            found = r.search_cached(block, i, key, neg)
+        if width != klen:  # (0: not one width)
+            found = r.search_cached(block, i, key, -read_seq)
             if found is not None:
                 return found
             continue
@@ -121,7 +117,7 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
         seq = int.from_bytes(buf[at : at + qw], "little")
         kind = buf[kinds_off + j]
         if seq > read_seq or kind > MAX_KIND:  # an older version, or damage: the general search says which
-            found = r.search_cached(block, i, key, neg)
+            found = r.search_cached(block, i, key, -read_seq)
             if found is not None:
                 return found
             continue

@@ -72,9 +72,9 @@ class TableReader:
         self._handles: list = []
         self._cache_id: int | None = None  # set once the index is loaded and the table cached
         self._fragments: FragmentedRangeTombstones | None = None  # built on first use
-        # (filter bits, filter blocks, k, index keys, block offsets, cache id, cache shards,
-        # shard mask) for the fused point read; None when it must take find(): a table with
-        # range tombstones, no cache or a cache whose hits lock, or a closed table
+        # (filter bits, filter blocks, k, index keys, block offsets, block sizes, cache id,
+        # cache shards, shard mask) for the fused point read; None when it must take find():
+        # a table with range tombstones, no cache or a cache whose hits lock, or a closed table
         self.point: tuple | None = None
 
     @classmethod
@@ -123,7 +123,7 @@ class TableReader:
             )
             if cache.lock_free_hits and not self.range_tombstones:
                 bits, m, k = filt
-                self.point = (bits, m >> 9, k, index[0], index[2], self._cache_id, cache.shards, cache.mask)
+                self.point = (bits, m >> 9, k, index[0], index[2], index[3], self._cache_id, cache.shards, cache.mask)
 
 
     # --- metadata blocks ---
@@ -204,21 +204,25 @@ class TableReader:
             raise DBClosedError(f"table {self.path} is closed") from e
         raise e
 
-    def load_searchable(self, i: int) -> tuple:
-        """Data block ``i`` (its index position) read from the file with one ``pread``, checked,
-        in searchable form (:func:`~antkv.sst.block.searchable_block`) and put in the cache: a
-        point read's cache miss (the caller has counted it).  REQUIRES: a cache."""
+    def load_searchable(self, offset: int, size: int, shard=None, ckey: tuple | None = None) -> tuple:
+        """The data block at ``offset`` of ``size`` bytes (its index entry) read from the file
+        with one ``pread``, checked, in searchable form
+        (:func:`~antkv.sst.block.searchable_block`) and put in the cache: a point read's cache
+        miss (the caller has counted it).  The fused point read passes the block's cache key
+        ``ckey`` and the cache ``shard`` it routes to, which it found already.
+        REQUIRES: a cache."""
         f = self._file
         if f is None:
             raise DBClosedError(f"table {self.path} is closed")
-        _, _, offsets, sizes = self._index
-        offset, size = offsets[i], sizes[i]
         try:  # _read, inline
             buf, size = check_block(f.read(offset, size + BLOCK_TRAILER_SIZE), offset, size, self._verify, self.path)
         except (AntIOError, CorruptionError) as e:
             self._read_failed(e)
         block = searchable_block(buf, size, self.path, offset)
-        self._cache.put((self._cache_id, offset), block, size + _SEARCHABLE_CHARGE)
+        if shard is None:
+            self._cache.put((self._cache_id, offset), block, size + _SEARCHABLE_CHARGE)
+        else:
+            shard.put(ckey, block, size + _SEARCHABLE_CHARGE, False)
         return block
 
     def _data_block(self, offset: int, size: int):
@@ -332,7 +336,7 @@ class TableReader:
             return search_block(buf, size, user_key, neg_read, self.path, offset)
         block = cache.get((self._cache_id, offset))
         if block is None:
-            block = self.load_searchable(i)
+            block = self.load_searchable(offset, sizes[i])
         return self.search_cached(block, i, user_key, neg_read)
 
     def search_cached(self, block: tuple, i: int, user_key: bytes, neg_read: int) -> tuple[int, int, bytes] | None:

@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 
+from antkv.spark.store.block_cache import BlockCache
 from antkv.spark.store.local_cache import LocalCache
 from antkv.spark.store.location import Location
 from antkv.spark.store.store_options import StoreOptions
@@ -78,6 +79,7 @@ def background_parking() -> bool:
 held = IdleCopies()  # this process's
 atexit.register(held.clear)
 _caches: dict[tuple[int, str], LocalCache] = {}
+_blocks: dict[tuple[int, str], BlockCache] = {}
 _caches_lock = threading.Lock()
 
 
@@ -90,6 +92,17 @@ def cache_for(options: StoreOptions) -> LocalCache:
         if cache is None:
             cache = _caches[key] = LocalCache(root, options.cache_disk_bytes)
         return cache
+
+
+def blocks_for(options: StoreOptions) -> BlockCache:
+    """This process's block cache of ``options``'s cache directory (remote mode; one per directory)."""
+    root = os.path.abspath(options.resolved_cache_dir())
+    with _caches_lock:
+        key = (os.getpid(), root)
+        blocks = _blocks.get(key)
+        if blocks is None:
+            blocks = _blocks[key] = BlockCache(root, options.cache_disk_bytes)
+        return blocks
 
 
 def release_idle_stores() -> None:

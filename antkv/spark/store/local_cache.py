@@ -68,7 +68,7 @@ class LocalCache:
     def locked(self):
         """The cache's ``LOCK`` (a context manager): every change to ``objects/`` and every
         new directory a sweep could see holds it."""
-        return _FileLock(self._lock_path)
+        return HostLock(self._lock_path)
 
     def object_path(self, location: Location, name: str) -> str:
         loc = xxhash.xxh64_hexdigest(location.identity.encode())
@@ -275,7 +275,9 @@ class WorkDir:
             self._fd = None
 
 
-class _FileLock:
+class HostLock:
+    """An ``fcntl`` lock on file ``path`` shared by every process of the host (a context manager)."""
+
     def __init__(self, path: str):
         self.path = path
 

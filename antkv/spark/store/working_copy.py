@@ -375,11 +375,12 @@ class WorkingCopy:
         last write; None: taken now) becomes a parked entry.  This copy stays open as it is."""
         if checkpoint is None:
             checkpoint = self.checkpoint()
+        file_map = self.file_map
         if self.remote is not None:
-            self._strip_location_files(checkpoint)
+            file_map = self._strip_location_files(checkpoint)
         try:
             entry = parked.park(location, operator, partition, checkpoint, self.manifest_name, self.manifest,
-                                self.file_map)
+                                file_map)
         finally:
             shutil.rmtree(checkpoint, ignore_errors=True)  # gone already unless parking failed
         snap = self.manifest.snapshot
@@ -391,12 +392,17 @@ class WorkingCopy:
     def _strip_location_files(self, checkpoint: str) -> None:
         """Remote mode: remove from ``checkpoint`` every engine file the location holds (its
         remote files, and local links of files :attr:`file_map` names), so a parked copy holds
-        only what is nowhere else; :meth:`adopt` names the rest as remote files again."""
+        only what is nowhere else; :meth:`adopt` names the rest as remote files again.
+        Returns the file map of the checkpoint's files (a file of the snapshot that the
+        database no longer holds must not reappear in the reopened copy)."""
+        names = self.remote.listdir(checkpoint)
         self.remote.forget_dir(checkpoint)
         with os_errors(checkpoint):
-            for name in os.listdir(checkpoint):
-                if name in self.file_map and name.endswith(_SNAPSHOT_SUFFIXES):
+            for name in names:
+                if name in self.file_map and name.endswith(_SNAPSHOT_SUFFIXES) and os.path.exists(
+                        os.path.join(checkpoint, name)):
                     os.unlink(os.path.join(checkpoint, name))
+        return {name: ref for name, ref in self.file_map.items() if name in names}
 
     def start_parking(self, park) -> None:
         """Run ``park()`` (which parks this copy) in a thread; :meth:`finish_parking` waits for it."""

@@ -59,6 +59,8 @@ def test_batch_jobs_with_rescale_2_3_1_equal_plain_spark(spark, tmp_path, tables
         assert snapshots and state_bytes >= 10 * 4096  # the snapshot files the location retains
         assert not [n for _, _, names in os.walk(tmp_path / "cache" / "objects") for n in names]
         assert os.listdir(tmp_path / "cache" / "blocks")  # the workers read through the block cache
+        fetched = sum(p.block_fetched_bytes for p in result.metrics.partition_metrics)
+        assert fetched > 0 and sum(p.block_misses for p in result.metrics.partition_metrics) > 0
 
 
 def test_streaming_demo_verdict_at_a_small_size(spark, tmp_path):

@@ -113,7 +113,16 @@ def release_idle_stores() -> None:
 def local_cache_counters(options: StoreOptions | None = None) -> dict:
     """This process's local-cache counters: ``hits`` (snapshot files found cached),
     ``downloads`` and ``download_bytes`` (snapshot files fetched from locations), and
-    ``changelog_bytes`` (changelogs read from locations to build or catch up copies)."""
-    cache = cache_for(options or StoreOptions())
-    return {"hits": cache.hits, "downloads": cache.downloads, "download_bytes": cache.download_bytes,
-            "changelog_bytes": cache.changelog_bytes}
+    ``changelog_bytes`` (changelogs read from locations to build or catch up copies); in
+    remote mode also the block cache's ``block_hits`` and ``block_misses`` (chunks served from
+    local disk, fetched from the location) and ``block_fetched_bytes``."""
+    options = options or StoreOptions()
+    cache = cache_for(options)
+    counters = {"hits": cache.hits, "downloads": cache.downloads, "download_bytes": cache.download_bytes,
+                "changelog_bytes": cache.changelog_bytes, "block_hits": 0, "block_misses": 0,
+                "block_fetched_bytes": 0}
+    if options.remote_tables:
+        blocks = blocks_for(options).stats()
+        counters.update(block_hits=blocks["hits"], block_misses=blocks["misses"],
+                        block_fetched_bytes=blocks["fetched_bytes"])
+    return counters

@@ -77,7 +77,7 @@ def test_composite_state_types_with_remote_tables_equal_spark(spark, tmp_path):
     # antkv reads its tables from the location through a 4 KiB block cache, a small fraction
     # of the state (StoreOptions.tables="remote"); a restarted runner at every batch
     rnd = random.Random(3)
-    batches = [[(f"k{rnd.randrange(200):03d}", rnd.choice("xyz"), rnd.randrange(9)) for _ in range(300)]
+    batches = [[(f"k{rnd.randrange(300):03d}", rnd.choice("xyz"), rnd.randrange(9)) for _ in range(500)]
                for _ in range(3)]
     schema = "key string, item string, qty int"
     out = ("key string, count long, tags string, last string, totals string, spent string, history string, "

@@ -176,9 +176,12 @@ class BlockCache:
         if ref.size > self.budget // 4:
             return
         key, c = self.object_key(location, ref), self.chunk_bytes
-        data = self.file_system.read_all(local_path)
-        for i in range(0, len(data), c):
-            self.put(key, i // c, data[i:i + c])
+        f = self.file_system.open_random(local_path)
+        try:
+            for i in range((ref.size + c - 1) // c):
+                self.put(key, i, f.read(i * c, c))
+        finally:
+            f.close()
 
     # ------------------------------------------------------------------ eviction
 

@@ -104,6 +104,32 @@ class RemoteTables(FileSystem):
             h.switch(RemoteFile(self.blocks, location, ref, h.path))
         self.base.remove(path)
 
+    def hand_over(self, directory: str, location: Location, file_map: dict) -> None:
+        """After a snapshot commit: every local engine file of ``directory`` that ``file_map``
+        (engine name -> FileRef) names is now an object of ``location``: keep its bytes in the
+        block cache, then make it a remote file (:meth:`make_remote`)."""
+        remote = self.remote_files(directory)
+        for name, ref in file_map.items():
+            path = os.path.join(directory, name)
+            if name in remote or not self.base.exists(path):
+                continue
+            self.blocks.put_file(location, ref, path)
+            self.make_remote(path, location, ref)
+
+    def strip(self, checkpoint: str, file_map: dict) -> dict:
+        """Before parking ``checkpoint``: remove from it every engine file the location holds
+        (its remote files, and local links of files ``file_map`` names), so a parked copy
+        holds only what is nowhere else.  Returns the part of ``file_map`` naming the
+        checkpoint's files: reopening the copy names those as remote files again, and only
+        those (a snapshot file the database no longer holds must not reappear)."""
+        names = self.listdir(checkpoint)
+        self.forget_dir(checkpoint)
+        for name in names:
+            path = os.path.join(checkpoint, name)
+            if name in file_map and name.endswith(_ENGINE_SUFFIXES) and self.base.exists(path):
+                self.base.remove(path)
+        return {name: ref for name, ref in file_map.items() if name in names}
+
     def _lookup(self, path: str):
         d, name = _split(path)
         with self._lock:

@@ -23,6 +23,13 @@ loaded snapshot and only gains
 
 A snapshot commit therefore uploads exactly the engine files missing from the map.
 
+In remote mode (``StoreOptions(tables="remote")``) nothing of the snapshot is linked: the
+copy's engine file system (:mod:`~antkv.spark.store.remote_tables`) names each snapshot file
+as a remote file of the database directory, read from the location through the block cache.
+Every remote file is in the map (it is an object by construction), and a snapshot commit
+hands the files it uploaded over to the location, so the local directory holds only the
+engine's metadata and the files written since the last snapshot.
+
 Lifecycle (who moves a copy between states: :mod:`~antkv.spark.store.opening`,
 :class:`~antkv.spark.store.state_store.StateStore`, :mod:`~antkv.spark.store.idle_copies`,
 :mod:`~antkv.spark.store.parked_copies`)::
@@ -351,22 +358,10 @@ class WorkingCopy:
                 self.cache.drop_superseded(location, partition_dir(operator, partition),
                                            [ref.object for ref in result[0].files])
                 if self.remote is not None:
-                    self._hand_over(location)
+                    self.remote.hand_over(self.work.db_path, location, self.file_map)
                 return result
             finally:
                 self.cache.evict()
-
-    def _hand_over(self, location: Location) -> None:
-        """Remote mode, after a snapshot commit: every local engine file of the database that
-        is now an object of the location becomes a remote file (its bytes kept in the block
-        cache first), so the copy's local disk holds only what it wrote since."""
-        remote = self.remote.remote_files(self.work.db_path)
-        for name, ref in self.file_map.items():
-            path = os.path.join(self.work.db_path, name)
-            if name in remote or not os.path.exists(path):
-                continue
-            self.remote.blocks.put_file(location, ref, path)
-            self.remote.make_remote(path, location, ref)
 
     def park(self, parked: ParkedCopies, location: Location, operator: str, partition: int,
              checkpoint: str | None) -> None:
@@ -377,7 +372,7 @@ class WorkingCopy:
             checkpoint = self.checkpoint()
         file_map = self.file_map
         if self.remote is not None:
-            file_map = self._strip_location_files(checkpoint)
+            file_map = self.remote.strip(checkpoint, self.file_map)
         try:
             entry = parked.park(location, operator, partition, checkpoint, self.manifest_name, self.manifest,
                                 file_map)
@@ -388,21 +383,6 @@ class WorkingCopy:
             self.cache.drop_superseded(location, partition_dir(operator, partition), [f.object for f in snap.files])
         parked.sweep()
         parked.trim(self.cache.disk_budget, self.cache.usage(), keep=entry)
-
-    def _strip_location_files(self, checkpoint: str) -> None:
-        """Remote mode: remove from ``checkpoint`` every engine file the location holds (its
-        remote files, and local links of files :attr:`file_map` names), so a parked copy holds
-        only what is nowhere else; :meth:`adopt` names the rest as remote files again.
-        Returns the file map of the checkpoint's files (a file of the snapshot that the
-        database no longer holds must not reappear in the reopened copy)."""
-        names = self.remote.listdir(checkpoint)
-        self.remote.forget_dir(checkpoint)
-        with os_errors(checkpoint):
-            for name in names:
-                if name in self.file_map and name.endswith(_SNAPSHOT_SUFFIXES) and os.path.exists(
-                        os.path.join(checkpoint, name)):
-                    os.unlink(os.path.join(checkpoint, name))
-        return {name: ref for name, ref in self.file_map.items() if name in names}
 
     def start_parking(self, park) -> None:
         """Run ``park()`` (which parks this copy) in a thread; :meth:`finish_parking` waits for it."""
@@ -456,7 +436,7 @@ class WorkingCopy:
                 obj = snapshot_file_name(operator, partition, version, attempt, name)
                 size, digest = file_digest(p)
                 location.upload(obj, p)
-                if self.remote is None:  # remote mode: the file becomes remote (_hand_over)
+                if self.remote is None:  # remote mode: the file becomes remote (RemoteTables.hand_over)
                     self.cache.adopt(location, obj, p)
                 ref = FileRef(obj, size, digest, local=name)
                 uploaded += 1

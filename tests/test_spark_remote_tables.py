@@ -23,6 +23,7 @@ from antkv.fs.os_file_system import OSFileSystem
 from antkv.spark import CommitCoordinator, Location, StoreOptions, open_store, release_idle_stores
 from antkv.spark.store.block_cache import BlockCache
 from antkv.spark.store.idle_copies import blocks_for
+from antkv.spark.store.local_cache import tree_bytes
 from antkv.spark.store.state_store import read_manifest
 
 from test_spark_store_model import s3_location, s3_server  # noqa: F401
@@ -94,17 +95,6 @@ def _read_all(loc, options, version: int) -> dict:
         return dict(store.items())
 
 
-def _tree_bytes(root: str, skip: str | None = None) -> int:
-    total = 0
-    for d, dirs, names in os.walk(root):
-        if skip is not None and skip in dirs:
-            dirs.remove(skip)
-        for n in names:
-            try:
-                total += os.stat(os.path.join(d, n)).st_size
-            except FileNotFoundError:
-                pass
-    return total
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
@@ -135,7 +125,8 @@ def test_a_state_ten_times_the_block_cache_gives_the_answers_of_download_mode(tm
             assert cold.fetched_bytes <= cold.chunk_bytes
             assert dict(store.items()) == want
         assert cold.fetched_bytes > 0
-        assert _tree_bytes(str(tmp_path / "cold-cache"), skip="blocks") < state_bytes // 4
+        cold_dir = tmp_path / "cold-cache"
+        assert sum(tree_bytes(str(cold_dir / d)) for d in os.listdir(cold_dir) if d != "blocks") < state_bytes // 4
     finally:
         drop_a()
         drop_b()
@@ -280,14 +271,20 @@ def _entries(blocks: BlockCache) -> list[str]:
             if n != "LOCK" and ".tmp-" not in n]
 
 
-def test_a_damaged_cache_entry_is_dropped_and_read_again(tmp_path):
+def _cached_state(tmp_path):
+    """Three published versions, the third read once so that the block cache holds it:
+    ``(location, options, state, block cache)``; no working copy is left open."""
     loc = Location(str(tmp_path / "loc"))
     opts = _options(tmp_path / "cache", cache_disk_bytes=64 << 20, park_copies=False)
     want, _ = _workload(loc, opts, batches=3)
     release_idle_stores()
-    blocks = blocks_for(opts)
     assert _read_all(loc, opts, 3) == want
     release_idle_stores()
+    return loc, opts, want, blocks_for(opts)
+
+
+def test_a_damaged_cache_entry_is_dropped_and_read_again(tmp_path):
+    loc, opts, want, blocks = _cached_state(tmp_path)
     damaged = _entries(blocks)
     assert damaged
     for i, path in enumerate(damaged):
@@ -326,13 +323,7 @@ class _FullDisk(FaultInjectionFileSystem):
 
 
 def test_a_full_local_disk_evicts_and_skips_instead_of_failing_the_task(tmp_path):
-    loc = Location(str(tmp_path / "loc"))
-    opts = _options(tmp_path / "cache", cache_disk_bytes=64 << 20, park_copies=False)
-    want, _ = _workload(loc, opts, batches=3)
-    release_idle_stores()
-    blocks = blocks_for(opts)
-    assert _read_all(loc, opts, 3) == want  # the cache holds the state now
-    release_idle_stores()
+    loc, opts, want, blocks = _cached_state(tmp_path)
     held = blocks.usage()
     disk = blocks.file_system = _FullDisk(OSFileSystem.instance())
     try:

@@ -53,7 +53,7 @@ import xxhash
 from antkv import IOError as AntIOError
 from antkv.fs import FileSystem, RandomAccessFile, default_file_system
 
-from antkv.spark.store.local_cache import HostLock
+from antkv.spark.store.local_cache import HostLock, tree_bytes
 from antkv.spark.store.location import Location
 from antkv.spark.store.objects import FileRef
 
@@ -225,15 +225,7 @@ class BlockCache:
 
     def usage(self) -> int:
         """Bytes of the entries on disk now (tests, metrics)."""
-        total = 0
-        for d, _, names in os.walk(self.root):
-            for n in names:
-                if n != "LOCK":
-                    try:
-                        total += os.stat(os.path.join(d, n)).st_size
-                    except FileNotFoundError:
-                        pass
-        return total
+        return tree_bytes(self.root)
 
     def stats(self) -> dict:
         with self._mutex:

@@ -85,24 +85,23 @@ _caches_lock = threading.Lock()
 
 def cache_for(options: StoreOptions) -> LocalCache:
     """This process's local cache of ``options``'s cache directory (one per directory)."""
-    root = os.path.abspath(options.resolved_cache_dir())
-    with _caches_lock:
-        key = (os.getpid(), root)
-        cache = _caches.get(key)
-        if cache is None:
-            cache = _caches[key] = LocalCache(root, options.cache_disk_bytes)
-        return cache
+    return _per_process(_caches, LocalCache, options)
 
 
 def blocks_for(options: StoreOptions) -> BlockCache:
     """This process's block cache of ``options``'s cache directory (remote mode; one per directory)."""
+    return _per_process(_blocks, BlockCache, options)
+
+
+def _per_process(made: dict, make, options: StoreOptions):
+    """``make(root, cache_disk_bytes)`` for ``options``'s cache directory, once per process."""
     root = os.path.abspath(options.resolved_cache_dir())
     with _caches_lock:
         key = (os.getpid(), root)
-        blocks = _blocks.get(key)
-        if blocks is None:
-            blocks = _blocks[key] = BlockCache(root, options.cache_disk_bytes)
-        return blocks
+        cache = made.get(key)
+        if cache is None:
+            cache = made[key] = make(root, options.cache_disk_bytes)
+        return cache
 
 
 def release_idle_stores() -> None:

@@ -34,6 +34,7 @@ import weakref
 
 from antkv import IOError as AntIOError
 from antkv.fs import FileSystem, RandomAccessFile
+from antkv.fs.delegating import DelegatingFileSystem
 
 from antkv.spark.store.block_cache import BlockCache, RemoteFile
 from antkv.spark.store.location import Location
@@ -63,11 +64,12 @@ class _Switchable(RandomAccessFile):
         self._handle.close()
 
 
-class RemoteTables(FileSystem):
-    """``base`` (the local file system) plus the remote files of the directories named to it."""
+class RemoteTables(DelegatingFileSystem):
+    """``base`` (the local file system) plus the remote files of the directories named to it;
+    calls that touch no remote file are ``base``'s."""
 
     def __init__(self, base: FileSystem, blocks: BlockCache):
-        self.base = base
+        super().__init__(base)
         self.blocks = blocks
         self._lock = threading.Lock()
         self._remote: dict[str, dict[str, tuple[Location, FileRef]]] = {}  # directory -> name -> object
@@ -229,29 +231,9 @@ class RemoteTables(FileSystem):
         self.base.rmdir(path)
         self.forget_dir(path)
 
-    # ------------------------------------------------------------------ the rest is local
-
-    def is_dir(self, path):
-        return self.base.is_dir(path)
-
-    def mkdirs(self, path):
-        self.base.mkdirs(path)
-
-    def sync_dir(self, path):
-        self.base.sync_dir(path)
-
     def sync_file(self, path):
         if self._lookup(path) is None:
             self.base.sync_file(path)
-
-    def lock(self, path):
-        return self.base.lock(path)
-
-    def unlock(self, lock):
-        self.base.unlock(lock)
-
-    def is_locked(self, path):
-        return self.base.is_locked(path)
 
 
 def _norm(path: str) -> str:

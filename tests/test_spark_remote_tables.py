@@ -133,7 +133,7 @@ def test_a_state_ten_times_the_block_cache_gives_the_answers_of_download_mode(tm
 
 
 def test_a_scan_fetches_large_ranges_and_point_reads_one_chunk(tmp_path):
-    # one table of about 4 MiB (16 chunks): the keys in order, values small enough for the table
+    # one table of about 4 MiB (64 chunks): the keys in order, values small enough for the table
     loc = Location(str(tmp_path / "loc"))
     engine = dict(write_buffer_size=64 << 20, max_background_jobs=0)
     opts = StoreOptions(cache_dir=str(tmp_path / "cache"), tables="remote", park_copies=False, engine=engine,
@@ -153,8 +153,8 @@ def test_a_scan_fetches_large_ranges_and_point_reads_one_chunk(tmp_path):
         opened = blocks.stats()
         assert dict(store.items()) == want
     scan = {k: blocks.stats()[k] - opened[k] for k in ("misses", "fetches")}
-    assert blocks.chunk_bytes == 256 << 10 and scan["misses"] >= 12
-    assert scan["fetches"] * 2 <= scan["misses"]  # read-ahead: 1, 2, 4, 8 chunks per request
+    assert blocks.chunk_bytes == 64 << 10 and scan["misses"] >= 48
+    assert scan["fetches"] * 4 <= scan["misses"]  # read-ahead: 1, 2, 4, ... 64 chunks per request
     release_idle_stores()
     again = blocks.stats()
     with open_store(loc, "op", 0, 1, options=fresh) as store:
@@ -338,6 +338,28 @@ def test_a_full_local_disk_evicts_and_skips_instead_of_failing_the_task(tmp_path
         assert _read_all(loc, opts, 3) == want
     finally:
         blocks.file_system = OSFileSystem.instance()
+
+
+@pytest.mark.parametrize("tables", ["local", "remote"])
+def test_a_copy_holding_a_quarter_of_the_block_cache_in_new_tables_commits_a_snapshot(tmp_path, tables):
+    # batch 1's writes reach the working copy's tables (in write batches of 4,096, 64 KiB
+    # memtables) well beyond 16 KiB, a quarter of the block cache: in remote mode its commit is a
+    # snapshot, which hands them over to the location, and batch 2's is a changelog again
+    loc = Location(str(tmp_path / "loc"))
+    opts = StoreOptions(cache_dir=str(tmp_path / "cache"), tables=tables, cache_disk_bytes=BUDGET,
+                        max_changelog_chain=100, engine=dict(write_buffer_size=64 << 10, max_background_jobs=0))
+    coord = CommitCoordinator(loc, "op", 1, query_id="q")
+    snapshots = []
+    for v, n in ((0, 10000), (1, 10)):
+        with open_store(loc, "op", 0, v, manifest=coord.base_manifests(v)[0], options=opts) as store:
+            for i in range(n):
+                store.put(b"k%06d" % i, b"%d" % v * 100)
+            message = store.commit()
+        snapshots.append(message.snapshot)
+        coord.publish(v + 1, [message])
+    assert snapshots == [tables == "remote", False]
+    release_idle_stores()
+    assert _read_all(loc, opts, 2) == {b"k%06d" % i: (b"1" if i < 10 else b"0") * 100 for i in range(10000)}
 
 
 def test_remote_mode_is_refused_with_a_bad_value():

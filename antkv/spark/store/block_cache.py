@@ -2,8 +2,8 @@ r"""The machine-wide block cache: ranges of snapshot files read from the locatio
 
 A working copy in remote mode (``StoreOptions(tables="remote")``, :mod:`remote_tables`) reads
 its snapshot's tables and value-log files from the checkpoint location by byte ranges.  The
-ranges are cut into aligned *chunks* (:attr:`BlockCache.chunk_bytes`, 256 KiB; smaller when
-``cache_disk_bytes`` is under 16 MiB), and every chunk fetched is kept here, for every Python
+ranges are cut into aligned *chunks* (:attr:`BlockCache.chunk_bytes`, 64 KiB; smaller when
+``cache_disk_bytes`` is under 4 MiB), and every chunk fetched is kept here, for every Python
 worker on the host.
 
 Layout under the local cache's root::
@@ -35,7 +35,9 @@ Invariants:
 
 Read-ahead (:class:`RemoteFile`): a read of the chunk after the one a file read last fetches
 twice as many chunks as the previous fetch (up to :data:`READAHEAD_CHUNKS`, 4 MiB) in one
-request, so a scan of a table is a few large sequential requests, not one per block.
+request, so a scan of a table is a few large sequential requests, not one per block.  Any
+other read fetches one chunk: a point read costs a request of 64 KiB, a few of the engine's
+16 KiB blocks.
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ from antkv.spark.store.objects import FileRef
 
 log = logging.getLogger(__name__)
 MiB = 1 << 20
-CHUNK_BYTES = 256 * 1024  # the chunk of a cache of at least 16 MiB
-READAHEAD_CHUNKS = 16  # the most chunks one sequential fetch asks for (4 MiB)
+CHUNK_BYTES = 64 * 1024  # the chunk of a cache of at least 4 MiB: a point read fetches this much
+READAHEAD_CHUNKS = 64  # the most chunks one sequential fetch asks for (4 MiB)
 _TRAILER = struct.Struct("<4sIQ")  # magic, payload length, xxh3_64(entry name + payload)
 _MAGIC = b"AKBc"
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -297,8 +299,8 @@ class RemoteFile(RandomAccessFile):
 
 
 def _chunk_for(budget: int) -> int:
-    """The chunk size of a cache of ``budget`` bytes: 256 KiB, or a 64th of a budget below
-    16 MiB (a power of two, at least 4 KiB), so a small cache still holds many chunks."""
+    """The chunk size of a cache of ``budget`` bytes: :data:`CHUNK_BYTES`, or a 64th of a
+    smaller budget (a power of two, at least 4 KiB), so a small cache still holds many chunks."""
     if budget >= 64 * CHUNK_BYTES:
         return CHUNK_BYTES
     c = 4096

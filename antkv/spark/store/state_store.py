@@ -552,6 +552,8 @@ class StateStore:
         o = self.options
         if len(chain) + 1 > o.max_changelog_chain:
             return True
+        if o.remote_tables and self._copy.local_bytes() > o.cache_disk_bytes // 4:
+            return True  # remote tables: hand the tables written since the last snapshot over to the location
         chain_bytes = sum(c.size for c in chain) + log_bytes
         return chain_bytes > max(snapshot.bytes if snapshot is not None else 0, MiB) * o.snapshot_ratio
 

@@ -341,6 +341,20 @@ class WorkingCopy:
         self.db.checkpoint(path)
         return path
 
+    def local_bytes(self) -> int:
+        """Bytes of the engine files of the database on local disk (in remote mode, those
+        written since the last snapshot)."""
+        total = 0
+        remote = set() if self.remote is None else set(self.remote.remote_files(self.work.db_path))
+        with os_errors(self.work.db_path):
+            for e in os.scandir(self.work.db_path):
+                if e.name.endswith(_SNAPSHOT_SUFFIXES) and e.name not in remote:
+                    try:
+                        total += e.stat().st_size
+                    except FileNotFoundError:
+                        pass
+        return total
+
     def drop_checkpoint(self, checkpoint: str) -> None:
         """Remove ``checkpoint`` (:meth:`checkpoint`), not parked."""
         shutil.rmtree(checkpoint, ignore_errors=True)

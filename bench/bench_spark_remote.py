@@ -116,8 +116,12 @@ def main() -> int:
     server = None
     try:
         if args.s3:
+            import logging
+
             import pyarrow.fs as pafs
             from moto.server import ThreadedMotoServer
+
+            logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's request log
 
             server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
             server.start()

@@ -142,8 +142,8 @@ def main() -> int:
             fetched = statistics.median(b["fetched"] for b in r["steady"])
             ratios = [b["hit_ratio"] for b in r["steady"] if b["hit_ratio"] is not None]
             print(f"\n{mode}: load {r['load_s']:.1f} s")
-            print(f"  steady batch (median)    {med:7.3f} s  {fetched / 1e6:9.2f} MB read  hit ratio "
-                  f"{statistics.median(ratios) if ratios else '-'}")
+            ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+            print(f"  steady batch (median)    {med:7.3f} s  {fetched / 1e6:9.2f} MB read  hit ratio {ratio}")
             print(f"  first batch after restore {_fmt(r['first'])}")
             print(f"  second batch after it     {_fmt(r['second'])}")
         local = statistics.median(b["seconds"] for b in results["local"]["steady"])

@@ -4,7 +4,8 @@
 The test session holds the local SparkContext, and a process holds one; so the cluster's
 driver is a subprocess: ``pytest`` on :data:`ON_THE_CLUSTER` with ``ANTKV_SPARK_MASTER`` set.
 Those are the exactly-once fault tests (a task failing after its commit, duplicate attempts),
-a pipeline's batch jobs rescaled 2 -> 2 -> 3 -> 1 whose output and state equal plain Spark's,
+a pipeline's batch jobs rescaled 2 -> 2 -> 3 -> 1 whose output and state equal plain Spark's
+(with snapshot files downloaded whole, and read remotely through each machine's block cache),
 a row-based processor whose output equals Spark's row-based ``transformWithState``,
 and the checks only a cluster gives meaning to (``tests/spark_cluster_checks.py``: the state
 data source reads in both executors, a killed Python worker's task retried on the other
@@ -30,7 +31,7 @@ ON_THE_CLUSTER = [
     "test_spark_row_processor.py::test_event_time_timers_and_types_equal_spark",
     "spark_cluster_checks.py",
 ]
-EXPECTED = 2 + 1 + 1 + 2  # test cases in ON_THE_CLUSTER
+EXPECTED = 2 + 2 + 1 + 2  # test cases in ON_THE_CLUSTER (the pipeline's: download and remote tables)
 
 
 def test_exactly_once_rescale_output_and_state_source_on_a_standalone_cluster(spark_cluster, tmp_path):

@@ -14,8 +14,10 @@ exactly what the retained versions reference.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
+import re
 import uuid
 
 import pyarrow as pa
@@ -198,13 +200,19 @@ def file_system(request, tmp_path):
 
 # on S3 only the crash variants (a crash fails its call and every later one): each S3 run
 # costs ~20 s of HTTP round trips to the local server
-@pytest.mark.parametrize("file_system,crash", [("local", False), ("local", True), ("s3", True)],
-                         ids=["local-fail", "local-crash", "s3-crash"], indirect=["file_system"])
+# remote-tables: the stores read their tables from the location (StoreOptions.tables), each
+# table's ranges through one more call of the location (open_input_file)
+@pytest.mark.parametrize("file_system,crash,tables",
+                         [("local", False, "local"), ("local", True, "local"), ("s3", True, "local"),
+                          ("local", False, "remote")],
+                         ids=["local-fail", "local-crash", "s3-crash", "local-fail-remote-tables"],
+                         indirect=["file_system"])
 @pytest.mark.parametrize("snapshot", [False, True], ids=["changelog", "snapshot"])
-def test_fault_at_every_call(tmp_path, file_system, crash, snapshot):
+def test_fault_at_every_call(tmp_path, file_system, crash, tables, snapshot):
     inner, root, probe_root = file_system
     options = StoreOptions(cache_dir=str(tmp_path / "cache"), max_changelog_chain=1 if snapshot else 100,
-                           snapshot_ratio=1000.0, engine=dict(write_buffer_size=64 << 10, min_blob_size=1000))
+                           snapshot_ratio=1000.0, engine=dict(write_buffer_size=64 << 10, min_blob_size=1000),
+                           tables=tables, park_copies=tables == "local")
     healthy = Location(root, filesystem=inner)
     loc, handler = make_faulty(root, inner)
     states = {0: [{} for _ in range(NUM_PARTITIONS)]}
@@ -231,6 +239,8 @@ def test_fault_at_every_call(tmp_path, file_system, crash, snapshot):
     batch = 3
     for n in range(1, total + 1):
         release_idle_stores()  # the interrupted process's working copies are gone with it
+        if tables == "remote":  # a cold block cache: the batch makes the dry run's calls
+            options = dataclasses.replace(options, cache_dir=str(tmp_path / f"cache-{n}"))
         handler.arm(n, crash)
         coord = CommitCoordinator(loc, "op", NUM_PARTITIONS, query_id="q", min_versions_to_retain=RETAIN)
         writes = batch_writes(batch)
@@ -239,7 +249,11 @@ def test_fault_at_every_call(tmp_path, file_system, crash, snapshot):
             interrupted = False
         except antkv.Error:
             interrupted = True
-        assert interrupted, f"call {n} of {total} raised no error"
+        # remote tables: the engine's open reads a table's last bytes as evidence that the
+        # directory is antkv's, and goes on without them when that read fails (the MANIFEST
+        # is evidence too); the table's next read opens the object again
+        skipped = tables == "remote" and re.fullmatch(r"read .*\.(sst|vlog)", handler.log[n - 1])
+        assert interrupted or skipped, f"call {n} of {total} raised no error"
         handler.arm(None, False)
         # a new process: what is published is exactly one of the two versions, whole
         release_idle_stores()

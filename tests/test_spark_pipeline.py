@@ -8,7 +8,7 @@ import os
 import pytest
 
 import antkv
-from antkv.spark import StatefulPipeline, read_output, read_state
+from antkv.spark import StatefulPipeline, StoreOptions, read_output, read_state
 from antkv.spark.tools.demo import (
     OUTPUT_SCHEMA,
     click_state,
@@ -19,18 +19,25 @@ from antkv.spark.tools.demo import (
 from antkv.spark.store.keygroups import KeyGroupError
 
 
-def _pipeline(root, partitions, key_groups=64, func=click_state):
+def _pipeline(root, partitions, key_groups=64, func=click_state, options=None):
     return StatefulPipeline("file://" + str(root / "state"), "clicks", ["user"], func, OUTPUT_SCHEMA,
-                            partitions=partitions, key_groups=key_groups, query_id="t")
+                            partitions=partitions, key_groups=key_groups, query_id="t", options=options)
 
 
-def test_batch_jobs_with_rescale_2_3_1_equal_plain_spark(spark, tmp_path):
+# remote: the state's tables are read from the location through a block cache of 4 KiB on the
+# Spark workers' disk, far smaller than the state (StoreOptions.tables)
+@pytest.mark.parametrize("tables", ["local", "remote"])
+def test_batch_jobs_with_rescale_2_3_1_equal_plain_spark(spark, tmp_path, tables):
     events = tmp_path / "events"
     write_event_files(str(events), 0, 4, users=60, events=150, payload_bytes=40)
+    options = None
+    if tables == "remote":
+        options = StoreOptions(tables="remote", cache_disk_bytes=4096, cache_dir=str(tmp_path / "cache"),
+                               max_changelog_chain=1)
     outputs = []
     for f, partitions in enumerate([2, 2, 3, 1]):
         df = spark.read.parquet(str(events / f"events-{f:05d}.parquet"))
-        result = _pipeline(tmp_path, partitions).run(df)
+        result = _pipeline(tmp_path, partitions, options=options).run(df)
         m = result.metrics
         assert (m.batch_id, m.version, m.partitions, m.rows) == (f, f + 1, partitions, 150)
         assert m.previous_partitions == (2 if f == 2 else 3 if f == 3 else partitions)
@@ -45,6 +52,15 @@ def test_batch_jobs_with_rescale_2_3_1_equal_plain_spark(spark, tmp_path):
     # the key count the driver reports is exact: one value, one list and the map entries per user
     keys = len(want_state["clicks"]) * 2 + sum(len(v) for v in want_state["pages"].values())
     assert result.metrics.keys == keys + 4  # + K and the three state names in the metadata area
+    if tables == "remote":
+        snapshots = [n for d, _, names in os.walk(tmp_path / "state") for n in names if n.endswith((".sst", ".vlog"))]
+        state_bytes = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(tmp_path / "state")
+                          for n in names if n.endswith((".sst", ".vlog")))
+        assert snapshots and state_bytes >= 10 * 4096  # the snapshot files the location retains
+        assert not [n for _, _, names in os.walk(tmp_path / "cache" / "objects") for n in names]
+        assert os.listdir(tmp_path / "cache" / "blocks")  # the workers read through the block cache
+        fetched = sum(p.block_fetched_bytes for p in result.metrics.partition_metrics)
+        assert fetched > 0 and sum(p.block_misses for p in result.metrics.partition_metrics) > 0
 
 
 def test_streaming_demo_verdict_at_a_small_size(spark, tmp_path):

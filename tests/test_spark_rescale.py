@@ -35,10 +35,11 @@ def _key(group: int, i: int) -> bytes:
     return group.to_bytes(2, "big") + b"\x00\x01" + b"%05d" % i
 
 
-def _options(tmp_path, **engine) -> StoreOptions:
+def _options(tmp_path, tables="local", **engine) -> StoreOptions:
     # max_background_jobs=0: flush, compaction and value-log GC run inline, so every run is the same
     engine = dict(min_blob_size=512, write_buffer_size=64 << 10, max_background_jobs=0, **engine)
-    return StoreOptions(cache_dir=str(tmp_path / "cache"), max_changelog_bytes=16 << 10, engine=engine)
+    return StoreOptions(cache_dir=str(tmp_path / "cache"), max_changelog_bytes=16 << 10, engine=engine,
+                        tables=tables, cache_disk_bytes=64 << 10 if tables == "remote" else 8 << 30)
 
 
 @pytest.fixture(autouse=True)
@@ -105,9 +106,12 @@ def _objects(manifest) -> dict:
     return {f.object: f for f in manifest.snapshot.files}
 
 
-def test_bring_in_names_the_source_objects_and_uploads_a_fraction_of_it(tmp_path):
-    # small tables (8 KiB): most of the range brought in is whole tables, linked as they are
-    loc, options = Location(str(tmp_path / "loc")), _options(tmp_path, target_file_size_base=8 << 10)
+@pytest.mark.parametrize("tables", ["local", "remote"])
+def test_bring_in_names_the_source_objects_and_uploads_a_fraction_of_it(tmp_path, tables):
+    # small tables (8 KiB): most of the range brought in is whole tables, linked as they are (in
+    # remote mode: named as the source's remote files, read from the location through the block cache)
+    loc = Location(str(tmp_path / "loc"))
+    options = _options(tmp_path, tables=tables, target_file_size_base=8 << 10)
     want = _two_partitions(loc, options, per_group=300, size_of=lambda i: SMALL)  # tables only
     old = CommitCoordinator(loc, "op", 3, query_id="q").published_manifests(1)
     source = read_manifest(loc, old[0])
@@ -132,6 +136,8 @@ def test_bring_in_names_the_source_objects_and_uploads_a_fraction_of_it(tmp_path
     msgs = _rescale(loc, options, 2, 1)
     _check_state(loc, options, 3, 1, want)
     assert msgs[0].num_keys == len(want)
+    if tables == "remote":  # no snapshot file was downloaded whole
+        assert not [n for _, _, names in os.walk(tmp_path / "cache" / "objects") for n in names]
 
 
 def test_a_location_fault_at_any_call_of_a_rescale_changes_nothing_and_a_retry_succeeds(tmp_path):

@@ -32,6 +32,7 @@ VALUES = st.one_of(st.binary(max_size=20), st.binary(min_size=200, max_size=300)
 PARTS = st.integers(0, 1)
 NUM_PARTITIONS = 2
 RETAIN = 3
+_REMOTE_CACHE = {"remote": dict(cache_disk_bytes=16 << 10)}  # a block cache smaller than the state's tables
 
 
 def model_items(model: dict, lo=None, hi=None, prefix=None):
@@ -58,8 +59,10 @@ def referenced_objects(loc, coord, first: int, last: int) -> set[str]:
     return out
 
 
-def make_machine(make_location):
-    """``make_location()`` returns ``(location, cleanup callable)``: a fresh empty location."""
+def make_machine(make_location, tables="local"):
+    """``make_location()`` returns ``(location, cleanup callable)``: a fresh empty location.
+    ``tables="remote"``: the stores read their snapshot files from the location through a
+    block cache of 16 KiB (StoreOptions.tables), smaller than the state's tables together."""
 
     class StoreMachine(RuleBasedStateMachine):
         def __init__(self):
@@ -67,7 +70,8 @@ def make_machine(make_location):
             self.loc, self._drop_location = make_location()
             self.cache_dir = tempfile.mkdtemp(prefix="antkv-spark-cache-")
             self.options = StoreOptions(cache_dir=self.cache_dir, max_changelog_chain=3,
-                                        max_changelog_bytes=2000, engine=dict(write_buffer_size=4096))
+                                        max_changelog_bytes=2000, engine=dict(write_buffer_size=4096),
+                                        tables=tables, **_REMOTE_CACHE.get(tables, {}))
             self.coord = CommitCoordinator(self.loc, "op", NUM_PARTITIONS, query_id="model",
                                            min_versions_to_retain=RETAIN)
             self.version = 0
@@ -236,3 +240,13 @@ def test_store_model_local(tmp_path):
 def test_store_model_s3(s3_server):
     machine = make_machine(s3_location(s3_server))
     run_state_machine_as_test(machine, settings=settings(max_examples=8, stateful_step_count=25))
+
+
+def test_store_model_remote_tables_local(tmp_path):
+    machine = make_machine(_local_location(str(tmp_path)), tables="remote")
+    run_state_machine_as_test(machine, settings=settings(max_examples=25, stateful_step_count=40))
+
+
+def test_store_model_remote_tables_s3(s3_server):
+    machine = make_machine(s3_location(s3_server), tables="remote")
+    run_state_machine_as_test(machine, settings=settings(max_examples=6, stateful_step_count=25))

@@ -10,7 +10,9 @@ Every read, write, fsync, rename, hard link and directory sync of the engine goe
 
 plus :class:`~antkv.fs.fault.FaultInjectionFileSystem`, a wrapper that fails or "crashes" at
 the n-th call, for crash and I/O-error tests, and :class:`~antkv.fs.buffered.BufferedWritableFile`,
-a write buffer for files that count only once synced (output tables).
+a write buffer for files that count only once synced (output tables), and
+:class:`~antkv.fs.delegating.DelegatingFileSystem`, the base of wrappers that change a few calls
+(:class:`~antkv.fs.pinned.PinnedFileSystem`).
 
 Contract of every implementation:
 

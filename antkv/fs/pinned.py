@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 
 from .api import FileSystem, RandomAccessFile
+from .delegating import DelegatingFileSystem
 
 
 class _SharedHandle(RandomAccessFile):
@@ -38,11 +39,12 @@ class _SharedHandle(RandomAccessFile):
         pass  # the pin stays until PinnedFileSystem.release
 
 
-class PinnedFileSystem(FileSystem):
-    """``base``, with the paths given to :meth:`pin` held open until :meth:`release`."""
+class PinnedFileSystem(DelegatingFileSystem):
+    """``base``, with the paths given to :meth:`pin` held open until :meth:`release`; every
+    other call is ``base``'s."""
 
     def __init__(self, base: FileSystem):
-        self.base = base
+        super().__init__(base)
         self._lock = threading.Lock()
         self._pins: dict[str, RandomAccessFile] = {}
 
@@ -93,53 +95,3 @@ class PinnedFileSystem(FileSystem):
 
     def exists(self, path: str) -> bool:
         return path in self._pins or self.base.exists(path)
-
-    # --- everything else is the wrapped file system's ---
-
-    def create(self, path):
-        return self.base.create(path)
-
-    def write_all(self, path, data, sync=True):
-        self.base.write_all(path, data, sync)
-
-    def is_dir(self, path):
-        return self.base.is_dir(path)
-
-    def listdir(self, path):
-        return self.base.listdir(path)
-
-    def remove(self, path):
-        self.base.remove(path)
-
-    def rename(self, src, dst):
-        self.base.rename(src, dst)
-
-    def link(self, src, dst):
-        self.base.link(src, dst)
-
-    def truncate(self, path, size):
-        self.base.truncate(path, size)
-
-    def mkdirs(self, path):
-        self.base.mkdirs(path)
-
-    def rmdir(self, path):
-        self.base.rmdir(path)
-
-    def sync_dir(self, path):
-        self.base.sync_dir(path)
-
-    def sync_file(self, path):
-        self.base.sync_file(path)
-
-    def lock(self, path):
-        return self.base.lock(path)
-
-    def unlock(self, lock):
-        self.base.unlock(lock)
-
-    def is_locked(self, path):
-        return self.base.is_locked(path)
-
-    def copy(self, src, dst, sync=True):
-        self.base.copy(src, dst, sync)

@@ -173,6 +173,11 @@ class PartitionMetrics:
     caught_up_working_copy: bool = False  # the reused copy was of an older version: its changelogs were applied
     copy_fate: str = ""  # "reused", "reopened", "caught_up", "rebuilt" or "new" (StateStore.copy_fate)
     bytes_downloaded: int = 0  # read from the location by the load: snapshot files and changelogs
+    # remote tables (StoreOptions.tables="remote"), over the whole task: chunks the block cache
+    # served from local disk, chunks it fetched from the location, and the bytes fetched
+    block_hits: int = 0
+    block_misses: int = 0
+    block_fetched_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -440,6 +445,7 @@ class StatefulPipeline:
                 t2 = time.perf_counter()
                 msg = dataclasses.replace(store.commit(), outputs=files)
                 commit_s = time.perf_counter() - t2
+                done = local_cache_counters(options)
             except BaseException:
                 writer.abort()
                 store.abort()
@@ -454,7 +460,10 @@ class StatefulPipeline:
                 write_amplification=float(write_amp), rescaled=plans is not None,
                 reports=state.reports, caught_up_working_copy=store.caught_up_working_copy,
                 copy_fate=store.copy_fate,
-                bytes_downloaded=sum(after[c] - before[c] for c in ("download_bytes", "changelog_bytes")))
+                bytes_downloaded=sum(after[c] - before[c] for c in ("download_bytes", "changelog_bytes")),
+                block_hits=done["block_hits"] - before["block_hits"],
+                block_misses=done["block_misses"] - before["block_misses"],
+                block_fetched_bytes=done["block_fetched_bytes"] - before["block_fetched_bytes"])
             yield pd.DataFrame({COMMIT_COLUMN: [msg.to_json()], METRICS_COLUMN: [json.dumps(asdict(metrics))]})
 
         return task

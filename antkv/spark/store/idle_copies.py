@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 
+from antkv.spark.store.block_cache import BlockCache
 from antkv.spark.store.local_cache import LocalCache
 from antkv.spark.store.location import Location
 from antkv.spark.store.store_options import StoreOptions
@@ -78,17 +79,28 @@ def background_parking() -> bool:
 held = IdleCopies()  # this process's
 atexit.register(held.clear)
 _caches: dict[tuple[int, str], LocalCache] = {}
+_blocks: dict[tuple[int, str], BlockCache] = {}
 _caches_lock = threading.Lock()
 
 
 def cache_for(options: StoreOptions) -> LocalCache:
     """This process's local cache of ``options``'s cache directory (one per directory)."""
+    return _per_process(_caches, LocalCache, options)
+
+
+def blocks_for(options: StoreOptions) -> BlockCache:
+    """This process's block cache of ``options``'s cache directory (remote mode; one per directory)."""
+    return _per_process(_blocks, BlockCache, options)
+
+
+def _per_process(made: dict, make, options: StoreOptions):
+    """``make(root, cache_disk_bytes)`` for ``options``'s cache directory, once per process."""
     root = os.path.abspath(options.resolved_cache_dir())
     with _caches_lock:
         key = (os.getpid(), root)
-        cache = _caches.get(key)
+        cache = made.get(key)
         if cache is None:
-            cache = _caches[key] = LocalCache(root, options.cache_disk_bytes)
+            cache = made[key] = make(root, options.cache_disk_bytes)
         return cache
 
 
@@ -100,7 +112,16 @@ def release_idle_stores() -> None:
 def local_cache_counters(options: StoreOptions | None = None) -> dict:
     """This process's local-cache counters: ``hits`` (snapshot files found cached),
     ``downloads`` and ``download_bytes`` (snapshot files fetched from locations), and
-    ``changelog_bytes`` (changelogs read from locations to build or catch up copies)."""
-    cache = cache_for(options or StoreOptions())
-    return {"hits": cache.hits, "downloads": cache.downloads, "download_bytes": cache.download_bytes,
-            "changelog_bytes": cache.changelog_bytes}
+    ``changelog_bytes`` (changelogs read from locations to build or catch up copies); in
+    remote mode also the block cache's ``block_hits`` and ``block_misses`` (chunks served from
+    local disk, fetched from the location) and ``block_fetched_bytes``."""
+    options = options or StoreOptions()
+    cache = cache_for(options)
+    counters = {"hits": cache.hits, "downloads": cache.downloads, "download_bytes": cache.download_bytes,
+                "changelog_bytes": cache.changelog_bytes, "block_hits": 0, "block_misses": 0,
+                "block_fetched_bytes": 0}
+    if options.remote_tables:
+        blocks = blocks_for(options).stats()
+        counters.update(block_hits=blocks["hits"], block_misses=blocks["misses"],
+                        block_fetched_bytes=blocks["fetched_bytes"])
+    return counters

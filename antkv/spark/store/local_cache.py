@@ -68,7 +68,7 @@ class LocalCache:
     def locked(self):
         """The cache's ``LOCK`` (a context manager): every change to ``objects/`` and every
         new directory a sweep could see holds it."""
-        return _FileLock(self._lock_path)
+        return HostLock(self._lock_path)
 
     def object_path(self, location: Location, name: str) -> str:
         loc = xxhash.xxh64_hexdigest(location.identity.encode())
@@ -193,14 +193,7 @@ class LocalCache:
         return freed
 
     def usage(self) -> int:
-        total = 0
-        for d, _, names in os.walk(self._objects):
-            for n in names:
-                try:
-                    total += os.stat(os.path.join(d, n)).st_size
-                except FileNotFoundError:
-                    pass
-        return total
+        return tree_bytes(self._objects)
 
     # ------------------------------------------------------------------ working copies
 
@@ -275,7 +268,9 @@ class WorkDir:
             self._fd = None
 
 
-class _FileLock:
+class HostLock:
+    """An ``fcntl`` lock on file ``path`` shared by every process of the host (a context manager)."""
+
     def __init__(self, path: str):
         self.path = path
 
@@ -298,6 +293,18 @@ def os_errors(path: str):
         if isinstance(e, antkv.Error):
             raise
         raise AntIOError(f"local state cache: {e}", e, path) from e
+
+
+def tree_bytes(root: str) -> int:
+    """Bytes of the files under ``root`` (0 if it does not exist); files removed meanwhile count nothing."""
+    total = 0
+    for d, _, names in os.walk(root):
+        for n in names:
+            try:
+                total += os.stat(os.path.join(d, n)).st_size
+            except FileNotFoundError:
+                pass
+    return total
 
 
 def _unlink_quietly(path: str) -> None:

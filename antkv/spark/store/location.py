@@ -40,6 +40,9 @@ import secrets
 import sys
 from dataclasses import dataclass
 
+import threading
+
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from antkv import CorruptionError, InvalidArgumentError
@@ -289,6 +292,10 @@ class Location:
         except OSError as e:
             raise AntIOError(f"cannot download {p}: {e}", e, p) from e
 
+    def ranges(self, name: str) -> "ObjectRanges":
+        """A reader of byte ranges of object ``name`` (opened on its first read)."""
+        return ObjectRanges(self, name)
+
     # ------------------------------------------------------------------ writes
 
     def write(self, name: str, data: bytes) -> None:
@@ -416,6 +423,47 @@ class Location:
             except OSError:
                 pass
         _fsync_dir(d)
+
+
+class ObjectRanges:
+    """Byte ranges of one object, read with ``pyarrow.fs`` ``open_input_file`` / ``read_at``
+    (ranged GETs on an object store).  The file is opened on the first read and kept; a
+    failed read closes it, so the next read opens it again.  Safe to use from several threads."""
+
+    def __init__(self, location: "Location", name: str):
+        self.location = location
+        self.name = name
+        self._lock = threading.Lock()
+        self._file = None
+
+    def read(self, offset: int, n: int) -> bytes:
+        """Exactly ``n`` bytes at ``offset``: a missing object or a short read is a
+        CorruptionError naming it, any other failure an antkv.IOError."""
+        p = self.location.path(self.name)
+        try:
+            with self._lock:
+                f = self._file
+                if f is None:
+                    f = self._file = self.location.fs.open_input_file(p)
+            data = f.read_at(n, offset)
+        except FileNotFoundError as e:
+            raise CorruptionError("object missing from the checkpoint location", p) from e
+        except (OSError, pa.ArrowException) as e:
+            self.close()
+            os_error = e if isinstance(e, OSError) else None
+            raise AntIOError(f"cannot read {n} bytes at offset {offset} of {p}: {e}", os_error, p) from e
+        if len(data) != n:
+            raise CorruptionError(f"object holds {offset + len(data)} bytes, a read wanted {offset + n}", p)
+        return data
+
+    def close(self) -> None:
+        with self._lock:
+            f, self._file = self._file, None
+        if f is not None:
+            try:
+                f.close()
+            except (OSError, pa.ArrowException):
+                pass
 
 
 def _fsync_dir(d: str) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 import antkv
-from antkv.spark.store.idle_copies import cache_for, held
+from antkv.spark.store.idle_copies import blocks_for, cache_for, held
 from antkv.spark.store.location import Location, check_operator, check_partition, check_version
 from antkv.spark.store.memory import worker_row_budget
 from antkv.spark.store.objects import Manifest
@@ -140,7 +140,7 @@ def _claim_parked(loc, operator, partition, version, manifest, options, newer_th
         if record is None:
             copy.destroy()
             return None
-        copy.adopt(record)
+        copy.adopt(loc, record)
         m = copy.manifest
         if (m.operator, m.partition) != (operator, partition):
             raise antkv.CorruptionError(f"a parked copy of {operator}/{partition} holds "
@@ -213,7 +213,8 @@ def _snapshot_objects(manifest: Manifest | None) -> tuple:
 
 def _new_copy(options: StoreOptions) -> WorkingCopy:
     return WorkingCopy(cache_for(options), options.engine_options(),
-                       RowCache(worker_row_budget(options.memory_bytes, options.row_cache_budget())))
+                       RowCache(worker_row_budget(options.memory_bytes, options.row_cache_budget())),
+                       blocks_for(options) if options.remote_tables else None)
 
 
 def _build(loc, operator, partition, version, name, options) -> WorkingCopy:

@@ -69,7 +69,6 @@ from the location and the local cache (:mod:`antkv.spark.store.opening`).
 from __future__ import annotations
 
 import logging
-import shutil
 
 import xxhash
 
@@ -491,7 +490,7 @@ class StateStore:
             nobjects += 1
         except BaseException:
             if checkpoint is not None:
-                shutil.rmtree(checkpoint, ignore_errors=True)
+                copy.drop_checkpoint(checkpoint)
             self._discard()
             raise
         self._finish()
@@ -518,7 +517,7 @@ class StateStore:
         copy = self._copy
         if not self.options.park_copies:
             if checkpoint is not None:
-                shutil.rmtree(checkpoint, ignore_errors=True)
+                copy.drop_checkpoint(checkpoint)
             return True
         try:
             copy.park(ParkedCopies(copy.cache), self.location, self.operator, self.partition, checkpoint)
@@ -553,6 +552,8 @@ class StateStore:
         o = self.options
         if len(chain) + 1 > o.max_changelog_chain:
             return True
+        if o.remote_tables and self._copy.local_bytes() > o.cache_disk_bytes // 4:
+            return True  # remote tables: hand the tables written since the last snapshot over to the location
         chain_bytes = sum(c.size for c in chain) + log_bytes
         return chain_bytes > max(snapshot.bytes if snapshot is not None else 0, MiB) * o.snapshot_ratio
 

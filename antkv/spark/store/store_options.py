@@ -16,6 +16,10 @@ _COPY_WRITE_BUFFER = 256 * MiB  # a working copy's memtable limit (engine_option
 # per-block work (index entry, filter, checksum, write) per handful when it flushes and when a
 # rebuilt copy reads its key groups whole.  Point reads come from the row cache first.
 _COPY_BLOCK_SIZE = 16 * 1024
+# where a working copy's snapshot files are read from (StoreOptions.tables): "local" downloads them
+# whole into the local cache (the default: for a state that fits the disk a batch then reads
+# local files only); "remote" reads them by ranges from the location through the block cache
+TABLE_MODES = ("local", "remote")
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class StoreOptions:
     park_copies: bool = True  # leave each committed copy on the machine for any process (parked_copies.py)
     row_cache_bytes: int | None = None  # the row caches of the process's working copies, together (None: memory_bytes // 4)
     engine: dict = field(default_factory=dict)  # antkv.Options overrides for the stores' databases
+    tables: str = "local"  # "local": snapshot files downloaded whole; "remote": read by ranges through the block cache (remote_tables.py)
 
     def __post_init__(self):
         for f in fields(self):
@@ -42,6 +47,11 @@ class StoreOptions:
             elif f.name == "engine":
                 if not isinstance(v, dict):
                     raise TypeError("engine must be a dict of antkv.Options fields")
+            elif f.name == "tables":
+                if not isinstance(v, str):
+                    raise TypeError(f"tables must be a str, not {type(v).__name__}")
+                if v not in TABLE_MODES:
+                    raise antkv.InvalidArgumentError(f"tables must be one of {', '.join(TABLE_MODES)}, got {v!r}")
             elif f.name == "row_cache_bytes" and v is None:
                 continue
             elif f.name == "park_copies":
@@ -57,6 +67,10 @@ class StoreOptions:
                     raise TypeError(f"{f.name} must be an int, not {type(v).__name__}")
                 if v < 1:
                     raise antkv.InvalidArgumentError(f"{f.name} must be >= 1, got {v}")
+
+    @property
+    def remote_tables(self) -> bool:
+        return self.tables == "remote"
 
     def resolved_cache_dir(self) -> str:
         if self.cache_dir is not None:

@@ -23,6 +23,13 @@ loaded snapshot and only gains
 
 A snapshot commit therefore uploads exactly the engine files missing from the map.
 
+In remote mode (``StoreOptions(tables="remote")``) nothing of the snapshot is linked: the
+copy's engine file system (:mod:`~antkv.spark.store.remote_tables`) names each snapshot file
+as a remote file of the database directory, read from the location through the block cache.
+Every remote file is in the map (it is an object by construction), and a snapshot commit
+hands the files it uploaded over to the location, so the local directory holds only the
+engine's metadata and the files written since the last snapshot.
+
 Lifecycle (who moves a copy between states: :mod:`~antkv.spark.store.opening`,
 :class:`~antkv.spark.store.state_store.StateStore`, :mod:`~antkv.spark.store.idle_copies`,
 :mod:`~antkv.spark.store.parked_copies`)::
@@ -49,6 +56,7 @@ Lifecycle (who moves a copy between states: :mod:`~antkv.spark.store.opening`,
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import os
 import shutil
@@ -58,9 +66,12 @@ import uuid
 import antkv
 import xxhash
 
+from antkv.fs import default_file_system
+from antkv.spark.store.block_cache import BlockCache
 from antkv.spark.store.local_cache import LocalCache, os_errors
 from antkv.spark.store.location import Location, partition_dir, snapshot_file_name
 from antkv.spark.store.parked_copies import ParkedCopies, ParkedRecord
+from antkv.spark.store.remote_tables import RemoteTables
 from antkv.spark.store.row_cache import RowCache
 from antkv.spark.store.objects import (
     FileRef,
@@ -81,11 +92,17 @@ _WHOLE_FACTOR = 16  # changelogs (compressed) of 1/16 of the snapshot's bytes: r
 
 
 class WorkingCopy:
-    def __init__(self, cache: LocalCache, engine_options: antkv.Options, rows: RowCache):
+    def __init__(self, cache: LocalCache, engine_options: antkv.Options, rows: RowCache,
+                 blocks: BlockCache | None = None):
         self.cache = cache
         self.rows = rows  # the store's row cache; changes to the database go through the store
         self.work = cache.new_work_dir()
         self.db: antkv.DB | None = None
+        # remote mode (blocks given): snapshot files stay in the location (remote_tables.py)
+        self.remote: RemoteTables | None = None
+        if blocks is not None:
+            self.remote = RemoteTables(default_file_system(), blocks)
+            engine_options = dataclasses.replace(engine_options, file_system=self.remote)
         self.engine_options = engine_options
         self.manifest_name: str | None = None  # the manifest of the version this copy holds
         self.manifest: Manifest | None = None
@@ -110,7 +127,7 @@ class WorkingCopy:
         snap = manifest.snapshot
         if snap is not None:
             for ref in snap.files:
-                self.cache.link_into(location, ref, os.path.join(self.work.db_path, ref.local))
+                self._place(location, ref, self.work.db_path)
                 self.file_map[ref.local] = ref
             for meta_name, data in snap.meta.items():
                 self.work.write_file(meta_name, data)
@@ -125,6 +142,14 @@ class WorkingCopy:
             self.rows.fill(self.db.items())  # the changelogs below keep every prefix whole
         self.apply_changelogs(location, manifest.changelogs)
         self.manifest_name, self.manifest = name, manifest
+
+    def _place(self, location: Location, ref: FileRef, directory: str) -> None:
+        """Put snapshot file ``ref`` into ``directory`` under its engine name: named as a
+        remote file in remote mode, else linked from the local cache (downloaded if absent)."""
+        if self.remote is not None:
+            self.remote.add(directory, ref.local, location, ref)
+        else:
+            self.cache.link_into(location, ref, os.path.join(directory, ref.local))
 
     def catch_up(self, location: Location, name: str, manifest: Manifest, changelogs) -> None:
         """Become ``manifest`` (read from object ``name``), a later version of the same
@@ -223,10 +248,10 @@ class WorkingCopy:
                     os.makedirs(tmp)
                     shared = {}  # (device, inode) of a linked snapshot file -> its object
                     for ref in snap.files:
-                        dst = os.path.join(tmp, ref.local)
-                        self.cache.link_into(location, ref, dst)
-                        st = os.stat(dst)
-                        shared[(st.st_dev, st.st_ino)] = ref
+                        self._place(location, ref, tmp)
+                        if self.remote is None:
+                            st = os.stat(os.path.join(tmp, ref.local))
+                            shared[(st.st_dev, st.st_ino)] = ref
                     for meta_name, data in snap.meta.items():
                         with open(os.path.join(tmp, meta_name), "wb") as f:
                             f.write(data)
@@ -235,12 +260,20 @@ class WorkingCopy:
             self.apply_changelogs(location, manifest.changelogs, begin, end)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            if self.remote is not None:
+                self.remote.forget_dir(tmp)
             self.cache.evict()
 
     def _name_shared_files(self, shared: dict) -> None:
         """Add to :attr:`file_map` every engine file not in it that is one of ``shared``
         (``(device, inode) -> FileRef``; REQUIRES: those files still linked elsewhere, so that
-        their inodes are not reused) with the object's size."""
+        their inodes are not reused) with the object's size.  In remote mode the ingested
+        snapshot files are remote files, each naming its object: those are added."""
+        if self.remote is not None:
+            for name, ref in self.remote.remote_files(self.work.db_path).items():
+                if name not in self.file_map:
+                    self.file_map[name] = FileRef(ref.object, ref.size, ref.xxh3, local=name)
+            return
         with os_errors(self.work.db_path):
             for name in os.listdir(self.work.db_path):
                 if not name.endswith(_SNAPSHOT_SUFFIXES) or name in self.file_map:
@@ -277,6 +310,8 @@ class WorkingCopy:
             os.rename(self.work.db_path, old)
             os.makedirs(self.work.db_path)
             shutil.rmtree(old)
+        if self.remote is not None:
+            self.remote.forget_dir(self.work.db_path)
         self.db = antkv.open(self.work.db_path, self.engine_options)
         if keys:
             self.db.ingest([table], move=True)
@@ -287,7 +322,11 @@ class WorkingCopy:
         than :data:`_DEBT_FACTOR` entries per live key (older versions of keys, tombstones:
         runs stacked by batches that rewrote the same keys), so that the snapshot holds the
         state about once and a copy rebuilt from it reads its key groups in time that follows
-        the live state.  Returns whether it compacted."""
+        the live state.  Returns whether it compacted.  In remote mode it never does: the
+        compaction would read the whole state from the location and hold it on local disk
+        until the snapshot is uploaded."""
+        if self.remote is not None:
+            return False
         entries = int(self.db.property("antkv.estimate-num-keys") or 0)
         if entries <= _DEBT_FACTOR * live_keys + _DEBT_SLACK:
             return False
@@ -302,6 +341,26 @@ class WorkingCopy:
         self.db.checkpoint(path)
         return path
 
+    def local_bytes(self) -> int:
+        """Bytes of the engine files of the database on local disk (in remote mode, those
+        written since the last snapshot)."""
+        total = 0
+        remote = set() if self.remote is None else set(self.remote.remote_files(self.work.db_path))
+        with os_errors(self.work.db_path):
+            for e in os.scandir(self.work.db_path):
+                if e.name.endswith(_SNAPSHOT_SUFFIXES) and e.name not in remote:
+                    try:
+                        total += e.stat().st_size
+                    except FileNotFoundError:
+                        pass
+        return total
+
+    def drop_checkpoint(self, checkpoint: str) -> None:
+        """Remove ``checkpoint`` (:meth:`checkpoint`), not parked."""
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        if self.remote is not None:
+            self.remote.forget_dir(checkpoint)
+
     def write_snapshot(self, location: Location, operator: str, partition: int, version: int,
                        attempt: str, checkpoint: str) -> tuple[Snapshot, int, int]:
         """Upload the engine files of ``checkpoint`` (:meth:`checkpoint`) the location lacks.
@@ -312,6 +371,8 @@ class WorkingCopy:
                 result = self._upload_checkpoint(location, checkpoint, operator, partition, version, attempt)
                 self.cache.drop_superseded(location, partition_dir(operator, partition),
                                            [ref.object for ref in result[0].files])
+                if self.remote is not None:
+                    self.remote.hand_over(self.work.db_path, location, self.file_map)
                 return result
             finally:
                 self.cache.evict()
@@ -323,9 +384,12 @@ class WorkingCopy:
         last write; None: taken now) becomes a parked entry.  This copy stays open as it is."""
         if checkpoint is None:
             checkpoint = self.checkpoint()
+        file_map = self.file_map
+        if self.remote is not None:
+            file_map = self.remote.strip(checkpoint, self.file_map)
         try:
             entry = parked.park(location, operator, partition, checkpoint, self.manifest_name, self.manifest,
-                                self.file_map)
+                                file_map)
         finally:
             shutil.rmtree(checkpoint, ignore_errors=True)  # gone already unless parking failed
         snap = self.manifest.snapshot
@@ -356,9 +420,14 @@ class WorkingCopy:
         thread.join()
         return self._parked_ok
 
-    def adopt(self, record: ParkedRecord) -> None:
+    def adopt(self, location: Location, record: ParkedRecord) -> None:
         """Open the parked copy of ``record`` claimed into this copy's work area
-        (:meth:`ParkedCopies.claim`): this copy then holds the version it names."""
+        (:meth:`ParkedCopies.claim`): this copy then holds the version it names.  In remote
+        mode the files of its file map that the entry does not hold are remote files."""
+        if self.remote is not None:
+            for name, ref in record.file_map.items():
+                if name not in record.files:
+                    self.remote.add(self.work.db_path, name, location, ref)
         self.db = antkv.open(self.work.db_path, self.engine_options)
         self.manifest_name, self.manifest = record.manifest_name, record.decoded_manifest()
         self.file_map = dict(record.file_map)
@@ -367,18 +436,22 @@ class WorkingCopy:
                            version: int, attempt: str) -> tuple[Snapshot, int, int]:
         files, meta = [], {}
         uploaded = nbytes = 0
-        for name in sorted(os.listdir(tmp)):
+        names = os.listdir(tmp) if self.remote is None else self.remote.listdir(tmp)
+        for name in sorted(names):
             p = os.path.join(tmp, name)
             if not name.endswith(_SNAPSHOT_SUFFIXES):
                 with open(p, "rb") as f:
                     meta[name] = f.read()
                 continue
             ref = self.file_map.get(name)
+            if ref is None and self.remote is not None and name in self.remote.remote_files(tmp):
+                raise antkv.CorruptionError("a remote file of the working copy is not in its file map", p)
             if ref is None:
                 obj = snapshot_file_name(operator, partition, version, attempt, name)
                 size, digest = file_digest(p)
                 location.upload(obj, p)
-                self.cache.adopt(location, obj, p)
+                if self.remote is None:  # remote mode: the file becomes remote (RemoteTables.hand_over)
+                    self.cache.adopt(location, obj, p)
                 ref = FileRef(obj, size, digest, local=name)
                 uploaded += 1
                 nbytes += size
@@ -402,6 +475,8 @@ class WorkingCopy:
         finally:
             self.db = None
             self.work.remove()
+            if self.remote is not None:
+                self.remote.forget_dir(self.work.path)
 
 
 def _checked_changelog(location: Location, ref: FileRef, path: str) -> bytes:

@@ -113,22 +113,12 @@ def main() -> int:
     ap.add_argument("--dir", default=tempfile.gettempdir())
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="bench-remote-", dir=args.dir)
-    server = None
+    stop_server = None
     try:
         if args.s3:
-            import logging
+            from bench.s3_server import start_s3_server
 
-            import pyarrow.fs as pafs
-            from moto.server import ThreadedMotoServer
-
-            logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the server's request log
-
-            server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-            server.start()
-            host, port = server.get_host_and_port()
-            fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", access_key="bench",
-                                   secret_key="bench", region="us-east-1", allow_bucket_creation=True)
-            fs.create_dir("bench")
+            fs, stop_server = start_s3_server("bench")
             locations = {m: Location(f"bench/{m}", filesystem=fs) for m in ("local", "remote")}
         else:
             locations = {m: Location(os.path.join(work, f"loc-{m}")) for m in ("local", "remote")}
@@ -153,8 +143,8 @@ def main() -> int:
               f"remote {results['remote']['first']['seconds'] / remote:.1f}x")
     finally:
         release_idle_stores()
-        if server is not None:
-            server.stop()
+        if stop_server is not None:
+            stop_server()
         shutil.rmtree(work, ignore_errors=True)
     return 0
 

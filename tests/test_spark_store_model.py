@@ -11,12 +11,10 @@ location holds exactly the objects the retained versions reference.
 from __future__ import annotations
 
 import collections
-import logging
 import shutil
 import tempfile
 import uuid
 
-import pyarrow.fs as pafs
 import pytest
 
 from hypothesis import settings
@@ -26,6 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import antkv
 from antkv.spark import CommitCoordinator, Location, StoreOptions, open_store, release_idle_stores
 from antkv.spark.store.state_store import read_manifest
+from bench.s3_server import start_s3_server
 
 KEYS = st.sampled_from([b"", b"a", b"aa", b"aab", b"ab", b"b", b"ba", b"c", b"cc", b"d", b"\xff", b"k1", b"k1z", b"k2"])
 VALUES = st.one_of(st.binary(max_size=20), st.binary(min_size=200, max_size=300))
@@ -211,17 +210,9 @@ def _local_location(tmp_root):
 @pytest.fixture(scope="module")
 def s3_server():
     """A real S3 API (moto's server mode) on 127.0.0.1, and a pyarrow S3 file system reaching it."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    fs = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", access_key="testing",
-                           secret_key="testing", region="us-east-1", allow_bucket_creation=True)
-    fs.create_dir("antkv-state")
+    fs, stop = start_s3_server("antkv-state")
     yield fs
-    server.stop()
+    stop()
 
 
 def s3_location(fs):

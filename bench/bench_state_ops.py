@@ -143,12 +143,6 @@ class _Dicts:
         self.key = key
 
 
-def key_group_prefix(kg: int) -> bytes:
-    from antkv.spark.store.keygroups import key_group_prefix as prefix
-
-    return prefix(kg)
-
-
 class _Stream:
     """The committed versions of the bench's store: each timed batch opens the newest (warm:
     the previous batch's working copy and row cache, as a steady stream meets them) and commits."""
@@ -157,6 +151,8 @@ class _Stream:
         self.loc, self.options, self.keys = loc, options, keys
         self.manifest = _populate(loc, options, keys)
         self.version = 1
+        from antkv.spark.store.keygroups import key_group_prefix
+
         self.touched = {}  # key group prefix -> grouping keys of the batch there
         for kg, _ in keys:
             prefix = key_group_prefix(kg)

@@ -99,7 +99,7 @@ def test_range_tombstones_hide_table_entries(tmp_path, policy):
 
 @pytest.mark.parametrize("policy", ["clock", "lru"])
 def test_a_cold_read_counts_one_miss_and_leaves_the_block_for_the_next(tmp_path, policy):
-    """The fused path reads a missing block itself (``TableReader.load_searchable``): one miss
+    """The fused path reads a missing block itself (as ``TableReader.load_searchable`` does): one miss
     counted, the block cached, and the next read of the block one hit."""
     path = str(tmp_path / "db")
     with antkv.open(path, max_background_jobs=0) as db:

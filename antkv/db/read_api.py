@@ -83,12 +83,11 @@ class ReadAPI(DBState):
         e = sv.table_get(key, read_seq, self._open_table)
         if e is None:
             return default
-        kind = e[1]
-        if kind == VALUE:
+        if e[1] == VALUE:
             return e[2]
-        if kind == DELETION:
+        if e[1] == DELETION:
             return default
-        return self._entry_value(key, kind, e[2], sv, read_seq, default)
+        return self._entry_value(key, e[1], e[2], sv, read_seq, default)
 
     def key_may_exist(self, key, fetch: bool = False, *, snapshot=None):
         """Whether ``key`` is present (rocksdict's ``key_may_exist``, here exact: no false

@@ -131,29 +131,29 @@ class ClockShard:
         lock.acquire()  # try/finally is cheaper than ``with`` on CPython 3.11
         try:
             table = self.table
-            ring = self.ring
             usage = self.usage + charge
             capacity = self.capacity
             if usage > capacity:  # evict(charge), inline
+                ring = self.ring
                 popitem = ring.popitem
                 chances = len(table)
                 while usage > capacity and ring:
                     k, e = popitem(False)
-                    if e[1] and chances > 0:
+                    if e[1] and chances:
                         e[1] = False
                         chances -= 1
                         ring[k] = e
                         continue
                     del table[k]
                     usage -= e[2]
-                if usage > capacity:
+                if usage > capacity:  # the ring is empty: what is left is pinned
                     self.usage = usage - charge
                     self.rejected += 1
                     return False
             self.usage = usage
             if key in table:
                 self.take_out(key)
-            table[key] = ring[key] = [value, high, charge, key]  # a high entry starts referenced
+            table[key] = self.ring[key] = [value, high, charge, key]  # a high entry starts referenced
             self.inserts += 1
             return True
         finally:

@@ -8,17 +8,24 @@ what four functions would do one call each:
 1. the bloom probe (:func:`antkv.sst.bloom.may_contain_probe`, on the key's hash computed once);
 2. the index search (the first index key >= the key names the only block that can hold it);
 3. the block cache hit, without a lock (the clock policy's hit: :mod:`antkv.memory.clock`),
-   or on a miss the block read, checked and cached (:meth:`TableReader.load_searchable`);
+   or on a miss the block read, checked and cached as :meth:`TableReader.load_searchable`
+   does (through the reader's ``block_source``: a read of a table closed meanwhile fails, and
+   :meth:`TableReader.read_failed` reports it as closed);
 4. the search of a cached fixed-width block (``bytes.find`` on its key column, the layout
    cached with the block: :func:`antkv.sst.block.searchable_block`), when the newest version
    of the key is visible.
 
-Anything else takes the general path, which gives the same answers: a block fetched but
-decoded or of variable-width keys, or whose newest version is not the one visible, is searched
-by :meth:`TableReader.search_cached` (the block is not looked up twice, so the cache counts
-one hit or one miss per block a read touches); an index key equal to the key, a cache whose
-hits lock (the LRU policy) or no cache go to :meth:`TableReader.find`; range tombstones
-anywhere in the tables hand the whole lookup to :func:`table_get_covered`.
+The newest version of the key, when the key is in the table, is in the first block whose
+index key is >= the key, so when the fast search finds it visible it is the answer, whatever
+that index key is.  Anything else takes the general path, which gives the same answers: a
+block fetched but decoded or of variable-width keys, or whose newest version is not the one
+visible, is searched by :meth:`TableReader.search_cached` (the block is not looked up twice,
+so the cache counts one hit or one miss per block a read touches); when the block's index key
+equals the key, the key's versions may go on in the next blocks (or, the index key being a
+separator, start there), and :meth:`TableReader.find` picks the block (its lookup counts the
+block a second time: rare, a read at an older snapshot of a key that ends a block); a cache
+whose hits lock (the LRU policy) or no cache go to :meth:`TableReader.find` too; range
+tombstones anywhere in the tables hand the whole lookup to :func:`table_get_covered`.
 """
 
 from __future__ import annotations
@@ -26,8 +33,13 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from ..base.dbformat import MAX_KIND
+from ..errors import CorruptionError
+from ..errors import IOError as AntIOError
 from ..manifest.version_set import find_file
+from ..sst.block import searchable_block
 from ..sst.bloom import DIGEST_HEAD, LANE_MASK, PROBE_TABLE, digest, key_probe, may_contain_probe
+from ..sst.format import BLOCK_TRAILER_SIZE, check_block
+from ..sst.reader import SEARCHABLE_CHARGE
 
 
 def table_get(sv, key: bytes, read_seq: int, open_table):
@@ -79,11 +91,6 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
         i = bisect_left(ikeys, key)
         if i == len(ikeys):
             continue
-        if ikeys[i] == key:  # the key's versions may span blocks; find() picks one
-            found = r.find(key, -read_seq)
-            if found is not None:
-                return found
-            continue
         ckey = (cache_id, offsets[i])
         s = shards[hash(ckey) & mask]
         e = s.table.get(ckey)
@@ -91,38 +98,45 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
             e[1] = True
             s.count_hit()
             block = e[0]
-        else:
+        else:  # r.load_searchable(offset, size, s, ckey), inline
             s.count_miss()
-            block = r.load_searchable(ckey[1], sizes[i], s, ckey)
+            offset = ckey[1]
+            size = sizes[i]
+            read, verify, path = r.block_source
+            try:
+                buf, size = check_block(read(offset, size + BLOCK_TRAILER_SIZE), offset, size, verify, path)
+            except (AntIOError, CorruptionError) as exc:
+                r.read_failed(exc)
+            block = searchable_block(buf, size, path, offset)
+            s.put(ckey, block, size + SEARCHABLE_CHARGE, False)
         try:
             buf, _size, width, n, seqs_off, qw, kinds_off, ends, g, _r = block
         except ValueError:  # not SEARCHABLE_FIELDS long: decoded by an iterator
+            width = 0
+        if width == klen:  # (0: not one width)
+            end = n * width
+            pos = buf.find(key, 0, end)
+            while pos > 0 and pos % width:  # a match across two keys: go on from the next key
+                pos = buf.find(key, pos - pos % width + width, end)
+            if pos >= 0:
+                j = pos // width
+                at = seqs_off + j * qw
+                seq = int.from_bytes(buf[at : at + qw], "little")
+                kind = buf[kinds_off + j]
+                if seq <= read_seq and kind <= MAX_KIND:  # else an older version, or damage
+                    v = g + n + j
+                    return seq, kind, buf[ends[v - 1] : ends[v]]
+            elif ikeys[i] != key:
+                continue  # not in block i, so in no block of this table
+        # the general search: an index key equal to the key may have the key's versions in the
+        # next blocks too (find picks the block), else search_cached says which version or
+        # which damage
+        if ikeys[i] == key:
+            found = r.find(key, -read_seq)
+        else:
             found = r.search_cached(block, i, key, -read_seq)
-            if found is not None:
-                return found
-            continue
-        if width != klen:  # (0: not one width)
-            found = r.search_cached(block, i, key, -read_seq)
-            if found is not None:
-                return found
-            continue
-        end = n * width
-        pos = buf.find(key, 0, end)
-        while pos > 0 and pos % width:  # a match across two keys: go on from the next key
-            pos = buf.find(key, pos - pos % width + width, end)
-        if pos < 0:
-            continue
-        j = pos // width
-        at = seqs_off + j * qw
-        seq = int.from_bytes(buf[at : at + qw], "little")
-        kind = buf[kinds_off + j]
-        if seq > read_seq or kind > MAX_KIND:  # an older version, or damage: the general search says which
-            found = r.search_cached(block, i, key, -read_seq)
-            if found is not None:
-                return found
-            continue
-        v = g + n + j
-        return seq, kind, buf[ends[v - 1] : ends[v]]
+        if found is not None:
+            return found
     return None
 
 

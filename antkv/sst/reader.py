@@ -56,7 +56,7 @@ _BLOCK_CHARGE = 200
 # A searchable block in the cache beyond its contents: its trailer, the bytes object, the
 # tuple of its layout, the cache entry, its key and the hash table's slot (measured with
 # tracemalloc over a cache of 8,800 blocks of 16-byte keys)
-_SEARCHABLE_CHARGE = 470
+SEARCHABLE_CHARGE = 470
 
 
 def _block_charge(size: int, n: int) -> int:
@@ -76,6 +76,9 @@ class TableReader:
         # cache shards, shard mask) for the fused point read; None when it must take find():
         # a table with range tombstones, no cache or a cache whose hits lock, or a closed table
         self.point: tuple | None = None
+        # (the file's read, whether to verify checksums, the path): what the fused point read
+        # needs to read a block that missed the cache as load_searchable does, in its own frame
+        self.block_source: tuple = ()
 
     @classmethod
     def open(cls, fs, path: str, file_number: int, *, cache=None, verify_checksums: bool = True) -> "TableReader":
@@ -95,6 +98,7 @@ class TableReader:
         self.path = path
         self.file_number = file_number
         self._verify = verify
+        self.block_source = (f.read, verify, path)
         self._cache = cache
         self.file_size = size = f.size()
         if size < FOOTER_SIZE:
@@ -195,34 +199,31 @@ class TableReader:
         try:
             return check_block(f.read(offset, size + BLOCK_TRAILER_SIZE), offset, size, self._verify, self.path)
         except (AntIOError, CorruptionError) as e:
-            self._read_failed(e)
+            self.read_failed(e)
 
-    def _read_failed(self, e: Exception):
+    def read_failed(self, e: Exception):
         """A read failed: if the table was closed meanwhile (the database closed under a running
         scan or get: its descriptor is gone, or was even reused), that is what to report."""
         if self._file is None:
             raise DBClosedError(f"table {self.path} is closed") from e
         raise e
 
-    def load_searchable(self, offset: int, size: int, shard=None, ckey: tuple | None = None) -> tuple:
+    def load_searchable(self, offset: int, size: int) -> tuple:
         """The data block at ``offset`` of ``size`` bytes (its index entry) read from the file
         with one ``pread``, checked, in searchable form
         (:func:`~antkv.sst.block.searchable_block`) and put in the cache: a point read's cache
-        miss (the caller has counted it).  The fused point read passes the block's cache key
-        ``ckey`` and the cache ``shard`` it routes to, which it found already.
-        REQUIRES: a cache."""
+        miss (the caller has counted it).  The fused point read
+        (:func:`antkv.read.point_get.table_get`) does the same inline, through
+        :attr:`block_source`.  REQUIRES: a cache."""
         f = self._file
         if f is None:
             raise DBClosedError(f"table {self.path} is closed")
         try:  # _read, inline
             buf, size = check_block(f.read(offset, size + BLOCK_TRAILER_SIZE), offset, size, self._verify, self.path)
         except (AntIOError, CorruptionError) as e:
-            self._read_failed(e)
+            self.read_failed(e)
         block = searchable_block(buf, size, self.path, offset)
-        if shard is None:
-            self._cache.put((self._cache_id, offset), block, size + _SEARCHABLE_CHARGE)
-        else:
-            shard.put(ckey, block, size + _SEARCHABLE_CHARGE, False)
+        self._cache.put((self._cache_id, offset), block, size + SEARCHABLE_CHARGE)
         return block
 
     def _data_block(self, offset: int, size: int):
@@ -289,7 +290,7 @@ class TableReader:
                 region = BlockRun(self._file, offsets[lo], offsets[hi] + sizes[hi] + BLOCK_TRAILER_SIZE)
                 blocks = [read_block(region, offsets[i], sizes[i], verify, path) for i in run]
             except (AntIOError, CorruptionError) as e:
-                self._read_failed(e)
+                self.read_failed(e)
             for i, (buf, n) in zip(run, blocks):
                 yield decode_block(buf, n, path, offsets[i])
 

@@ -252,8 +252,9 @@ class ListState(StateVariable):
 
     def appendValue(self, newState) -> None:  # noqa: N802,N803 - Spark's names
         key = self._key("appendValue")
-        expiry = self._expiry()
-        encoded = encode_row((expiry, self._schema.fit(newState)))
+        ttl = self._ttl
+        expiry = None if ttl is None else self._handle.batch_timestamp_ms + ttl
+        encoded = encode_row((expiry, self._schema.fit(newState)))  # bytes appended: no decoding
         store = self._handle.store
         old = store.get(key)
         store.put(key, encoded if old is None else old + encoded)

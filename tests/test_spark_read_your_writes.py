@@ -69,11 +69,24 @@ class Model:
                 + 2 * sum(len(t) for t in self.timers.values()))
 
 
-def _run_batch(store, model: Model, ops) -> None:
+def _check_all(handle, value, listed, mapped, model: Model) -> None:
+    """Every grouping key's state as the model has it: what earlier batches left, read (and
+    kept decoded) before this batch writes."""
+    for index, (kg, key) in enumerate(GROUPING_KEYS):
+        handle.set_current_key(kg, key)
+        assert value.get() == model.values.get(index)
+        assert list(listed.get()) == model.lists.get(index, [])
+        assert [tuple(mapped.getValue(k)) for k, _ in mapped.iterator()] == [
+            v for _, v in sorted(model.maps.get(index, {}).items())]
+
+
+def _run_batch(store, model: Model, ops, check_first: bool) -> None:
     handle = ProcessorHandle(store, key_group_range(KEY_GROUPS, 1, 0), "EventTime", 0)
     value = handle.getValueState("v", SCHEMA)
     listed = handle.getListState("l", SCHEMA)
     mapped = handle.getMapState("m", "k long", SCHEMA)
+    if check_first:
+        _check_all(handle, value, listed, mapped, model)
     for index, op in ops:
         kg, key = GROUPING_KEYS[index]
         handle.set_current_key(kg, key)
@@ -147,7 +160,7 @@ def test_reads_see_the_batchs_own_writes(tmp_path_factory, options, batches):
         for version, ops in enumerate(batches):
             store = open_store(loc, "op", 0, version, manifest=manifest, options=opts)
             try:
-                _run_batch(store, model, ops)
+                _run_batch(store, model, ops, check_first=version % 2 == 1)  # (others start cold)
                 assert store.num_keys() == model.keys_stored()
                 manifest = store.commit().manifest
             finally:

@@ -345,3 +345,85 @@ def test_filling_a_chunk_at_a_time_equals_marking_and_putting_each_entry(seed, m
         assert all(rows.rows.get(k, MISSING) == v for k, v in items if k[:row_cache.PREFIX_LEN] in rows.complete)
         rows.close()
     assert states[0] == states[1]
+
+
+class _CountingCodec:
+    """The state layer's codec (rows), counting its decodes."""
+
+    def __init__(self):
+        from antkv.spark.state.codec import ROWS
+
+        self.rows, self.decodes = ROWS, 0
+
+    def encode(self, value):
+        return self.rows.encode(value)
+
+    def decode(self, raw):
+        self.decodes += 1
+        return self.rows.decode(raw)
+
+
+def test_decoded_values_are_dropped_with_their_bytes_and_charged_while_kept():
+    """Every change to a key's bytes drops its decoded value first (the module docstring's
+    invariant) and gives its charge back; a codec switch drops them all."""
+    from antkv.spark.store.row_cache import DECODED_OVERHEAD, DECODED_PER_BYTE
+
+    codec, other = _CountingCodec(), _CountingCodec()
+    rows = RowCache(RowBudget(1 << 30, None))
+    raws = {b"k%d" % i: codec.encode((((i, "x" * i),),)[0]) for i in range(8)}
+    for k, raw in raws.items():
+        rows.put(k, raw)
+    bare = rows.used
+
+    def keep_all():
+        keys = [k for k in raws if k in rows.rows]
+        rows.keep_decoded(keys, [rows.rows[k] for k in keys], [codec.decode(rows.rows[k]) for k in keys], codec)
+
+    keep_all()
+    assert rows.decoded == {k: codec.decode(raw) for k, raw in raws.items()}
+    assert rows.used == bare + sum(DECODED_OVERHEAD + DECODED_PER_BYTE * len(r) for r in raws.values())
+    rows.put(b"k0", codec.encode(((9, "new"),)))  # a new value
+    rows.write_many({b"k1": codec.encode(((8, "dict"),)), b"k2": None})  # the store's settle
+    rows.write_many([(b"k3", codec.encode(((7, "pairs"),)))])  # a changelog's records
+    rows.discard(b"k4")
+    assert set(rows.decoded) == {b"k5", b"k6", b"k7"}
+    rows.drop_range(b"k5", b"k6")
+    assert set(rows.decoded) == {b"k6", b"k7"}
+    for k, decoded in rows.decoded.items():
+        assert decoded == codec.decode(rows.rows[k])
+    rows.use_codec(other)
+    assert rows.decoded == {}
+    expected = sum(len(k) + len(v) + ENTRY_OVERHEAD for k, v in rows.rows.items())
+    assert rows.used == expected  # every charge of a dropped decoded value given back
+    rows.clear()
+    assert rows.used == 0 and rows.decoded == {}
+
+
+def test_a_value_written_or_read_decoded_is_read_in_the_next_batches_without_decoding(tmp_path):
+    """``put_decoded`` keeps its value decoded when it settles, ``get_decoded`` keeps what it
+    decodes: the next batches (the copy reused) read both without decoding; a value written as
+    bytes is decoded once, then not again; a later write of bytes is read as written."""
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"), park_copies=False)
+    location = f"file://{tmp_path}/state"
+    codec = _CountingCodec()
+    s = open_store(location, "op", 0, 0, options=options)
+    s.put_decoded(b"a", ((1, "one"),), codec)
+    s.put(b"b", codec.encode(((2, "two"),)))
+    assert s.get_decoded(b"a", codec) == ((1, "one"),) and s.get(b"a") == codec.encode(((1, "one"),))
+    manifest = s.commit().manifest
+    for version in (1, 2):
+        s = open_store(location, "op", 0, version, manifest=manifest, options=options)
+        assert s.copy_fate == "reused"
+        before = codec.decodes
+        assert s.get_decoded(b"a", codec) == ((1, "one"),)
+        assert s.get_decoded(b"b", codec) == ((2, "two"),)
+        assert codec.decodes - before == (1 if version == 1 else 0)  # b's bytes, decoded once
+        manifest = s.commit().manifest
+    s = open_store(location, "op", 0, 3, manifest=manifest, options=options)
+    s.put(b"a", codec.encode(((3, "bytes"),)))
+    assert s.get_decoded(b"a", codec) == ((3, "bytes"),)  # pending
+    manifest = s.commit().manifest  # settled: a's decoded value dropped with its old bytes
+    s = open_store(location, "op", 0, 4, manifest=manifest, options=options)
+    assert s.copy_fate == "reused" and s.get_decoded(b"a", codec) == ((3, "bytes"),)
+    s.abort()
+    release_idle_stores()

@@ -45,6 +45,9 @@ def as_bytes(x: object, what: str) -> bytes:
     raise TypeError(f"{what} must be bytes, not {type(x).__name__}")
 
 
+_BYTES_OR_NONE = frozenset((bytes, type(None)))
+
+
 class WriteBatch:
     """Updates applied together by ``DB.write``: all of them or none, also across a crash."""
 
@@ -69,6 +72,22 @@ class WriteBatch:
             key = as_bytes(key, "key")
         self._ops.append((DELETION, key, b""))
         self._size += len(key)
+        return self
+
+    def update(self, changes: dict) -> "WriteBatch":
+        """Put every ``key: value`` of ``changes``, and delete the keys whose value is None,
+        in the dict's order: ``put`` and ``delete`` of each, done in bulk."""
+        types = set(map(type, changes))
+        types.update(map(type, changes.values()))
+        if not types <= _BYTES_OR_NONE:
+            for key, value in changes.items():
+                if value is None:
+                    self.delete(key)
+                else:
+                    self.put(key, value)
+            return self
+        self._ops += [(DELETION, k, b"") if v is None else (VALUE, k, v) for k, v in changes.items()]
+        self._size += sum(map(len, changes)) + sum([len(v) for v in changes.values() if v is not None])
         return self
 
     def merge(self, key, operand) -> "WriteBatch":

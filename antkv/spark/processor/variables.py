@@ -48,7 +48,7 @@ from pyspark.sql import Row
 
 from antkv import CorruptionError, InvalidArgumentError
 
-from antkv.spark.state.codec import decode_key, decode_row, decode_rows, encode_key, encode_row
+from antkv.spark.state.codec import ROWS, decode_key, decode_row, encode_key, encode_row
 from antkv.spark.state.schema import StateSchema
 from antkv.spark.store.keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
 
@@ -179,18 +179,14 @@ class ValueState(StateVariable):
 
     kind = b"v"
     _kind_name = "value"
-    _last = (None, None)  # (stored key, its decoded (expiry, row) or None): exists() then get() read once
 
     def _read(self, operation: str):
-        key = self._key(operation)
-        last_key, stored = self._last
-        if last_key != key:
-            raw = self._handle.store.get(key)
-            stored = None if raw is None else decode_row(raw)
-            self._last = (key, stored)
+        stored = self._handle.store.get_decoded(self._key(operation), ROWS)
         if stored is None:
             return None
-        expiry, row = stored
+        if len(stored) != 1:
+            raise CorruptionError(f"value state {self._name!r} holds {len(stored)} rows, not one")
+        expiry, row = stored[0]
         return self._schema.restore(row) if self._live(expiry) else None
 
     def exists(self) -> bool:
@@ -201,22 +197,20 @@ class ValueState(StateVariable):
 
     def update(self, newValue) -> None:  # noqa: N803 - Spark's parameter name
         key = self._key("update")
-        row = self._schema.fit(newValue)
-        if self._ttl is None:
-            self._handle.store.put(key, encode_row((None, row)))
+        schema = self._schema
+        row = schema.fit(newValue)
+        expiry = None if self._ttl is None else self._expiry()
+        if schema.plain:  # kept decoded, encoded when the batch's writes settle
+            self._handle.store.put_decoded(key, ((expiry, row),), ROWS)
         else:
-            expiry = self._expiry()
             self._handle.store.put(key, encode_row((expiry, row)))
+        if expiry is not None:
             self._index(key, expiry)
-        self._last = (None, None)  # a read decodes what was stored (numpy scalars become ints)
 
     def clear(self) -> None:
-        key = self._key("clear")
-        self._handle.store.delete(key)
-        self._last = (key, None)
+        self._handle.store.delete(self._key("clear"))
 
     def expire(self, key: bytes, now: int) -> None:
-        self._last = (None, None)
         _expire_single(self._handle.store, key, now)
 
 
@@ -227,8 +221,7 @@ class ListState(StateVariable):
     _kind_name = "list"
 
     def _elements(self, key: bytes):
-        raw = self._handle.store.get(key)
-        return [] if raw is None else decode_rows(raw)
+        return self._handle.store.get_decoded(key, ROWS) or ()
 
     def exists(self) -> bool:
         return any(self._live(e) for e, _ in self._elements(self._key("exists")))
@@ -258,7 +251,15 @@ class ListState(StateVariable):
         self._index(key, self._expiry())
 
     def appendValue(self, newState) -> None:  # noqa: N802,N803 - Spark's names
-        self._append(self._key("appendValue"), self._encode([newState], "appendValue"))
+        key = self._key("appendValue")
+        ttl = self._ttl
+        expiry = None if ttl is None else self._handle.batch_timestamp_ms + ttl
+        encoded = encode_row((expiry, self._schema.fit(newState)))  # bytes appended: no decoding
+        store = self._handle.store
+        old = store.get(key)
+        store.put(key, encoded if old is None else old + encoded)
+        if expiry is not None:
+            self._index(key, expiry)
 
     def appendList(self, newState) -> None:  # noqa: N802,N803 - Spark's names
         self._append(self._key("appendList"), self._encode(newState, "appendList"))
@@ -303,6 +304,16 @@ class MapState(StateVariable):
         expiry, row = decode_row(raw)
         return self._schema.restore(row) if self._live(expiry) else None
 
+    def _decoded(self, entry: bytes):
+        """The live value at stored key ``entry``, read through the store's decoded values."""
+        stored = self._handle.store.get_decoded(entry, ROWS)
+        if stored is None:
+            return None
+        if len(stored) != 1:
+            raise CorruptionError(f"map state {self._name!r} holds {len(stored)} rows in one entry, not one")
+        expiry, row = stored[0]
+        return self._schema.restore(row) if self._live(expiry) else None
+
     def exists(self) -> bool:
         self._key("exists")
         return next(self.iterator(), None) is not None
@@ -310,7 +321,7 @@ class MapState(StateVariable):
     def getValue(self, key):  # noqa: N802 - Spark's name
         """The value of user key ``key`` as a ``Row`` of the value schema's fields, as Spark's
         client returns it (its ``get`` and iterators return tuples), or None."""
-        value = self._value(self._handle.store.get(self._entry(key, "getValue")))
+        value = self._decoded(self._entry(key, "getValue"))
         if value is None:
             return None
         if self._row is None:
@@ -318,14 +329,19 @@ class MapState(StateVariable):
         return self._row(*value)
 
     def containsKey(self, key) -> bool:  # noqa: N802 - Spark's name
-        return self._value(self._handle.store.get(self._entry(key, "containsKey"))) is not None
+        return self._decoded(self._entry(key, "containsKey")) is not None
 
     def updateValue(self, key, value) -> None:  # noqa: N802 - Spark's name
         entry = self._entry(key, "updateValue")
-        row = self._schema.fit(value)
+        schema = self._schema
+        row = schema.fit(value)
         expiry = self._expiry()
-        self._handle.store.put(entry, encode_row((expiry, row)))
-        self._index(entry, expiry)
+        if schema.plain:  # as ValueState.update
+            self._handle.store.put_decoded(entry, ((expiry, row),), ROWS)
+        else:
+            self._handle.store.put(entry, encode_row((expiry, row)))
+        if expiry is not None:
+            self._index(entry, expiry)
 
     def removeKey(self, key) -> None:  # noqa: N802 - Spark's name
         self._handle.store.delete(self._entry(key, "removeKey"))

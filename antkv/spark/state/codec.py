@@ -447,3 +447,35 @@ def decode_rows(data: bytes) -> list[tuple]:
     except _MALFORMED as e:
         raise CorruptionError(f"malformed encoded row at {pos}: {e}") from None
     return rows
+
+
+# --------------------------------------------------------------------------- decoded values
+
+
+class RowsCodec:
+    """A stored value as the tuple of its rows (``decode_rows``; a value state's or map entry's
+    value is one row, a list's its elements): the codec of the state store's decoded values
+    (``StateStore.get_decoded`` / ``put_decoded``).  Values given to ``encode`` must be what
+    ``decode`` returns for their encoding -- tuples of rows whose elements are
+    :func:`plain_row` s' types or such rows -- so that the store may keep them as decoded."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def encode(rows) -> bytes:
+        return encode_rows(rows)
+
+    @staticmethod
+    def decode(data: bytes) -> tuple:
+        return tuple(decode_rows(data))
+
+
+ROWS = RowsCodec()
+_PLAIN_TYPES = frozenset((int, str, float, bool, bytes, type(None)))
+
+
+def plain_row(row) -> bool:
+    """Whether ``row`` is a tuple of values that decode as themselves (``int``, ``str``,
+    ``float``, ``bool``, ``bytes`` or None, exactly those types): such a row may be kept as its
+    own decoded form."""
+    return type(row) is tuple and _PLAIN_TYPES.issuperset(map(type, row))

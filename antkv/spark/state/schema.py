@@ -236,7 +236,7 @@ def fit_value(t, value, nullable: bool = True):
         if t == "string":
             if not isinstance(value, str):
                 raise _Misfit([], f"expects string, got {_found(value)}")
-            return value
+            return value if type(value) is str else str.__str__(value)
         if t in ("double", "float"):
             if type(value) is bool or not isinstance(value, (int, float)):
                 raise _Misfit([], f"expects {t}, got {_found(value)}")
@@ -363,6 +363,8 @@ class StateSchema:
                  if isinstance(t, str) and t in _PLAIN and nullable else None for _, t, nullable in self.fields]
         self._plain = tuple(plain) if all(p is not None for p in plain) else None
         self.flat = all(isinstance(t, str) and t != "timestamp" for _, t, _ in self.fields)
+        # fit gives rows of exact int, str, float, bool, bytes or None: they decode as themselves
+        self.plain = all(isinstance(t, str) and (t in _PLAIN or t in ("float", "binary")) for _, t, _ in self.fields)
 
     def fit(self, value) -> tuple:
         """The stored row of ``value``; InvalidArgumentError naming the variable and the field."""

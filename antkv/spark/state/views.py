@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from antkv import InvalidArgumentError
+from antkv import CorruptionError, InvalidArgumentError
 
-from antkv.spark.state.codec import decode_key, decode_row, decode_rows, encode_key, encode_row, encode_rows
+from antkv.spark.state.codec import ROWS, decode_key, decode_row, encode_key, encode_row, encode_rows, plain_row
 from antkv.spark.store.keygroups import (
     METADATA_PREFIX,
     KeyGroupError,
@@ -63,6 +63,10 @@ class KeyedState:
             raise TypeError("owned must be a KeyGroupRange")
         self.store = store
         self.owned = owned
+        # reads and writes of values as decoded rows: the state store keeps them decoded; a
+        # store without decoded values (a plain antkv.DB) decodes and encodes at each call
+        self._get_decoded = getattr(store, "get_decoded", None) or _decoding_get(store)
+        self._put_decoded = getattr(store, "put_decoded", None) or _encoding_put(store)
         self._names: dict[str, tuple[int, bytes]] = {}
         self._key_group_bytes: bytes | None = None
         self._key_group = None  # the key group _key_group_bytes encodes
@@ -142,6 +146,28 @@ class KeyedState:
             yield key, rows
 
 
+def _decoding_get(store):
+    def get_decoded(key: bytes, codec):
+        raw = store.get(key)
+        return None if raw is None else codec.decode(raw)
+    return get_decoded
+
+
+def _encoding_put(store):
+    def put_decoded(key: bytes, value, codec) -> None:
+        store.put(key, codec.encode(value))
+    return put_decoded
+
+
+def _one_row(stored: tuple | None, what: str):
+    """The row of a value or map entry read as decoded rows (None: absent)."""
+    if stored is None:
+        return None
+    if len(stored) != 1:
+        raise CorruptionError(f"{what} holds {len(stored)} rows, not one")
+    return stored[0]
+
+
 class _StateVariable:
     def __init__(self, keyed: KeyedState, sid: bytes):
         self._keyed = keyed
@@ -162,15 +188,17 @@ class ValueState(_StateVariable):
         prefix = keyed._key_group_bytes  # _key(), inlined: a value state is read once per key
         if prefix is None:
             keyed._prefix(self._sid)  # raises: no current key
-        raw = keyed.store.get(prefix + self._sid + keyed._encoded_key)
-        return None if raw is None else decode_row(raw)
+        return _one_row(keyed._get_decoded(prefix + self._sid + keyed._encoded_key, ROWS), "a value state")
 
     def update(self, new_value: tuple) -> None:
         keyed = self._keyed
         prefix = keyed._key_group_bytes
         if prefix is None:
             keyed._prefix(self._sid)
-        keyed.store.put(prefix + self._sid + keyed._encoded_key, encode_row(new_value))
+        if plain_row(new_value):  # kept decoded, encoded when the batch's writes settle
+            keyed._put_decoded(prefix + self._sid + keyed._encoded_key, (new_value,), ROWS)
+        else:
+            keyed.store.put(prefix + self._sid + keyed._encoded_key, encode_row(new_value))
 
     def clear(self) -> None:
         self._keyed.store.delete(self._key())
@@ -184,8 +212,7 @@ class ListState(_StateVariable):
 
     def get(self):
         """An iterator over the rows (empty when there are none)."""
-        raw = self._keyed.store.get(self._key())
-        return iter(()) if raw is None else iter(decode_rows(raw))
+        return iter(self._keyed._get_decoded(self._key(), ROWS) or ())
 
     def put(self, new_state) -> None:
         """Replace the list with ``new_state`` (not empty, as in Spark: use ``clear()``)."""
@@ -226,14 +253,16 @@ class MapState(_StateVariable):
         return False
 
     def getValue(self, key: tuple) -> tuple | None:  # noqa: N802 - Spark's name
-        raw = self._keyed.store.get(self._entry(key))
-        return None if raw is None else decode_row(raw)
+        return _one_row(self._keyed._get_decoded(self._entry(key), ROWS), "a map entry")
 
     def containsKey(self, key: tuple) -> bool:  # noqa: N802 - Spark's name
         return self._entry(key) in self._keyed.store
 
     def updateValue(self, key: tuple, value: tuple) -> None:  # noqa: N802 - Spark's name
-        self._keyed.store.put(self._entry(key), encode_row(value))
+        if plain_row(value):  # as ValueState.update
+            self._keyed._put_decoded(self._entry(key), (value,), ROWS)
+        else:
+            self._keyed.store.put(self._entry(key), encode_row(value))
 
     def removeKey(self, key: tuple) -> None:  # noqa: N802 - Spark's name
         self._keyed.store.delete(self._entry(key))

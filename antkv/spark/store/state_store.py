@@ -11,18 +11,22 @@ Spark's StateStore semantics::
 Version 8 becomes *the* version 8 only when the driver publishes the batch marker naming
 ``msg.manifest`` (``commit_protocol.py``); until then it is one candidate among the attempts.
 
-**Writes** go into the batch's net change set ``{key: value or None}`` (plus its list of range
-deletions), which ``get`` consults first, and from there into the working copy's database, so
-scans and prefix scans are the engine's own.  Point writes reach the database in engine write
-batches: the keys written since the last one wait in ``_unapplied`` until anything else reads
-the database (a scan, a range deletion, the key count, a commit) or ``_APPLY_EVERY`` of them
-gathered.  A state update thus costs a dict store, and the engine one batched write per few
-thousand updates.  The change set is bounded: each changed key counts its bytes plus
-``_ENTRY_BYTES`` (the Python objects that hold it) against ``max_changelog_bytes``.  A batch
-that outgrows it keeps no change set at all (``_drop_changes``): from then on its writes go to
-the database at once, it commits a snapshot, and its keys are counted by one scan at commit.
-So a partition's memory does not grow with its input, however many keys one batch changes.  The database writes
-also keep the working copy's row cache (:mod:`antkv.spark.store.row_cache`) current.
+**Writes** cost a dict store each: ``put``, ``delete`` and ``put_decoded`` record the key's
+newest value in the batch's *pending* writes, which every read consults first.  They *settle*
+in bulk -- into the batch's net change set ``{key: value or None}`` (plus its list of range
+deletions), the working copy's database (one engine write batch) and its row cache
+(:mod:`antkv.spark.store.row_cache`) -- when anything reads the database (a scan, a range
+deletion, the key count, a commit) or when ``_SETTLE_EVERY`` of them (or ``_SETTLE_BYTES`` of
+values), at most a quarter of the change set's bound, gathered.  So scans and prefix scans are
+the engine's own, and a point read is the pending writes', the row cache's or the database's.
+``put_decoded`` takes a Python value and its codec: the value is encoded when it settles, and
+kept decoded in the row cache, as ``get_decoded`` keeps what it decodes, so a value written
+or read in one batch is read in the next without decoding.  The change set is bounded: each
+changed key counts its bytes plus ``_ENTRY_BYTES`` (the Python objects that hold it) against
+``max_changelog_bytes``.  A batch that outgrows it keeps no change set at all
+(``_drop_changes``): from then on its writes settle into the database alone, it commits a
+snapshot, and its keys are counted by one scan at commit.  So a partition's memory does not
+grow with its input, however many keys one batch changes.
 
 Those writes skip the working copy's WAL: a working copy is never recovered from its own
 files (a process that dies leaves its copy to the sweep, and the state is rebuilt from the
@@ -32,8 +36,9 @@ commit, not at the write; either way the batch fails and nothing is published.
 
 **The exact key count** costs no read per write.  The count of version ``v + 1`` is the count
 of ``v`` plus, over every key the batch touched, ``live now - live in v``.  "Live now" is known
-from the change set; "live in v" is learned for free when the batch read the key before first
-writing it (the read-modify-write of every state update), and otherwise read at commit, in one
+from the change set; "live in v" is learned for free when the key's first write settles and
+the row cache knows the key (or its key group whole), or when the batch read it from the
+database before writing it, and otherwise read at commit, in one
 pass, from a snapshot taken when the batch began (a point read per key, or one scan of the
 base's keys when the batch blind-wrote more than 1/8 of them; none when the base is empty).
 A range deletion removes the keys of ``v`` in the range: read from the manifest's counts per
@@ -69,6 +74,7 @@ from the location and the local cache (:mod:`antkv.spark.store.opening`).
 from __future__ import annotations
 
 import logging
+from itertools import repeat
 
 import xxhash
 
@@ -96,7 +102,8 @@ _SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base ins
 _LIVE = object()  # a changed key whose new value is not kept (the batch commits a snapshot)
 _NO_WAL = antkv.WriteOptions(disable_wal=True)  # a working copy's writes (module docstring)
 _ENTRY_BYTES = 160  # a change set entry's Python objects: its dict slot and two bytes headers
-_APPLY_EVERY = 4096  # point writes gathered before they go to the database as one batch
+_SETTLE_EVERY = 65536  # pending writes gathered before they settle (go to the database as one batch) ...
+_SETTLE_BYTES = 8 * MiB  # ... or bytes of the values put
 log = logging.getLogger(__name__)
 _WARM_FACTOR = 8  # warm a key group the batch touches at least 1/8 of (one read beats 8 scanned)
 
@@ -139,7 +146,16 @@ class StateStore:
         self._overflow = False  # this batch commits a snapshot: changed values need not be kept
         self._untracked = False  # the batch outgrew its change set: none kept, counted by a scan
         self._ranges: list[tuple[bytes, bytes]] = []
-        self._unapplied: list[bytes] = []  # keys whose value in _changes is not in self._db yet
+        # the batch's newest writes not yet settled into _changes, the database and the row
+        # cache: key -> bytes, None (deleted) or a value of _codec (put_decoded).  (A codec kept
+        # apart, not in a tuple per entry: an entry holds no object the garbage collector tracks,
+        # so the batch's writes do not turn into full collections.)
+        self._pending: dict[bytes, object] = {}
+        self._codec = None  # the codec of the decoded values in _pending
+        self._pending_bytes = 0  # bytes of the values put in _pending (not counting overwrites)
+        # pending writes settle at these counts: a quarter of the change set's bound at most
+        self._settle_every = max(1, min(_SETTLE_EVERY, options.max_changelog_bytes // (4 * _ENTRY_BYTES)))
+        self._settle_bytes = min(_SETTLE_BYTES, options.max_changelog_bytes // 4)
         self._base_live: dict[bytes, bool] = {}  # keys read before first written: live in the base?
         self._base_keys = 0 if copy.manifest is None else copy.manifest.num_keys  # keys at _base_snapshot
         self._base_counts = {} if copy.manifest is None else copy.manifest.key_counts  # ... per prefix
@@ -160,7 +176,7 @@ class StateStore:
     def engine_stats(self) -> dict:
         """The working copy's ``antkv.DB.stats()`` (write amplification, levels, value log)."""
         self._check_active()
-        self._apply_pending()
+        self._settle()
         return self._db.stats()
 
     # ------------------------------------------------------------------ reads
@@ -170,44 +186,81 @@ class StateStore:
             self._check_active()
         if type(key) is not bytes:
             key = as_bytes(key, "key")
-        value = self._changes.get(key, MISSING)
-        if type(value) is bytes:
-            return value
-        if value is None:
-            return default
+        value = self._pending.get(key, MISSING)
+        if value is not MISSING:
+            if value is None:
+                return default
+            return value if type(value) is bytes else self._codec.encode(value)  # decoded, not encoded yet
         value = self._rows.lookup(key)
         if value is MISSING:
-            value = self._db.get(key)
-            self._rows.put(key, value)
+            value = self._read_through(key)
+        return default if value is None else value
+
+    def _read_through(self, key: bytes):
+        """``key``'s value (None: absent) read from the database, which holds every settled
+        write, into the row cache; remembered for the key count if the key is still the base's."""
+        value = self._db.get(key)
+        self._rows.put(key, value)
         if not self._ranges and key not in self._changes and not self._untracked:
             if self._change_bytes < self._max_change_bytes:  # what the key count need not read again
                 self._base_live[key] = value is not None
                 self._change_bytes += _ENTRY_BYTES
-        return default if value is None else value
+        return value
+
+    def get_decoded(self, key: bytes, codec):
+        """``codec.decode`` of ``key``'s value, or None if it is absent: what :meth:`put_decoded`
+        gave with the same ``codec`` if it wrote the key last, else decoded from the bytes and
+        kept decoded in the row cache, so that the next read (in this batch or a later one) does
+        not decode again.  ``codec`` has ``encode(value) -> bytes`` and ``decode(bytes) ->
+        value``, each the other's inverse on the values it is given, which are immutable (the
+        caller gets the very object the cache keeps), never bytes nor None; a store's reads use
+        one codec.  REQUIRES: ``key`` is bytes."""
+        if self._done:
+            self._check_active()
+        value = self._pending.get(key, MISSING)
+        if value is not MISSING:
+            if value is None:
+                return None
+            if type(value) is bytes:
+                return codec.decode(value)
+            return value if codec is self._codec else codec.decode(self._codec.encode(value))
+        rows = self._rows
+        if rows.codec is codec:
+            value = rows.decoded.get(key, MISSING)
+            if value is not MISSING:
+                return value
+        raw = rows.lookup(key)
+        if raw is MISSING:
+            raw = self._read_through(key)
+        if raw is None:
+            return None
+        value = codec.decode(raw)
+        rows.keep_one_decoded(key, raw, value, codec)
+        return value
 
     def items(self, start=None, stop=None, *, prefix=None, reverse=False):
         self._check_active()
-        self._apply_pending()
+        self._settle()
         return self._db.items(start, stop, prefix=prefix, reverse=reverse)
 
     def keys(self, start=None, stop=None, *, prefix=None, reverse=False):
         self._check_active()
-        self._apply_pending()
+        self._settle()
         return self._db.keys(start, stop, prefix=prefix, reverse=reverse)
 
     def values(self, start=None, stop=None, *, prefix=None, reverse=False):
         self._check_active()
-        self._apply_pending()
+        self._settle()
         return self._db.values(start, stop, prefix=prefix, reverse=reverse)
 
     def __contains__(self, key) -> bool:
-        """Whether ``key`` is live, answered from the change set, the row cache or the
+        """Whether ``key`` is live, answered from the batch's writes, the row cache or the
         database's entry for it: a value kept in the value log is not read."""
         if self._done:
             self._check_active()
         if type(key) is not bytes:
             key = as_bytes(key, "key")
-        value = self._changes.get(key, MISSING)
+        value = self._pending.get(key, MISSING)
         if value is not MISSING:
             return value is not None
         value = self._rows.lookup(key)
@@ -224,96 +277,93 @@ class StateStore:
             key = as_bytes(key, "key")
         if type(value) is not bytes:
             value = as_bytes(value, "value")
-        if self._untracked:
-            self._db.put(key, value, write_options=_NO_WAL)
-            self._rows.put(key, value)
-            return
-        changes = self._changes
-        old = changes.get(key, MISSING)
-        if old is MISSING:
-            self._change_bytes += _ENTRY_BYTES
-            if not self._ranges:  # first written: was it live? (the row cache may know)
-                self._learn_base_live(key)
-        self._change_bytes += len(key) + len(value) - (len(old) if type(old) is bytes else 0)
-        if self._overflow:
-            changes[key] = _LIVE
-            self._db.put(key, value, write_options=_NO_WAL)
-            self._rows.put(key, value)
-            if self._change_bytes > self._max_change_bytes:
-                self._drop_changes()
-            return
-        changes[key] = value
-        self._unapplied.append(key)
-        if self._change_bytes > self._max_change_bytes:
-            self._drop_changes()
-        elif len(self._unapplied) >= _APPLY_EVERY:
-            self._apply_pending()
+        pending = self._pending
+        pending[key] = value
+        self._pending_bytes += len(value)
+        if len(pending) >= self._settle_every or self._pending_bytes >= self._settle_bytes:
+            self._settle()
+
+    def put_decoded(self, key: bytes, value, codec) -> None:
+        """Write ``codec.encode(value)`` at ``key``, encoded when the write settles, and keep
+        ``value`` as the key's decoded value (:meth:`get_decoded`, whose contract ``codec`` and
+        ``value`` meet).  REQUIRES: ``key`` is bytes."""
+        if self._done:
+            self._check_active()
+        if codec is not self._codec:
+            self._settle()  # the pending decoded values are all of one codec
+            self._codec = codec
+        pending = self._pending
+        pending[key] = value
+        if len(pending) >= self._settle_every:
+            self._settle()
 
     def delete(self, key) -> None:
         if self._done:
             self._check_active()
         if type(key) is not bytes:
             key = as_bytes(key, "key")
-        if self._untracked:
-            self._db.delete(key, write_options=_NO_WAL)
-            self._rows.discard(key)
+        pending = self._pending
+        pending[key] = None
+        if len(pending) >= self._settle_every:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Move the batch's pending writes into the change set, the working copy's database
+        (one write batch without the WAL; see the module docstring) and its row cache, encoding
+        the decoded values among them."""
+        pending = self._pending
+        if not pending:
             return
-        changes = self._changes
-        old = changes.get(key, MISSING)
-        if old is MISSING:
-            self._change_bytes += _ENTRY_BYTES
-            if not self._ranges:  # as in put
-                self._learn_base_live(key)
-        if type(old) is bytes:
-            self._change_bytes -= len(old)
-        elif old is MISSING or old is None:
-            self._change_bytes += len(key)
-        changes[key] = None
-        if self._overflow:
-            self._db.delete(key, write_options=_NO_WAL)
-            self._rows.discard(key)
+        self._pending, self._pending_bytes = {}, 0
+        # (keys and values in lists of their own, no tuple per entry: as _pending's comment says)
+        decoded = [k for k, v in pending.items() if v is not None and type(v) is not bytes]
+        if decoded:
+            values = list(map(pending.__getitem__, decoded))
+            pending.update(zip(decoded, map(self._codec.encode, values)))
+        if self._untracked:
+            self._write(pending)
+        else:
+            changes = self._changes
+            new = [k for k in pending if k not in changes]
+            if new and not self._ranges:
+                self._learn_base_live(new)
+            old_bytes = sum([len(v) for v in map(changes.get, pending) if type(v) is bytes])
+            added = sum(map(len, pending)) + sum([len(v) for v in pending.values() if v is not None])
+            self._change_bytes += _ENTRY_BYTES * len(new) + added - old_bytes
+            if self._overflow:
+                changes.update({k: None if v is None else _LIVE for k, v in pending.items()})
+            else:
+                changes.update(pending)
+            self._write(pending)
             if self._change_bytes > self._max_change_bytes:
                 self._drop_changes()
-            return
-        self._unapplied.append(key)
-        if len(self._unapplied) >= _APPLY_EVERY:
-            self._apply_pending()
+        if decoded:
+            self._rows.keep_decoded(decoded, list(map(pending.__getitem__, decoded)), values, self._codec)
 
-    def _learn_base_live(self, key: bytes) -> None:
-        """Before ``key``'s first write of the batch: whether it is live in the base, if the
-        row cache knows (``lookup`` inlined: it runs for every key a batch writes)."""
+    def _write(self, changes: dict) -> None:
+        """``changes`` (key -> value or None) into the database, as one batch, and the row cache."""
+        self._db.write(antkv.WriteBatch().update(changes), write_options=_NO_WAL)
+        self._rows.write_many(changes)
+
+    def _learn_base_live(self, keys) -> None:
+        """Before the first writes of ``keys`` in the batch settle: whether each is live in the
+        base, for those the row cache knows."""
         rows = self._rows
-        cached = rows.rows.get(key, MISSING)
-        if cached is not MISSING:
-            self._base_live.setdefault(key, cached is not None)
-        elif key[:PREFIX_LEN] in rows.complete:
-            self._base_live.setdefault(key, False)
-
-    def _apply_pending(self) -> None:
-        """Write the values of the keys in ``_unapplied`` into the working copy's database, as
-        one batch without the WAL (see the module docstring), and into the row cache."""
-        if not self._unapplied:
-            return
-        changes, rows = self._changes, self._rows
-        batch = antkv.WriteBatch()
-        put, delete = batch.put, batch.delete
-        keys = dict.fromkeys(self._unapplied)
-        for key in keys:
-            value = changes[key]
-            if value is None:
-                delete(key)
-            else:
-                put(key, value)
-        self._db.write(batch, write_options=_NO_WAL)
-        self._unapplied = []
-        rows.write_many([(key, changes[key]) for key in keys])
+        cached, complete, base_live = rows.rows, rows.complete, self._base_live
+        found = list(map(cached.get, keys, repeat(MISSING, len(keys))))
+        learnt = {k: v is not None for k, v in zip(keys, found) if v is not MISSING}
+        if len(learnt) < len(keys) and complete:
+            learnt.update({k: False for k, v in zip(keys, found) if v is MISSING and k[:PREFIX_LEN] in complete})
+        before = len(base_live)
+        base_live.update(learnt)  # (a key read before holds the same: the cache holds the base's value)
+        self._change_bytes += _ENTRY_BYTES * (len(base_live) - before)  # as a read's entry is
 
     def keys_held_whole(self) -> tuple[set, list]:
         """``(prefixes, keys)``: the :data:`~antkv.spark.store.row_cache.PREFIX_LEN`-byte prefixes
         (key groups) whose every key the row cache holds, and the live keys it holds under
         them, in no order -- what scans of those prefixes would return, read from memory."""
         self._check_active()
-        self._apply_pending()
+        self._settle()
         rows = self._rows
         whole = set(rows.complete)
         return whole, [k for k, v in rows.rows.items() if v is not None and k[:PREFIX_LEN] in whole]
@@ -326,7 +376,7 @@ class StateStore:
         keys of its key groups, one ordered scan replaces a point read per key.  A prefix whose
         entries do not all fit the cache stays partly cached, not whole.  Returns the entries read."""
         self._check_active()
-        self._apply_pending()
+        self._settle()
         rows = self._rows
         wanted = set()
         for prefix in prefixes:
@@ -357,7 +407,7 @@ class StateStore:
 
     def delete_range(self, begin, end) -> None:
         self._check_active()
-        self._apply_pending()
+        self._settle()
         self._db.delete_range(begin, end)
         self._rows.drop_range(bytes(begin), bytes(end))
         begin, end = bytes(begin), bytes(end)
@@ -372,7 +422,7 @@ class StateStore:
     def _drop_changes(self) -> None:
         """The batch outgrew its change set: write what waits, settle the key count by one scan
         at commit, and keep nothing per key from now on (a snapshot is committed)."""
-        self._apply_pending()
+        self._settle()
         self._overflow = self._untracked = True
         self._changes, self._base_live = {}, {}
 
@@ -385,7 +435,7 @@ class StateStore:
 
     def _count(self) -> tuple[int, dict | None]:
         """``(keys now, keys per prefix now or None)``: :func:`key_counts.count_changes`."""
-        self._apply_pending()
+        self._settle()
         if self._untracked:
             return count_all(self._db)
         return count_changes(self._db, self._base_snapshot, self._base_keys, self._base_counts, self._changes,
@@ -581,7 +631,7 @@ class StateStore:
         self._done = True
         self._rows.deactivate()
         self._base_snapshot.release()
-        self._changes, self._ranges, self._base_live, self._unapplied = {}, [], {}, []
+        self._changes, self._ranges, self._base_live, self._pending = {}, [], {}, {}
 
     def _discard(self) -> None:
         try:

@@ -10,8 +10,9 @@ from the tables' indexes and filters, which an open table holds in memory), and
 :func:`prefetch` fetches what the cache lacks before the reads, as RocksDB's ``MultiGet`` with
 ``async_io`` does:
 
-* the blocks are cut into the cache's aligned chunks; chunks already held (in an entry on local
-  disk or in memory) are skipped;
+* the blocks are cut into the cache's aligned chunks; chunks already held in memory are
+  skipped, and those in an entry on local disk are read from there and held (the chunks this
+  batch fetches go into the disk cache too, and would evict them before the reads);
 * adjacent chunks of one object are coalesced into one request of up to
   :data:`~antkv.spark.store.block_cache.READAHEAD_CHUNKS` chunks (4 MiB);
 * the requests run on :data:`PREFETCH_THREADS` threads (``pyarrow`` releases the GIL while it
@@ -53,7 +54,20 @@ def prefetch(blocks: BlockCache, wanted: list[tuple[Location, FileRef, set]], ho
         for offset, length in ranges:
             lo, hi = offset // c, min((offset + max(length, 1) - 1) // c, last_chunk)
             indexes.update(range(lo, hi + 1))
-        for run in _runs(sorted(i for i in indexes if not blocks.has(key, i))):
+        missing = []
+        for i in sorted(indexes):
+            if not blocks.has(key, i):
+                missing.append(i)
+                continue
+            if total + c > memory_cap:
+                continue
+            data = blocks.get(key, i)  # on local disk now: held too, so this batch's own
+            if data is None:  # writes to the cache cannot evict it before the reads
+                missing.append(i)
+            else:
+                blocks.hold(holder, key, i, data)
+                total += len(data)
+        for run in _runs(missing):
             nbytes = min((run[-1] + 1) * c, ref.size) - run[0] * c
             if total + nbytes > memory_cap:
                 break

@@ -3,8 +3,9 @@
 Usage::
 
     .venv/bin/python bench/bench_spark_remote.py                     # 100,000 keys, local location
-    .venv/bin/python bench/bench_spark_remote.py --keys 1000000 --s3  # the size, on an S3 API
+    .venv/bin/python bench/bench_spark_remote.py --keys 1000000 --s3  # 1M keys, on an S3 API
         [--batches 10] [--touched 0.01] [--value-size 100] [--cache-mib 64] [--dir /tmp]
+        [--modes local,remote,remote-noprefetch]
 
 The workload runs on plain stores (``open_store`` / ``commit`` / ``publish``: the state store
 without Spark around it), one partition: version 1 loads ``--keys`` keys (committed as a
@@ -13,7 +14,10 @@ Both modes run the same batches on their own location:
 
 * **local** (``StoreOptions(tables="local")``, the default): snapshot files downloaded whole;
 * **remote** (``tables="remote"``): read by ranges through the block cache, bounded by
-  ``--cache-mib``.
+  ``--cache-mib``; each batch announces its keys first (``StateStore.prefetch``: the chunks
+  they need, fetched in parallel);
+* **remote-noprefetch** (``--modes local,remote,remote-noprefetch``): remote mode without the
+  announcement, every read on its own.
 
 Reported per mode: the median **steady** batch (the worker keeps its copy open between
 batches), the **first batch after a restore** (a new machine: no working copy, an empty local

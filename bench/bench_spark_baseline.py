@@ -5,6 +5,8 @@ Usage::
     .venv/bin/python bench/bench_spark_baseline.py                      # a few minutes
     .venv/bin/python bench/bench_spark_baseline.py --keys 100000 --batches 4   # the full size
         [--value-size 1024] [--partitions 4] [--workloads apply tws] [--dir /tmp] [--json out.json]
+    .venv/bin/python bench/bench_spark_baseline.py --workloads apply --keys 1000000 --touched 0.01 \
+        --value-size 100 --partitions 1 --batches 6    # bench_spark_remote.py's workload, on Spark
 
 Two streaming queries over a file source (one new Parquet file per micro-batch,
 ``maxFilesPerTrigger=1``), each on a local Spark (``local[2]``) with Spark's RocksDB state store
@@ -12,7 +14,8 @@ provider (``RocksDBStateStoreProvider``) and ``--partitions`` state partitions, 
 ``noop`` sink:
 
 * **apply** -- ``groupBy(key).applyInPandasWithState``: every batch holds every one of
-  ``--keys`` keys once, with a ``--value-size`` value of random (incompressible) bytes that
+  ``--keys`` keys once (with ``--touched``, every batch after the first holds that fraction of
+  them, at random), with a ``--value-size`` value of random (incompressible) bytes that
   differs per key and per batch; the state of a key is its count and its latest value.
   Reported per batch: rows/s (input rows over the batch's ``triggerExecution`` time), the state
   commit time (``stateOperators[0].commitTimeMs``), the bytes of the files the batch added to
@@ -57,18 +60,24 @@ MINUTE_MS = 60 * 1000
 # --------------------------------------------------------------------------- input
 
 
-def write_batch_file(input_dir: str, batch: int, keys: int, value_size: int) -> None:
-    """One Parquet file: every key once, a random value per key, an event time per batch.
+def write_batch_file(input_dir: str, batch: int, keys: int, value_size: int, touched: float = 1.0) -> None:
+    """One Parquet file: every key once (with ``touched`` < 1, after batch 0: that fraction of
+    the keys, chosen at random), a random value per key, an event time per batch.
 
     Written under a hidden name and renamed, so the file source never sees half a file."""
+    import random
+
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    chosen = range(keys)
+    if touched < 1.0 and batch > 0:
+        chosen = sorted(random.Random(batch).sample(range(keys), max(1, int(keys * touched))))
+    keys, names = len(chosen), pa.array([f"user-{i:08d}" for i in chosen])
     data = os.urandom(keys * value_size)
     offsets = np.arange(keys + 1, dtype=np.int64) * value_size
     values = pa.Array.from_buffers(pa.large_binary(), keys, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    names = pa.array([f"user-{i:08d}" for i in range(keys)])
     event_ms = 1_700_000_000_000 + batch * MINUTE_MS
     ts = pa.array(np.full(keys, event_ms * 1000, dtype=np.int64), pa.timestamp("us"))
     table = pa.table({"key": names, "value": values, "ts": ts})
@@ -267,7 +276,7 @@ def run_phase(args) -> dict:
     try:
         for batch in range(args.first_batch, args.first_batch + args.batches):
             before = checkpoint_files(checkpoint)
-            write_batch_file(input_dir, batch, args.keys, args.value_size)
+            write_batch_file(input_dir, batch, args.keys, args.value_size, args.touched)
             t0 = time.perf_counter()
             query.processAllAvailable()
             wall = time.perf_counter() - t0
@@ -317,7 +326,7 @@ def run_phase(args) -> dict:
 def child(workload: str, first: int, count: int, args, workdir: str) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--phase", "--workload", workload,
            "--first-batch", str(first), "--batches", str(count), "--keys", str(args.keys),
-           "--value-size", str(args.value_size), "--partitions", str(args.partitions),
+           "--value-size", str(args.value_size), "--partitions", str(args.partitions), "--touched", str(args.touched),
            "--workdir", workdir]
     return run_child(cmd, workload, MARKER)
 
@@ -363,6 +372,8 @@ def main(argv=None) -> None:
     p.add_argument("--value-size", type=int, default=1024)
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--touched", type=float, default=1.0,
+                   help="after the first batch, the fraction of the keys each batch holds (random)")
     p.add_argument("--workloads", nargs="+", default=["apply", "tws"], choices=["apply", "tws"])
     p.add_argument("--dir", default=None, help="where the input and checkpoints go (a temp dir)")
     p.add_argument("--json", default=None, help="also write the full results here")
@@ -375,8 +386,9 @@ def main(argv=None) -> None:
     if args.phase:
         print(MARKER + json.dumps(run_phase(args)), flush=True)
         return
-    if args.keys < 1 or args.batches < 1 or args.value_size < 0 or args.partitions < 1:
-        p.error("--keys, --batches and --partitions must be positive, --value-size not negative")
+    if args.keys < 1 or args.batches < 1 or args.value_size < 0 or args.partitions < 1 or not 0 < args.touched <= 1:
+        p.error("--keys, --batches and --partitions must be positive, --value-size not negative, "
+                "--touched in (0, 1]")
     workdir = tempfile.mkdtemp(prefix="antkv-spark-baseline-", dir=args.dir)
     results = {"keys": args.keys, "value_size": args.value_size, "batches": args.batches,
                "partitions": args.partitions, "cores": os.cpu_count(), "workloads": {}}

@@ -3,8 +3,9 @@
 Usage::
 
     .venv/bin/python bench/bench_spark_remote.py                     # 100,000 keys, local location
-    .venv/bin/python bench/bench_spark_remote.py --keys 1000000 --s3  # the size, on an S3 API
+    .venv/bin/python bench/bench_spark_remote.py --keys 1000000 --s3  # 1M keys, on an S3 API
         [--batches 10] [--touched 0.01] [--value-size 100] [--cache-mib 64] [--dir /tmp]
+        [--modes local,remote,remote-noprefetch]
 
 The workload runs on plain stores (``open_store`` / ``commit`` / ``publish``: the state store
 without Spark around it), one partition: version 1 loads ``--keys`` keys (committed as a
@@ -13,7 +14,10 @@ Both modes run the same batches on their own location:
 
 * **local** (``StoreOptions(tables="local")``, the default): snapshot files downloaded whole;
 * **remote** (``tables="remote"``): read by ranges through the block cache, bounded by
-  ``--cache-mib``.
+  ``--cache-mib``; each batch announces its keys first (``StateStore.prefetch``: the chunks
+  they need, fetched in parallel);
+* **remote-noprefetch** (``--modes local,remote,remote-noprefetch``): remote mode without the
+  announcement, every read on its own.
 
 Reported per mode: the median **steady** batch (the worker keeps its copy open between
 batches), the **first batch after a restore** (a new machine: no working copy, an empty local
@@ -49,13 +53,15 @@ def _read_bytes(options) -> tuple[int, int, int]:
     return c["download_bytes"] + c["changelog_bytes"] + c["block_fetched_bytes"], c["block_hits"], c["block_misses"]
 
 
-def _batch(loc, coord, version, options, keys, rnd, touched, value_size) -> dict:
+def _batch(loc, coord, version, options, keys, rnd, touched, value_size, prefetch) -> dict:
     before = _read_bytes(options)
     t0 = time.perf_counter()
     store = open_store(loc, "op", 0, version, manifest=coord.base_manifests(version)[0], options=options)
     try:
-        for i in rnd.sample(range(keys), max(1, int(keys * touched))):
-            k = b"key%09d" % i
+        batch = [b"key%09d" % i for i in rnd.sample(range(keys), max(1, int(keys * touched)))]
+        if prefetch:
+            store.prefetch(batch)
+        for k in batch:
             old = store.get(k)
             store.put(k, (old or b"")[:8] + os.urandom(value_size - 8))
         message = store.commit()
@@ -71,7 +77,8 @@ def _batch(loc, coord, version, options, keys, rnd, touched, value_size) -> dict
                 hit_ratio=hits / (hits + misses) if hits + misses else None)
 
 
-def run_mode(tables: str, loc: Location, work: str, args) -> dict:
+def run_mode(mode: str, loc: Location, work: str, args) -> dict:
+    tables, prefetch = mode.split("-")[0], not mode.endswith("-noprefetch")
     engine = dict(max_background_jobs=0)
     def options(cache):
         return StoreOptions(cache_dir=os.path.join(work, cache), tables=tables, cache_disk_bytes=args.cache_mib << 20,
@@ -87,12 +94,12 @@ def run_mode(tables: str, loc: Location, work: str, args) -> dict:
     load_s = time.perf_counter() - t0
     version, steady = 1, []
     for _ in range(args.batches):
-        steady.append(_batch(loc, coord, version, opts, args.keys, rnd, args.touched, args.value_size))
+        steady.append(_batch(loc, coord, version, opts, args.keys, rnd, args.touched, args.value_size, prefetch))
         version += 1
     release_idle_stores()
     cold = options(f"restored-{uuid.uuid4().hex[:6]}")  # a new machine: an empty local cache
-    first = _batch(loc, coord, version, cold, args.keys, rnd, args.touched, args.value_size)
-    second = _batch(loc, coord, version + 1, cold, args.keys, rnd, args.touched, args.value_size)
+    first = _batch(loc, coord, version, cold, args.keys, rnd, args.touched, args.value_size, prefetch)
+    second = _batch(loc, coord, version + 1, cold, args.keys, rnd, args.touched, args.value_size, prefetch)
     release_idle_stores()
     return dict(load_s=load_s, steady=steady, first=first, second=second)
 
@@ -110,6 +117,8 @@ def main() -> int:
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--cache-mib", type=int, default=64)
     ap.add_argument("--s3", action="store_true")
+    ap.add_argument("--modes", default="local,remote",
+                    help="comma-separated, of local, remote, remote-noprefetch (local first)")
     ap.add_argument("--dir", default=tempfile.gettempdir())
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="bench-remote-", dir=args.dir)
@@ -119,14 +128,14 @@ def main() -> int:
             from bench.s3_server import start_s3_server
 
             fs, stop_server = start_s3_server("bench")
-            locations = {m: Location(f"bench/{m}", filesystem=fs) for m in ("local", "remote")}
+            locations = {m: Location(f"bench/{m}", filesystem=fs) for m in args.modes.split(",")}
         else:
-            locations = {m: Location(os.path.join(work, f"loc-{m}")) for m in ("local", "remote")}
+            locations = {m: Location(os.path.join(work, f"loc-{m}")) for m in args.modes.split(",")}
         print(f"{args.keys:,} keys of {args.value_size} B, {args.touched:.1%} touched per batch, "
               f"{args.batches} steady batches, block cache {args.cache_mib} MiB, "
               f"location {'S3 (moto on 127.0.0.1)' if args.s3 else 'local'}")
         results = {}
-        for mode in ("local", "remote"):
+        for mode in args.modes.split(","):
             r = results[mode] = run_mode(mode, locations[mode], os.path.join(work, mode), args)
             med = statistics.median(b["seconds"] for b in r["steady"])
             fetched = statistics.median(b["fetched"] for b in r["steady"])
@@ -136,11 +145,13 @@ def main() -> int:
             print(f"  steady batch (median)    {med:7.3f} s  {fetched / 1e6:9.2f} MB read  hit ratio {ratio}")
             print(f"  first batch after restore {_fmt(r['first'])}")
             print(f"  second batch after it     {_fmt(r['second'])}")
-        local = statistics.median(b["seconds"] for b in results["local"]["steady"])
-        remote = statistics.median(b["seconds"] for b in results["remote"]["steady"])
-        print(f"\nsteady throughput, remote / local: {local / remote:.0%}")
-        print(f"first batch after restore / steady batch: local {results['local']['first']['seconds'] / local:.1f}x, "
-              f"remote {results['remote']['first']['seconds'] / remote:.1f}x")
+        steady = {m: statistics.median(b["seconds"] for b in r["steady"]) for m, r in results.items()}
+        print()
+        for m in results:
+            if m != "local" and "local" in results:
+                print(f"steady throughput, {m} / local: {steady['local'] / steady[m]:.0%}")
+        print("first batch after restore / steady batch: "
+              + ", ".join(f"{m} {results[m]['first']['seconds'] / steady[m]:.1f}x" for m in results))
     finally:
         release_idle_stores()
         if stop_server is not None:

@@ -18,26 +18,31 @@ from antkv.spark.tools.demo import (
 )
 from antkv.spark.store.keygroups import KeyGroupError
 
+from test_spark_store_model import s3_server, s3_uri  # noqa: F401
 
-def _pipeline(root, partitions, key_groups=64, func=click_state, options=None):
-    return StatefulPipeline("file://" + str(root / "state"), "clicks", ["user"], func, OUTPUT_SCHEMA,
+
+def _pipeline(root, partitions, key_groups=64, func=click_state, options=None, uri=None):
+    return StatefulPipeline(uri or "file://" + str(root / "state"), "clicks", ["user"], func, OUTPUT_SCHEMA,
                             partitions=partitions, key_groups=key_groups, query_id="t", options=options)
 
 
-# remote: the state's tables are read from the location through a block cache of 4 KiB on the
-# Spark workers' disk, far smaller than the state (StoreOptions.tables)
-@pytest.mark.parametrize("tables", ["local", "remote"])
-def test_batch_jobs_with_rescale_2_3_1_equal_plain_spark(spark, tmp_path, tables):
+# remote: the state's tables are read from the location (a local directory, or the S3 server the
+# tests start) through a block cache of 4 KiB on the Spark workers' disk, far smaller than the
+# state (StoreOptions.tables)
+@pytest.mark.parametrize("tables", ["local", "remote", "remote-s3"])
+def test_batch_jobs_with_rescale_2_3_1_equal_plain_spark(spark, tmp_path, tables, request):
     events = tmp_path / "events"
     write_event_files(str(events), 0, 4, users=60, events=150, payload_bytes=40)
-    options = None
-    if tables == "remote":
+    options = uri = None
+    if tables == "remote-s3":
+        uri, location = s3_uri(request.getfixturevalue("s3_server"))
+    if tables.startswith("remote"):
         options = StoreOptions(tables="remote", cache_disk_bytes=4096, cache_dir=str(tmp_path / "cache"),
                                max_changelog_chain=1)
     outputs = []
     for f, partitions in enumerate([2, 2, 3, 1]):
         df = spark.read.parquet(str(events / f"events-{f:05d}.parquet"))
-        result = _pipeline(tmp_path, partitions, options=options).run(df)
+        result = _pipeline(tmp_path, partitions, options=options, uri=uri).run(df)
         m = result.metrics
         assert (m.batch_id, m.version, m.partitions, m.rows) == (f, f + 1, partitions, 150)
         assert m.previous_partitions == (2 if f == 2 else 3 if f == 3 else partitions)
@@ -46,17 +51,22 @@ def test_batch_jobs_with_rescale_2_3_1_equal_plain_spark(spark, tmp_path, tables
         assert all(p.rescaled == (f >= 2) for p in m.partition_metrics)
         outputs += [tuple(r) for r in result.output.collect()]
     want_state, want_rows = expected_with_spark(spark, str(events))
-    got = read_state("file://" + str(tmp_path / "state"), "clicks")
+    got = read_state(uri or "file://" + str(tmp_path / "state"), "clicks")
     assert got == want_state
     assert sorted(outputs) == want_rows
     # the key count the driver reports is exact: one value, one list and the map entries per user
     keys = len(want_state["clicks"]) * 2 + sum(len(v) for v in want_state["pages"].values())
     assert result.metrics.keys == keys + 4  # + K and the three state names in the metadata area
-    if tables == "remote":
-        snapshots = [n for d, _, names in os.walk(tmp_path / "state") for n in names if n.endswith((".sst", ".vlog"))]
-        state_bytes = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(tmp_path / "state")
-                          for n in names if n.endswith((".sst", ".vlog")))
-        assert snapshots and state_bytes >= 10 * 4096  # the snapshot files the location retains
+    if tables.startswith("remote"):
+        if uri is None:
+            snapshots = {os.path.join(d, n): os.path.getsize(os.path.join(d, n))
+                         for d, _, names in os.walk(tmp_path / "state") for n in names}
+        else:
+            snapshots = {}
+            for p in location.list_subdirs("clicks"):
+                snapshots.update(location.list_sizes(f"clicks/{p}"))
+        snapshots = {n: size for n, size in snapshots.items() if n.endswith((".sst", ".vlog"))}
+        assert snapshots and sum(snapshots.values()) >= 10 * 4096  # the snapshot files the location retains
         assert not [n for _, _, names in os.walk(tmp_path / "cache" / "objects") for n in names]
         assert os.listdir(tmp_path / "cache" / "blocks")  # the workers read through the block cache
         fetched = sum(p.block_fetched_bytes for p in result.metrics.partition_metrics)

@@ -158,14 +158,15 @@ def run_on_spark(spark, work, name, processor, batches, schema, output_schema, t
 
 
 def run_on_antkv(spark, work, name, processor, batches, schema, output_schema, time_mode,
-                 event_time=None, initial=None, restart=False, **kwargs):
+                 event_time=None, initial=None, restart=False, location=None, **kwargs):
     """The same processor on antkv, one run() per micro-batch (and, in the EventTime mode, an
     empty batch after each, as Spark runs one when the watermark moves); with ``restart``, a
-    new runner (a restarted driver) for each micro-batch."""
+    new runner (a restarted driver) for each micro-batch.  ``location``: the state's location
+    URI (default: ``<work>/antkv``)."""
     init_df = None if initial is None else spark.createDataFrame(*initial)
 
     def new_runner():
-        return TransformWithState(f"file://{work}/antkv", name, "key", processor, output_schema,
+        return TransformWithState(location or f"file://{work}/antkv", name, "key", processor, output_schema,
                                   time_mode=time_mode, event_time_column=event_time, initial_state=init_df,
                                   partitions=2, key_groups=16, **kwargs)
 

@@ -16,6 +16,7 @@ import sys
 from decimal import Decimal
 
 import pandas as pd
+import pytest
 from pyspark import cloudpickle
 from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
@@ -23,6 +24,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from antkv.spark import StoreOptions
 
 from test_spark_processor import MINUTE, T0, both, run_on_antkv, run_on_spark
+from test_spark_store_model import s3_server, s3_uri  # noqa: F401
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests/
 
@@ -73,9 +75,11 @@ def test_composite_state_types_equal_spark(spark, tmp_path):
     assert ("a", 4, "x|y|z", "zx1", "x=5,y=2,z=1", "2.00", "x:1 y:2 x:4 z:1", "x=1/1,4;y=2/2;z=1/1") in got
 
 
-def test_composite_state_types_with_remote_tables_equal_spark(spark, tmp_path):
-    # antkv reads its tables from the location through a 4 KiB block cache, a small fraction
-    # of the state (StoreOptions.tables="remote"); a restarted runner at every batch
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_composite_state_types_with_remote_tables_equal_spark(spark, tmp_path, where, request):
+    # antkv reads its tables from the location (a local directory, or the S3 server the tests
+    # start) through a 4 KiB block cache, a small fraction of the state
+    # (StoreOptions.tables="remote"); a restarted runner at every batch
     rnd = random.Random(3)
     batches = [[(f"k{rnd.randrange(300):03d}", rnd.choice("xyz"), rnd.randrange(9)) for _ in range(500)]
                for _ in range(3)]
@@ -85,12 +89,20 @@ def test_composite_state_types_with_remote_tables_equal_spark(spark, tmp_path):
     want = run_on_spark(spark, str(tmp_path), "profile", CompositeProfile(), batches, schema, out, "None")
     options = StoreOptions(tables="remote", cache_disk_bytes=4096, cache_dir=str(tmp_path / "cache"),
                            max_changelog_chain=1)
+    uri = None
+    if where == "s3":
+        uri, location = s3_uri(request.getfixturevalue("s3_server"))
     got, _ = run_on_antkv(spark, str(tmp_path), "profile", CompositeProfile(), batches, schema, out, "None",
-                          restart=True, options=options)
+                          restart=True, options=options, location=uri)
     assert got == want
-    tables = [os.path.join(d, n) for d, _, names in os.walk(tmp_path / "antkv") for n in names
-              if n.endswith((".sst", ".vlog"))]
-    assert sum(os.path.getsize(p) for p in tables) >= 10 * 4096  # the snapshot files the location retains
+    if uri is None:
+        tables = {n: os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(tmp_path / "antkv") for n in names}
+    else:
+        tables = {}
+        for p in location.list_subdirs("profile"):
+            tables.update(location.list_sizes(f"profile/{p}"))
+    tables = {n: size for n, size in tables.items() if n.endswith((".sst", ".vlog"))}
+    assert sum(tables.values()) >= 10 * 4096  # the snapshot files the location retains
     assert not [n for _, _, names in os.walk(tmp_path / "cache" / "objects") for n in names]
 
 

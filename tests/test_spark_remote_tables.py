@@ -9,9 +9,14 @@ a local disk that is full while the cache writes."""
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
+import socket
+import threading
+import time
+import uuid
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -26,6 +31,7 @@ from antkv.spark.store.idle_copies import blocks_for
 from antkv.spark.store.local_cache import tree_bytes
 from antkv.spark.store.state_store import read_manifest
 
+from bench.s3_server import start_s3_server
 from test_spark_store_model import s3_location, s3_server  # noqa: F401
 
 BUDGET = 64 << 10  # the block cache of the remote stores
@@ -163,6 +169,55 @@ def test_a_scan_fetches_large_ranges_and_point_reads_one_chunk(tmp_path):
     assert after["fetches"] == again["fetches"] and after["hits"] > again["hits"]  # all from local disk
 
 
+def test_a_prefetch_fetches_a_batchs_scattered_keys_in_few_requests(tmp_path):
+    # about 4 MiB of state in the location; a cold block cache of 1 MiB (a quarter of it)
+    loc = Location(str(tmp_path / "loc"))
+    engine = dict(write_buffer_size=64 << 20, max_background_jobs=0)
+    coord = CommitCoordinator(loc, "op", 1, query_id="q")
+    load = StoreOptions(cache_dir=str(tmp_path / "load"), park_copies=False, engine=engine, max_changelog_bytes=1 << 20)
+    with open_store(loc, "op", 0, 0, manifest=None, options=load) as store:
+        want = {b"k%07d" % i: b"%07d" % i * 16 for i in range(40000)}
+        for k, v in want.items():
+            store.put(k, v)
+        coord.publish(1, [store.commit()])
+    release_idle_stores()
+    batch = [b"k%07d" % i for i in random.Random(3).sample(range(40000), 400)] + [b"absent"]
+
+    def first_batch(cache: str, prefetch: bool) -> tuple[int, int]:
+        """(requests of the prefetch, requests of the reads after it) of a batch on a cold cache."""
+        opts = StoreOptions(cache_dir=str(tmp_path / cache), tables="remote", park_copies=False, engine=engine,
+                            cache_disk_bytes=1 << 20)
+        blocks = blocks_for(opts)
+        store = open_store(loc, "op", 0, 1, options=opts)
+        try:
+            opened = blocks.fetches
+            fetched = store.prefetch(batch) if prefetch else 0
+            assert fetched == blocks.fetched_bytes - (blocks.fetched_bytes - fetched)  # returned what it read
+            prefetched = blocks.fetches
+            assert [store.get(k) for k in batch] == [want.get(k) for k in batch]
+            store.put(b"k0000001", b"new")
+            reads = blocks.fetches - prefetched
+            assert blocks.held_bytes() >= fetched and (prefetch or blocks.held_bytes() == 0)  # held for the batch ...
+            store.commit()
+        except BaseException:
+            store.abort()
+            raise
+        assert blocks.held_bytes() == 0  # ... and dropped when it ends
+        return prefetched - opened, reads
+
+    one_by_one = first_batch("cold-a", prefetch=False)
+    assert one_by_one[0] == 0 and one_by_one[1] >= 40  # a request per chunk the keys fall in
+    requests, reads = first_batch("cold-b", prefetch=True)
+    assert reads == 0  # every chunk a read needed was fetched by the prefetch ...
+    assert requests * 8 <= one_by_one[1], (requests, one_by_one)  # ... in requests of up to 64 adjacent chunks
+    # the next batch on the same machine: what the disk cache kept is read from there and held,
+    # so the chunks the batch fetches and caches cannot evict it before the reads
+    assert os.listdir(blocks_for(StoreOptions(cache_dir=str(tmp_path / "cold-b"), cache_disk_bytes=1 << 20)).root)
+    assert first_batch("cold-b", prefetch=True)[1] == 0
+    with open_store(loc, "op", 0, 1, options=load) as store:
+        assert store.prefetch(batch) == 0  # download mode: nothing to do
+
+
 class _ReadFaults(pafs.FileSystemHandler):
     """A local file system whose ranged reads fail from the ``fail_at``-th one on while armed."""
 
@@ -264,6 +319,113 @@ def test_a_location_read_failing_mid_task_fails_the_task_and_a_retry_succeeds(tm
     coord.publish(4, [message])
     assert CommitCoordinator(loc, "op", 1, query_id="q").marker(3) == published  # unchanged
     assert _read_all(loc, opts, 4) == {**want, b"new": b"row"}
+
+
+class _StallingProxy:
+    """A TCP proxy on 127.0.0.1 in front of a server.  While ``stalled`` is set it holds every
+    byte the server sends back (a location that stops answering mid-request); a response held
+    longer than ``give_up_s`` has its connection dropped instead."""
+
+    def __init__(self, host: str, port: int, give_up_s: float = 15.0):
+        self.upstream = (host, port)
+        self.give_up_s = give_up_s
+        self.stalled = threading.Event()
+        self.held = 0  # responses held while stalled
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.upstream)
+            for src, dst, answer in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pipe, args=(src, dst, answer), daemon=True).start()
+
+    def _pipe(self, src, dst, answer: bool):
+        try:
+            while data := src.recv(1 << 16):
+                if answer and self.stalled.is_set():
+                    self.held += 1
+                    deadline = time.monotonic() + self.give_up_s
+                    while self.stalled.is_set() and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    if self.stalled.is_set():
+                        break  # held too long: drop the connection
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def close(self):
+        self._server.close()
+
+
+def test_a_location_read_that_stalls_times_out_and_a_retry_succeeds(tmp_path):
+    """A real S3 API behind a proxy that stops answering mid-task: the read fails after
+    ``location_timeout_s`` with an antkv.IOError naming the object; the retry succeeds and the
+    published version is unchanged."""
+    proxies = []
+
+    def front(host, port):
+        proxies.append(_StallingProxy(host, port))
+        return "127.0.0.1", proxies[0].port
+
+    fs, stop = start_s3_server("stall", front=front)
+    proxy = proxies[0]
+    try:
+        loc = Location(f"stall/{uuid.uuid4().hex}", filesystem=fs)
+        whole = _options(tmp_path / "cache", tables="local", park_copies=False)  # fewer requests to write it
+        want, _ = _workload(loc, whole, batches=3, keys=1000)
+        release_idle_stores()
+        published = CommitCoordinator(loc, "op", 1, query_id="q").marker(3)
+        opts = _options(tmp_path / "cold", park_copies=False, location_timeout_s=0.5)
+
+        def task(stall: bool):
+            store = open_store(loc, "op", 0, 3, manifest=published.manifests[0], options=opts)
+            try:
+                if stall:
+                    proxy.stalled.set()  # the location stops answering after the open
+                state = dict(store.items())
+                store.put(b"new", b"row")
+                return state, store.commit()
+            except BaseException:
+                store.abort()
+                raise
+
+        t0 = time.monotonic()
+        with pytest.raises(antkv.IOError, match=r"timed out after 0.5 s reading \d+ bytes at offset \d+ of "
+                                                r"stall/\w+/op/p00000/\d{20}-[0-9a-f]{16}-\d{6}\.(sst|vlog)") as err:
+            task(stall=True)
+        assert err.value.errno == errno.ETIMEDOUT
+        assert time.monotonic() - t0 < 10  # the deadline, not the proxy giving up
+        assert proxy.held >= 1
+        proxy.stalled.clear()
+        state, message = task(stall=False)  # Spark's retry, in the same process
+        assert state == want
+        CommitCoordinator(loc, "op", 1, query_id="q").publish(4, [message])
+        assert CommitCoordinator(loc, "op", 1, query_id="q").marker(3) == published  # unchanged
+        assert _read_all(loc, whole, 4) == {**want, b"new": b"row"}
+    finally:
+        proxy.stalled.clear()
+        proxy.close()
+        stop()
+
+
+def test_the_location_timeout_is_refused_when_not_a_positive_number():
+    with pytest.raises(antkv.InvalidArgumentError):
+        StoreOptions(location_timeout_s=0)
+    with pytest.raises(TypeError):
+        StoreOptions(location_timeout_s="30")
 
 
 def _entries(blocks: BlockCache) -> list[str]:

@@ -223,6 +223,16 @@ def s3_location(fs):
     return make
 
 
+def s3_uri(fs) -> tuple[str, Location]:
+    """A new location on the S3 server of ``fs``: its URI, with the credentials and endpoint
+    in it (for Spark's workers, which get no file system object), and the driver's Location."""
+    settings = fs.__reduce__()[1][0]  # the file system's own settings: endpoint, credentials
+    root = f"antkv-state/{uuid.uuid4().hex}"
+    uri = (f"s3://{settings['access_key']}:{settings['secret_key']}@{root}"
+           f"?endpoint_override={settings['endpoint_override']}&scheme=http&region=us-east-1")
+    return uri, Location(root, filesystem=fs)
+
+
 def test_store_model_local(tmp_path):
     machine = make_machine(_local_location(str(tmp_path)))
     run_state_machine_as_test(machine, settings=settings(max_examples=40, stateful_step_count=40))

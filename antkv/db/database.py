@@ -30,6 +30,7 @@ from ..memtable.memtable import NEW_KEY_OVERHEAD as _NEW_KEY_OVERHEAD
 from ..memtable.memtable import TUPLE_VERSIONS as _TUPLE_VERSIONS
 from ..memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
 from ..options import Options, WriteOptions, resolve_open_args, resolve_write_flags
+from ..read.block_plan import data_blocks
 from ..record.batch import SINGLE_RECORD, WriteBatch, as_bytes
 from ..record.log_format import HEADER, LEN_MUL, LEN_XOR, checksum
 from .checkpoint import Checkpoints
@@ -332,6 +333,16 @@ class DB(Recovery, Checkpoints, Ingestion, ValueLogGC, Resume, ReadAPI):
     def stats(self) -> dict:
         self._check_open()
         return self._collect_stats()
+
+    def data_blocks(self, keys=(), ranges=()) -> dict[str, set[tuple[int, int]]]:
+        """``{table path: {(offset, length), ...}}``: the data blocks of the current tables
+        that point reads of ``keys`` may read, and those holding keys of each ``(begin, end)``
+        of ``ranges`` (``end`` None: no end) (:func:`antkv.read.block_plan.data_blocks`), for a caller that fetches
+        them from slow storage together before the reads."""
+        keys = [as_bytes(k, "key") for k in keys]
+        ranges = [(as_bytes(b, "begin"), None if e is None else as_bytes(e, "end")) for b, e in ranges]
+        self._check_open()
+        return data_blocks(self._sv.version, self._open_table, keys, ranges)
 
     def property(self, name: str) -> str | None:
         if not isinstance(name, str):

@@ -89,6 +89,9 @@ class BlockCache:
         self.fetched_bytes = 0
         self.corrupt_dropped = 0  # entries whose trailer did not check
         self.full_skipped = 0  # entries not written for want of disk space
+        self.read_timeout_s: float | None = None  # a location read taking longer fails (ObjectRanges)
+        self._held: dict[tuple[str, int], bytes] = {}  # chunks a prefetch holds in memory (hold)
+        self._holders: dict[object, list[tuple[str, int]]] = {}  # holder -> the chunks it holds
         self.file_system.mkdirs(self.root)
 
     def object_key(self, location: Location, ref: FileRef) -> str:
@@ -100,7 +103,13 @@ class BlockCache:
     # ------------------------------------------------------------------ entries
 
     def get(self, key: str, index: int) -> bytes | None:
-        """Chunk ``index`` of object ``key`` if an entry holds it and checks, else None."""
+        """Chunk ``index`` of object ``key`` if a prefetch holds it in memory (:meth:`hold`)
+        or an entry holds it and checks, else None."""
+        data = self._held.get((key, index))
+        if data is not None:
+            with self._mutex:
+                self.hits += 1
+            return data
         path = self.entry_path(key, index)
         fs = self.file_system
         try:
@@ -170,6 +179,36 @@ class BlockCache:
         for i, chunk in enumerate(chunks):
             self.put(key, first + i, chunk)
         return chunks
+
+    def has(self, key: str, index: int) -> bool:
+        """Whether chunk ``index`` of object ``key`` is held in memory or has an entry (not checked)."""
+        return (key, index) in self._held or os.path.exists(self.entry_path(key, index))
+
+    def count_fetch(self, chunks: int, nbytes: int) -> None:
+        """Count one request to the location that read ``chunks`` chunks, ``nbytes`` bytes
+        (a prefetch's: :mod:`~antkv.spark.store.prefetch`)."""
+        with self._mutex:
+            self.fetches += 1
+            self.misses += chunks
+            self.fetched_bytes += nbytes
+
+    def hold(self, holder, key: str, index: int, data: bytes) -> None:
+        """Keep chunk ``index`` of object ``key`` in memory for ``holder`` until
+        :meth:`release` (a batch's prefetch: chunks the disk budget cannot keep until read)."""
+        with self._mutex:
+            if (key, index) not in self._held:
+                self._held[(key, index)] = data
+                self._holders.setdefault(holder, []).append((key, index))
+
+    def held_bytes(self) -> int:
+        with self._mutex:
+            return sum(map(len, self._held.values()))
+
+    def release(self, holder) -> None:
+        """Drop the chunks :meth:`hold` keeps for ``holder``."""
+        with self._mutex:
+            for k in self._holders.pop(holder, ()):
+                self._held.pop(k, None)
 
     def put_file(self, location: Location, ref: FileRef, local_path: str) -> None:
         """Keep the local file ``local_path``, which holds object ``ref``'s bytes (just
@@ -252,7 +291,7 @@ class RemoteFile(RandomAccessFile):
         self.path = path
         self.ref = ref
         self._cache = cache
-        self._ranges = location.ranges(ref.object)
+        self._ranges = location.ranges(ref.object, cache.read_timeout_s)
         self._key = cache.object_key(location, ref)
         self._lock = threading.Lock()
         self._held: dict[int, bytes] = {}  # chunk index -> bytes

@@ -89,8 +89,11 @@ def cache_for(options: StoreOptions) -> LocalCache:
 
 
 def blocks_for(options: StoreOptions) -> BlockCache:
-    """This process's block cache of ``options``'s cache directory (remote mode; one per directory)."""
-    return _per_process(_blocks, BlockCache, options)
+    """This process's block cache of ``options``'s cache directory (remote mode; one per
+    directory); its location reads time out after ``options.location_timeout_s``."""
+    blocks = _per_process(_blocks, BlockCache, options)
+    blocks.read_timeout_s = options.location_timeout_s
+    return blocks
 
 
 def _per_process(made: dict, make, options: StoreOptions):

@@ -41,6 +41,8 @@ import sys
 from dataclasses import dataclass
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FuturesTimeout
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -292,9 +294,11 @@ class Location:
         except OSError as e:
             raise AntIOError(f"cannot download {p}: {e}", e, p) from e
 
-    def ranges(self, name: str) -> "ObjectRanges":
-        """A reader of byte ranges of object ``name`` (opened on its first read)."""
-        return ObjectRanges(self, name)
+    def ranges(self, name: str, timeout_s: float | None = None) -> "ObjectRanges":
+        """A reader of byte ranges of object ``name`` (opened on its first read); with
+        ``timeout_s``, a read of a location that is not a local file system that takes longer
+        fails (:class:`ObjectRanges`)."""
+        return ObjectRanges(self, name, None if self._local else timeout_s)
 
     # ------------------------------------------------------------------ writes
 
@@ -428,23 +432,48 @@ class Location:
 class ObjectRanges:
     """Byte ranges of one object, read with ``pyarrow.fs`` ``open_input_file`` / ``read_at``
     (ranged GETs on an object store).  The file is opened on the first read and kept; a
-    failed read closes it, so the next read opens it again.  Safe to use from several threads."""
+    failed read closes it, so the next read opens it again.  Safe to use from several threads.
 
-    def __init__(self, location: "Location", name: str):
+    With ``timeout_s``, each read (the open included) runs on a thread of a pool shared by the
+    process and the caller waits at most that long: a location that stops answering fails the
+    read with an ``antkv.IOError`` naming the object, the range and the timeout, on every file
+    system, whatever timeouts its client has or lacks (they differ by file system and
+    platform).  The stalled request is abandoned, not interrupted: its
+    thread ends when the client gives up, and the file it used is not used again."""
+
+    def __init__(self, location: "Location", name: str, timeout_s: float | None = None):
         self.location = location
         self.name = name
+        self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._file = None
 
     def read(self, offset: int, n: int) -> bytes:
         """Exactly ``n`` bytes at ``offset``: a missing object or a short read is a
-        CorruptionError naming it, any other failure an antkv.IOError."""
+        CorruptionError naming it, any other failure (a timeout too) an antkv.IOError."""
+        if self.timeout_s is None:
+            return self._read(offset, n)
+        future = _deadline_pool().submit(self._read, offset, n)
+        try:
+            return future.result(self.timeout_s)
+        except FuturesTimeout:
+            future.cancel()
+            self._file = None  # left to the stalled thread; the next read opens the object again
+            p = self.location.path(self.name)
+            raise AntIOError(
+                f"timed out after {self.timeout_s:g} s reading {n} bytes at offset {offset} of {p} "
+                "(StoreOptions.location_timeout_s)",
+                TimeoutError(errno.ETIMEDOUT, "location read timed out"), p) from None
+
+    def _read(self, offset: int, n: int) -> bytes:
         p = self.location.path(self.name)
         try:
-            with self._lock:
-                f = self._file
-                if f is None:
-                    f = self._file = self.location.fs.open_input_file(p)
+            f = self._file
+            if f is None:  # opened outside the lock: a stalled open holds up no other caller
+                f = self.location.fs.open_input_file(p)
+                with self._lock:
+                    if self._file is None:
+                        self._file = f
             data = f.read_at(n, offset)
         except FileNotFoundError as e:
             raise CorruptionError("object missing from the checkpoint location", p) from e
@@ -464,6 +493,20 @@ class ObjectRanges:
                 f.close()
             except (OSError, pa.ArrowException):
                 pass
+
+
+_DEADLINE_THREADS = 32  # location reads under a deadline in flight at once, per process
+_deadline_executor = None
+_deadline_lock = threading.Lock()
+
+
+def _deadline_pool() -> ThreadPoolExecutor:
+    """The process's pool running location reads that have a deadline (ObjectRanges)."""
+    global _deadline_executor
+    with _deadline_lock:
+        if _deadline_executor is None:
+            _deadline_executor = ThreadPoolExecutor(_DEADLINE_THREADS, thread_name_prefix="antkv-location-read")
+        return _deadline_executor
 
 
 def _fsync_dir(d: str) -> None:

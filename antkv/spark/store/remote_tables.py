@@ -39,6 +39,7 @@ from antkv.fs.delegating import DelegatingFileSystem
 from antkv.spark.store.block_cache import BlockCache, RemoteFile
 from antkv.spark.store.location import Location
 from antkv.spark.store.objects import FileRef
+from antkv.spark.store.prefetch import prefetch
 
 _ENGINE_SUFFIXES = (".sst", ".vlog")
 
@@ -138,6 +139,18 @@ class RemoteTables(DelegatingFileSystem):
             return self._remote.get(d, {}).get(name)
 
     # ------------------------------------------------------------------ reads
+
+    def prefetch(self, plan: dict, holder, memory_cap: int) -> dict:
+        """Fetch in parallel the byte ranges ``plan`` names (``{path: {(offset, length)}}``,
+        :meth:`antkv.DB.data_blocks`) of the remote files among its paths, holding them for
+        ``holder`` (:func:`~antkv.spark.store.prefetch.prefetch`); local files are skipped."""
+        wanted = []
+        for path, ranges in plan.items():
+            entry = self._lookup(path)
+            if entry is not None:
+                wanted.append((entry[0], entry[1], ranges))
+        return prefetch(self.blocks, wanted, holder, memory_cap)
+
 
     def open_random(self, path: str) -> RandomAccessFile:
         entry = self._lookup(path)

@@ -402,8 +402,46 @@ class StateStore:
         dense = [p for p, n in touched.items() if n * _WARM_FACTOR >= counts.get(p, 0)]
         entries = sum(counts.get(p, 0) for p in dense)
         if not dense or not self._rows.can_hold_whole(entries):
+            self._prefetch_touched(touched)
             return 0
+        self._prefetch_touched({p: n for p, n in touched.items() if p not in set(dense)})
         return self.warm(sorted(dense))
+
+    def _prefetch_touched(self, touched: dict) -> None:
+        """Remote mode: fetch in parallel the table blocks of the key groups ``touched`` names
+        (prefix -> grouping keys of the batch) that the row cache does not hold whole, when
+        they are no more bytes than one chunk per grouping key -- what reading the keys one by
+        one on a cold cache would fetch anyway (:mod:`~antkv.spark.store.prefetch`)."""
+        remote = self._copy.remote
+        if remote is None:
+            return
+        touched = {p: n for p, n in touched.items() if p not in self._rows.complete}
+        if not touched:
+            return
+        self._apply_pending()
+        plan = self._db.data_blocks(ranges=_prefix_runs(sorted(touched)))
+        if sum(length for blocks in plan.values() for _, length in blocks) <= \
+                sum(touched.values()) * remote.blocks.chunk_bytes:
+            remote.prefetch(plan, self, self.options.memory_bytes // 4)
+
+    def prefetch(self, keys) -> int:
+        """In remote mode, fetch in parallel the table chunks that point reads of ``keys``
+        will need and the block cache lacks (:mod:`~antkv.spark.store.prefetch`): a batch that
+        knows its keys reads them with a few parallel requests instead of one request per key
+        on a cold cache.  The chunks are held in memory until commit or abort, up to a quarter
+        of ``memory_bytes``.  Keys the row cache holds are skipped.  Returns the bytes
+        fetched; in download mode does nothing and returns 0."""
+        self._check_active()
+        remote = self._copy.remote
+        if remote is None:
+            return 0
+        self._apply_pending()
+        rows = self._rows.rows
+        keys = [k for k in keys if k not in rows]
+        if not keys:
+            return 0
+        plan = self._db.data_blocks(keys)
+        return remote.prefetch(plan, self, self.options.memory_bytes // 4)["bytes"]
 
     def delete_range(self, begin, end) -> None:
         self._check_active()
@@ -629,6 +667,8 @@ class StateStore:
 
     def _finish(self) -> None:
         self._done = True
+        if self._copy.remote is not None:
+            self._copy.remote.blocks.release(self)  # the chunks this batch's prefetch held
         self._rows.deactivate()
         self._base_snapshot.release()
         self._changes, self._ranges, self._base_live, self._pending = {}, [], {}, {}

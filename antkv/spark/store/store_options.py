@@ -37,6 +37,7 @@ class StoreOptions:
     row_cache_bytes: int | None = None  # the row caches of the process's working copies, together (None: memory_bytes // 4)
     engine: dict = field(default_factory=dict)  # antkv.Options overrides for the stores' databases
     tables: str = "local"  # "local": snapshot files downloaded whole; "remote": read by ranges through the block cache (remote_tables.py)
+    location_timeout_s: float = 30.0  # remote mode: a read of a range of the location taking longer fails the task (location.py ObjectRanges)
 
     def __post_init__(self):
         for f in fields(self):
@@ -57,6 +58,11 @@ class StoreOptions:
             elif f.name == "park_copies":
                 if not isinstance(v, bool):
                     raise TypeError(f"park_copies must be a bool, not {type(v).__name__}")
+            elif f.name == "location_timeout_s":
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise TypeError("location_timeout_s must be a number")
+                if not v > 0:
+                    raise antkv.InvalidArgumentError(f"location_timeout_s must be > 0, got {v}")
             elif f.name == "snapshot_ratio":
                 if isinstance(v, bool) or not isinstance(v, (int, float)):
                     raise TypeError("snapshot_ratio must be a number")

@@ -26,6 +26,7 @@ PROPERTY_NAMES = (
     "antkv.num-files-at-levelN",
     "antkv.num-immutable-mem-table",
     "antkv.cur-size-active-mem-table",
+    "antkv.cur-size-all-mem-tables",
     "antkv.estimate-num-keys",
     "antkv.num-snapshots",
     "antkv.total-sst-files-size",
@@ -175,6 +176,7 @@ class Statistics(DBState):
         simple = {
             "antkv.num-immutable-mem-table": lambda: str(len(self._imms)),
             "antkv.cur-size-active-mem-table": lambda: str(self._mem.memory),
+            "antkv.cur-size-all-mem-tables": lambda: str(self._mem.memory + sum(m.memory for m in self._imms)),
             "antkv.estimate-num-keys": lambda: str(sum(f.num_entries for _, f in version.all_files()) + self._mem.num_entries),
             "antkv.num-snapshots": lambda: str(len(self._snapshots)),
             "antkv.total-sst-files-size": lambda: str(sum(f.size for _, f in version.all_files())),

@@ -162,6 +162,18 @@ class StateVariable:
     def _live(self, expiry) -> bool:
         return expiry is None or self._handle.batch_timestamp_ms < expiry
 
+    def _live_row(self, stored_key: bytes, where: str):
+        """The one row a value (or a map entry) holds at ``stored_key``, restored, or None when
+        absent or expired; read through the store's decoded values.  More rows than one is
+        damage (``where`` names the place in the error)."""
+        stored = self._handle.store.get_decoded(stored_key, ROWS)
+        if stored is None:
+            return None
+        if len(stored) != 1:
+            raise CorruptionError(f"{self._kind_name} state {self._name!r} holds {len(stored)} rows{where}, not one")
+        expiry, row = stored[0]
+        return self._schema.restore(row) if self._live(expiry) else None
+
     def _index(self, key: bytes, expiry) -> None:
         """Enter ``key`` (a stored key of this variable) in the TTL index at ``expiry``."""
         if expiry is not None:
@@ -181,13 +193,7 @@ class ValueState(StateVariable):
     _kind_name = "value"
 
     def _read(self, operation: str):
-        stored = self._handle.store.get_decoded(self._key(operation), ROWS)
-        if stored is None:
-            return None
-        if len(stored) != 1:
-            raise CorruptionError(f"value state {self._name!r} holds {len(stored)} rows, not one")
-        expiry, row = stored[0]
-        return self._schema.restore(row) if self._live(expiry) else None
+        return self._live_row(self._key(operation), "")
 
     def exists(self) -> bool:
         return self._read("exists") is not None
@@ -306,13 +312,7 @@ class MapState(StateVariable):
 
     def _decoded(self, entry: bytes):
         """The live value at stored key ``entry``, read through the store's decoded values."""
-        stored = self._handle.store.get_decoded(entry, ROWS)
-        if stored is None:
-            return None
-        if len(stored) != 1:
-            raise CorruptionError(f"map state {self._name!r} holds {len(stored)} rows in one entry, not one")
-        expiry, row = stored[0]
-        return self._schema.restore(row) if self._live(expiry) else None
+        return self._live_row(entry, " in one entry")
 
     def exists(self) -> bool:
         self._key("exists")

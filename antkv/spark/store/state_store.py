@@ -418,7 +418,7 @@ class StateStore:
         touched = {p: n for p, n in touched.items() if p not in self._rows.complete}
         if not touched:
             return
-        self._apply_pending()
+        self._settle()
         plan = self._db.data_blocks(ranges=_prefix_runs(sorted(touched)))
         if sum(length for blocks in plan.values() for _, length in blocks) <= \
                 sum(touched.values()) * remote.blocks.chunk_bytes:
@@ -429,13 +429,14 @@ class StateStore:
         will need and the block cache lacks (:mod:`~antkv.spark.store.prefetch`): a batch that
         knows its keys reads them with a few parallel requests instead of one request per key
         on a cold cache.  The chunks are held in memory until commit or abort, up to a quarter
-        of ``memory_bytes``.  Keys the row cache holds are skipped.  Returns the bytes
-        fetched; in download mode does nothing and returns 0."""
+        of ``memory_bytes``.  Keys the row cache holds are skipped.  Returns the bytes its
+        requests fetched (not the index and filter blocks finding the chunks may read); in
+        download mode does nothing and returns 0."""
         self._check_active()
         remote = self._copy.remote
         if remote is None:
             return 0
-        self._apply_pending()
+        self._settle()
         rows = self._rows.rows
         keys = [k for k in keys if k not in rows]
         if not keys:
@@ -640,8 +641,11 @@ class StateStore:
         o = self.options
         if len(chain) + 1 > o.max_changelog_chain:
             return True
-        if o.remote_tables and self._copy.local_bytes() > o.cache_disk_bytes // 4:
-            return True  # remote tables: hand the tables written since the last snapshot over to the location
+        if o.remote_tables and self._copy.local_bytes() + int(
+                self._db.property("antkv.cur-size-all-mem-tables")) > o.cache_disk_bytes // 4:
+            # remote tables: hand what was written since the last snapshot (its tables, and the
+            # memtables that become tables) over to the location
+            return True
         chain_bytes = sum(c.size for c in chain) + log_bytes
         return chain_bytes > max(snapshot.bytes if snapshot is not None else 0, MiB) * o.snapshot_ratio
 

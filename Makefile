@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 # The Spark pipeline demo: a streaming query on antkv state, rescaled mid-stream, checked
 # against plain Spark (ARGS, e.g. ARGS="--users 10000", sizes it).

@@ -300,14 +300,7 @@ def test_a_location_read_failing_mid_task_fails_the_task_and_a_retry_succeeds(tm
     opts = _options(tmp_path / "cold", park_copies=False)
 
     def task():
-        store = open_store(loc, "op", 0, 3, manifest=published.manifests[0], options=opts)
-        try:
-            state = dict(store.items())
-            store.put(b"new", b"row")
-            return state, store.commit()
-        except BaseException:
-            store.abort()
-            raise
+        return _task_on_version_3(loc, published, opts)
 
     handler.fail_at = handler.reads + 3  # the third ranged read of the task
     with pytest.raises(antkv.IOError, match="injected: the location did not answer"):
@@ -371,6 +364,21 @@ class _StallingProxy:
         self._server.close()
 
 
+def _task_on_version_3(loc: Location, published, opts: StoreOptions, after_open=None):
+    """A task of batch 4 on partition 0: open version 3, read the whole state, write one row,
+    commit; ``(state read, commit message)``.  A failure aborts the store and is raised."""
+    store = open_store(loc, "op", 0, 3, manifest=published.manifests[0], options=opts)
+    try:
+        if after_open is not None:
+            after_open()
+        state = dict(store.items())
+        store.put(b"new", b"row")
+        return state, store.commit()
+    except BaseException:
+        store.abort()
+        raise
+
+
 def test_a_location_read_that_stalls_times_out_and_a_retry_succeeds(tmp_path):
     """A real S3 API behind a proxy that stops answering mid-task: the read fails after
     ``location_timeout_s`` with an antkv.IOError naming the object; the retry succeeds and the
@@ -392,16 +400,8 @@ def test_a_location_read_that_stalls_times_out_and_a_retry_succeeds(tmp_path):
         opts = _options(tmp_path / "cold", park_copies=False, location_timeout_s=2.0)
 
         def task(stall: bool):
-            store = open_store(loc, "op", 0, 3, manifest=published.manifests[0], options=opts)
-            try:
-                if stall:
-                    proxy.stalled.set()  # the location stops answering after the open
-                state = dict(store.items())
-                store.put(b"new", b"row")
-                return state, store.commit()
-            except BaseException:
-                store.abort()
-                raise
+            # with stall, the location stops answering after the open
+            return _task_on_version_3(loc, published, opts, proxy.stalled.set if stall else None)
 
         t0 = time.monotonic()
         with pytest.raises(antkv.IOError, match=r"timed out after 2 s reading \d+ bytes at offset \d+ of "

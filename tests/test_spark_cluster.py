@@ -27,11 +27,13 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 ON_THE_CLUSTER = [
     "test_spark_exactly_once.py::test_task_failing_after_its_commit_is_retried_exactly_once",
     "test_spark_exactly_once.py::test_duplicate_attempts_count_once",
-    "test_spark_pipeline.py::test_batch_jobs_with_rescale_2_3_1_equal_plain_spark",
+    "test_spark_pipeline.py::test_batch_jobs_with_rescale_2_3_1_equal_plain_spark[local]",
+    "test_spark_pipeline.py::test_batch_jobs_with_rescale_2_3_1_equal_plain_spark[remote]",
     "test_spark_row_processor.py::test_event_time_timers_and_types_equal_spark",
     "spark_cluster_checks.py",
 ]
-EXPECTED = 2 + 2 + 1 + 2  # test cases in ON_THE_CLUSTER (the pipeline's: download and remote tables)
+EXPECTED = 2 + 2 + 1 + 2  # test cases in ON_THE_CLUSTER (the pipeline's: download and remote tables; S3 runs
+# on the local session only, to keep the cluster's run short)
 
 
 def test_exactly_once_rescale_output_and_state_source_on_a_standalone_cluster(spark_cluster, tmp_path):

@@ -75,8 +75,8 @@ class TableReader:
         self._cache_id: int | None = None  # set once the index is loaded and the table cached
         self._fragments: FragmentedRangeTombstones | None = None  # built on first use
         self.memory_outside_cache = 0  # set by open
-        # (filter bits, filter blocks, k, index keys, block offsets, block sizes, cache id,
-        # cache shards, shard mask) for the fused point read; None when it must take find():
+        # (filter bits, filter blocks, k, index keys, block offsets, block sizes, cache id, the
+        # cache shard of each block) for the fused point read; None when it must take find():
         # a table with range tombstones, no cache or a cache whose hits lock, or a closed table
         self.point: tuple | None = None
         # (the file's read, whether to verify checksums, the path): what the fused point read
@@ -126,18 +126,24 @@ class TableReader:
         if props.num_data_blocks != len(index[0]) or props.num_range_deletions != len(self.range_tombstones):
             raise CorruptionError("properties disagree with the index or range-del block", path, props_handle[0])
         index_charge, filter_charge = self._index_charge(index), len(filt[0]) + _BLOCK_CHARGE
+        if cache is not None:
+            self._cache_id = cid = cache.new_id()
+            if cache.lock_free_hits and not self.range_tombstones:
+                bits, m, k = filt
+                # the shard of each data block's cache key, found once: a point read routes a
+                # block to its shard without hashing the key (one pointer per block, charged)
+                shards, mask = cache.shards, cache.mask
+                block_shards = [shards[hash((cid, o)) & mask] for o in index[2]]
+                index_charge += 8 * len(block_shards)
+                self.point = (bits, m >> 9, k, index[0], index[2], index[3], cid, block_shards)
         # the bytes of the index and filter charged to no cache (RocksDB's
         # estimate-table-readers-mem): 0 when the cache holds them
         self.memory_outside_cache = index_charge + filter_charge
         if cache is not None:
-            self._cache_id = cache.new_id()
             if cache_meta:
                 self._handles.append(cache.insert((self._cache_id, self._index_handle[0]), index, index_charge, "high"))
                 self._handles.append(cache.insert((self._cache_id, self._filter_handle[0]), filt, filter_charge, "high"))
                 self.memory_outside_cache = 0
-            if cache.lock_free_hits and not self.range_tombstones:
-                bits, m, k = filt
-                self.point = (bits, m >> 9, k, index[0], index[2], index[3], self._cache_id, cache.shards, cache.mask)
 
 
     # --- metadata blocks ---

@@ -51,6 +51,10 @@ class Options:
 
     # --- tables ---
     block_cache: Any = None  # antkv.Cache; None = a private 32 MiB cache
+    # True: each open table's index and filter are charged to the block cache (high priority,
+    # pinned while the table is open), so the cache's capacity bounds them too; False
+    # (RocksDB's default): the open table holds them, charged to no cache (docs/memory.md)
+    cache_index_and_filter_blocks: bool = False
     block_size: int = 4 * KiB
     bloom_bits_per_key: int = 10  # 0 = no filter
     compression: str | None = None  # "zstd" or None
@@ -180,7 +184,7 @@ def resolve_open_args(path, options, overrides: dict) -> tuple[str, "Options"]:
 
 
 _BOOLS = ("create_if_missing", "error_if_exists", "paranoid_checks", "read_only", "enable_blob_files",
-          "background_process", "avoid_flush_during_shutdown")
+          "background_process", "avoid_flush_during_shutdown", "cache_index_and_filter_blocks")
 # field -> smallest allowed value
 _INTS = {
     "write_buffer_size": 1,

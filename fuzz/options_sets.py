@@ -52,6 +52,13 @@ NAMED: dict[str, dict] = {
     # Strict, but large enough for every block a reader pins at once (a block holding one
     # inline value of min_blob_size bytes at most), so no read may fail with MemoryLimitError.
     "strict-cache": {"block_cache": CacheSpec(4 * MiB, num_shard_bits=1, strict=True)},
+    # the index and filters charged to the cache and pinned (off by default): over a one-byte
+    # cache, a shard starved by them, and a strict cache that must still hold them
+    "index-in-cache-1-byte": {"block_cache": CacheSpec(1), "cache_index_and_filter_blocks": True},
+    "index-in-clock-tiny": {"block_cache": CacheSpec(16 * KiB, num_shard_bits=0, policy="clock"),
+                            "cache_index_and_filter_blocks": True},
+    "index-in-strict-cache": {"block_cache": CacheSpec(4 * MiB, num_shard_bits=1, strict=True, policy="clock"),
+                              "cache_index_and_filter_blocks": True},
     "blob-all": {"min_blob_size": 0, **_MERGE},
     "blob-100": {"min_blob_size": 100, "blob_file_size": 64 * KiB},
     "blob-never": {"min_blob_size": 1 << 62},
@@ -110,6 +117,8 @@ def random_overrides(seed: int) -> dict:
         )
     if r.random() < 0.5:
         o["merge_operator"] = MERGE_OPERATOR
+    # drawn apart too: the index and filters charged to the cache, or held by the tables
+    o["cache_index_and_filter_blocks"] = random.Random(seed ^ 0x1DF).random() < 0.5
     return o
 
 

@@ -17,7 +17,8 @@ def test_eight_databases_stay_within_one_budget():
     fs = MemoryFileSystem()
     dbs = [
         antkv.open(f"db{i}", file_system=fs, block_cache=cache, write_buffer_manager=wbm,
-                   max_background_jobs=0, write_buffer_size=64 << 20, block_size=1024)
+                   max_background_jobs=0, write_buffer_size=64 << 20, block_size=1024,
+                   cache_index_and_filter_blocks=True)  # the budget bounds them too
         for i in range(8)
     ]
     rng = random.Random(7)

@@ -278,10 +278,10 @@ def test_cache_serves_blocks_and_index():
     n = len(fs.trace)
     assert list(plain.iter_forward()) == entries
     assert len([t for t in fs.trace[n:] if t[1] == "read"]) == props.num_data_blocks
-    # a tiny cache: blocks come and go, the pinned index and filter stay until close
+    # a tiny cache: blocks come and go, the index and filter charged to it stay pinned until close
     small = Cache(1, num_shard_bits=0)
     build(fs, "u.sst", entries, block_size=256)
-    reader = TableReader.open(fs, "u.sst", 2, cache=small)
+    reader = TableReader.open(fs, "u.sst", 2, cache=small, cache_index_and_filter_blocks=True)
     check_table(reader, entries, rng)
     assert small.pinned_usage > 0
     reader.close()

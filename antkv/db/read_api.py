@@ -66,7 +66,8 @@ class ReadAPI(DBState):
         read_seq = self._last_seq if snapshot is None else self._read_seq(snapshot)
         sv = self._sv
         for mem in sv.memtables:  # newest first; the first memtable with an answer ends the search
-            e = mem.versions.get(key)
+            versions = mem.versions
+            e = versions.get(key) if versions else None  # (an empty one: the key is not even hashed)
             if e is None and not mem.range_dels:
                 continue  # (most gets: the key in no memtable)
             if e is not None and e[0] > read_seq:

@@ -74,7 +74,9 @@ class DBState:
             else Cache(DEFAULT_CACHE_CAPACITY, policy=DEFAULT_CACHE_POLICY)
         )
         self._vlog_reader = ValueLogReader(fs, path)  # its own lock
-        self._table_cache = TableCache(fs, path, self._cache, options.paranoid_checks)  # its own lock
+        self._table_cache = TableCache(  # its own lock
+            fs, path, self._cache, options.paranoid_checks, options.cache_index_and_filter_blocks
+        )
         self._open_table = self._table_cache.get  # f.reader or self._open_table(f): a table's reader
         self._wbm: WriteBufferManager | None = options.write_buffer_manager
         self._min_blob_size: int = options.min_blob_size if options.enable_blob_files else 1 << 62  # never reached

@@ -33,6 +33,7 @@ PROPERTY_NAMES = (
     "antkv.live-blob-file-size",
     "antkv.num-blob-files",
     "antkv.last-sequence",
+    "antkv.estimate-table-readers-mem",
 )
 ROCKSDB_PREFIX = "rocksdb."
 
@@ -183,6 +184,7 @@ class Statistics(DBState):
             "antkv.live-blob-file-size": lambda: str(sum(st.total - st.garbage for st in self._versions.vlogs.values())),
             "antkv.num-blob-files": lambda: str(len(self._versions.vlogs)),
             "antkv.last-sequence": lambda: str(self._last_seq),
+            "antkv.estimate-table-readers-mem": lambda: str(self._table_cache.memory_outside_cache()),
             "antkv.lost-files": lambda: str(lost_usage(self._fs, self.path)[0]),
             "antkv.lost-bytes": lambda: str(lost_usage(self._fs, self.path)[1]),
         }

@@ -19,11 +19,12 @@ from .translated_table import open_table_reader
 
 
 class TableCache:
-    def __init__(self, fs, dbname: str, block_cache, verify_checksums: bool):
+    def __init__(self, fs, dbname: str, block_cache, verify_checksums: bool, cache_index_and_filter_blocks: bool):
         self._fs = fs
         self._dbname = dbname
         self._block_cache = block_cache
         self._verify = verify_checksums
+        self._cache_meta = cache_index_and_filter_blocks  # Options.cache_index_and_filter_blocks
         self._lock = threading.Lock()
         self._readers: dict[int, TableReader] = {}  # table number -> its open reader
 
@@ -32,10 +33,17 @@ class TableCache:
         with self._lock:
             if f.reader is None:
                 f.reader = open_table_reader(
-                    self._fs, self._dbname, f, cache=self._block_cache, verify_checksums=self._verify
+                    self._fs, self._dbname, f, cache=self._block_cache, verify_checksums=self._verify,
+                    cache_index_and_filter_blocks=self._cache_meta,
                 )
                 self._readers[f.number] = f.reader
             return f.reader
+
+    def memory_outside_cache(self) -> int:
+        """What the open readers' index and filter blocks hold outside the block cache (RocksDB's
+        ``estimate-table-readers-mem``): 0 when they are charged to it."""
+        with self._lock:
+            return sum(r.memory_outside_cache for r in self._readers.values())
 
     def evict(self, number: int) -> None:
         """Close the reader of deleted table ``number``, if it was open."""

@@ -27,12 +27,16 @@ from ..sst.reader import TableReader
 from ..vlog.pointer import decode_pointer, encode_pointer
 
 
-def open_table_reader(fs, dbname: str, f, *, cache=None, verify_checksums: bool = True) -> TableReader:
+def open_table_reader(
+    fs, dbname: str, f, *, cache=None, verify_checksums: bool = True, cache_index_and_filter_blocks: bool = False
+) -> TableReader:
     """The reader of live table ``f`` (a ``FileMetaData``) of the database in ``dbname``."""
     path = table_file_name(dbname, f.number)
-    if not f.seq_offset and not f.vlog_map:
-        return TableReader.open(fs, path, f.number, cache=cache, verify_checksums=verify_checksums)
-    r = TranslatedTableReader.open(fs, path, f.number, cache=cache, verify_checksums=verify_checksums)
+    cls = TableReader if not f.seq_offset and not f.vlog_map else TranslatedTableReader
+    r = cls.open(fs, path, f.number, cache=cache, verify_checksums=verify_checksums,
+                 cache_index_and_filter_blocks=cache_index_and_filter_blocks)
+    if cls is TableReader:
+        return r
     r.set_translation(f.seq_offset, f.vlog_map)
     return r
 

@@ -137,7 +137,11 @@ class ClockShard:
                 ring = self.ring
                 popitem = ring.popitem
                 chances = len(table)
-                while usage > capacity and ring:
+                while usage > capacity:
+                    if not ring:  # what is left is pinned: the entry cannot fit
+                        self.usage = usage - charge
+                        self.rejected += 1
+                        return False
                     k, e = popitem(False)
                     if e[1] and chances:
                         e[1] = False
@@ -146,10 +150,6 @@ class ClockShard:
                         continue
                     del table[k]
                     usage -= e[2]
-                if usage > capacity:  # the ring is empty: what is left is pinned
-                    self.usage = usage - charge
-                    self.rejected += 1
-                    return False
             self.usage = usage
             if key in table:
                 self.take_out(key)

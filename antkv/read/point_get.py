@@ -79,7 +79,7 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
                 if found is not None:
                     return found
             continue
-        bits, nfb, k, ikeys, offsets, sizes, cache_id, shards, mask = p
+        bits, nfb, k, ikeys, offsets, sizes, cache_id, block_shards = p
         if k == 6:  # the default filter (10 bits per key): its two masks, inline
             o = (x % nfb) << 6
             if not (bits[o + pe[0]] & pe[1] and bits[o + pe[2]] & pe[3] and bits[o + pe[4]] & pe[5]):
@@ -92,7 +92,7 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
         if i == len(ikeys):
             continue
         ckey = (cache_id, offsets[i])
-        s = shards[hash(ckey) & mask]
+        s = block_shards[i]  # the shard of ckey, found when the table was opened
         e = s.table.get(ckey)
         if e is not None:  # a clock entry [value, hit, charge, key]
             e[1] = True

@@ -3,9 +3,11 @@
 Opening a table reads and checks the footer, the properties, the index, the filter and the
 range-del block (always checksum-verified; any damage is a ``CorruptionError`` naming the file
 and offset).  The decoded index ``(keys, neg_seqs, offsets, sizes)`` and the filter stay on the
-reader for its lifetime; with a block cache they are also *charged* to it: inserted at high
-priority and pinned by the reader's handles (so never evicted while the table is open, and
-released by ``close``), as RocksDB does with ``cache_index_and_filter_blocks`` and pinning.
+reader for its lifetime.  Opened with ``cache_index_and_filter_blocks`` and a block cache, they
+are also *charged* to it: inserted at high priority and pinned by the reader's handles (so never
+evicted while the table is open, and released by ``close``), as RocksDB does with that option
+and pinning; without it (RocksDB's default) they are charged to no cache, and
+:attr:`TableReader.memory_outside_cache` estimates what they hold.
 
 Data blocks are read on demand with one ``pread`` each and checked.  In the cache, under
 ``(cache_id, block offset)`` at low priority, a block is kept in one of two forms:
@@ -72,8 +74,9 @@ class TableReader:
         self._handles: list = []
         self._cache_id: int | None = None  # set once the index is loaded and the table cached
         self._fragments: FragmentedRangeTombstones | None = None  # built on first use
-        # (filter bits, filter blocks, k, index keys, block offsets, block sizes, cache id,
-        # cache shards, shard mask) for the fused point read; None when it must take find():
+        self.memory_outside_cache = 0  # set by open
+        # (filter bits, filter blocks, k, index keys, block offsets, block sizes, cache id, the
+        # cache shard of each block) for the fused point read; None when it must take find():
         # a table with range tombstones, no cache or a cache whose hits lock, or a closed table
         self.point: tuple | None = None
         # (the file's read, whether to verify checksums, the path): what the fused point read
@@ -81,19 +84,24 @@ class TableReader:
         self.block_source: tuple = ()
 
     @classmethod
-    def open(cls, fs, path: str, file_number: int, *, cache=None, verify_checksums: bool = True) -> "TableReader":
-        """Open the table at ``path``; CorruptionError if any metadata block is damaged."""
+    def open(
+        cls, fs, path: str, file_number: int, *, cache=None, verify_checksums: bool = True,
+        cache_index_and_filter_blocks: bool = False,
+    ) -> "TableReader":
+        """Open the table at ``path``; CorruptionError if any metadata block is damaged.
+        ``cache_index_and_filter_blocks``: charge the index and filter to ``cache`` (module
+        docstring)."""
         self = cls()
         f = fs.open_random(path)
         try:
-            self._init(f, path, file_number, cache, verify_checksums)
+            self._init(f, path, file_number, cache, verify_checksums, cache_index_and_filter_blocks)
         except BaseException:
             self._file = f
             self.close()
             raise
         return self
 
-    def _init(self, f, path: str, file_number: int, cache, verify: bool) -> None:
+    def _init(self, f, path: str, file_number: int, cache, verify: bool, cache_meta: bool) -> None:
         self._file = f
         self.path = path
         self.file_number = file_number
@@ -117,17 +125,25 @@ class TableReader:
         props = self.properties
         if props.num_data_blocks != len(index[0]) or props.num_range_deletions != len(self.range_tombstones):
             raise CorruptionError("properties disagree with the index or range-del block", path, props_handle[0])
+        index_charge, filter_charge = self._index_charge(index), len(filt[0]) + _BLOCK_CHARGE
         if cache is not None:
-            self._cache_id = cache.new_id()
-            self._handles.append(
-                cache.insert((self._cache_id, self._index_handle[0]), index, self._index_charge(index), "high")
-            )
-            self._handles.append(
-                cache.insert((self._cache_id, self._filter_handle[0]), filt, len(filt[0]) + _BLOCK_CHARGE, "high")
-            )
+            self._cache_id = cid = cache.new_id()
             if cache.lock_free_hits and not self.range_tombstones:
                 bits, m, k = filt
-                self.point = (bits, m >> 9, k, index[0], index[2], index[3], self._cache_id, cache.shards, cache.mask)
+                # the shard of each data block's cache key, found once: a point read routes a
+                # block to its shard without hashing the key (one pointer per block, charged)
+                shards, mask = cache.shards, cache.mask
+                block_shards = [shards[hash((cid, o)) & mask] for o in index[2]]
+                index_charge += 8 * len(block_shards)
+                self.point = (bits, m >> 9, k, index[0], index[2], index[3], cid, block_shards)
+        # the bytes of the index and filter charged to no cache (RocksDB's
+        # estimate-table-readers-mem): 0 when the cache holds them
+        self.memory_outside_cache = index_charge + filter_charge
+        if cache is not None:
+            if cache_meta:
+                self._handles.append(cache.insert((self._cache_id, self._index_handle[0]), index, index_charge, "high"))
+                self._handles.append(cache.insert((self._cache_id, self._filter_handle[0]), filt, filter_charge, "high"))
+                self.memory_outside_cache = 0
 
 
     # --- metadata blocks ---

@@ -94,9 +94,11 @@ class StoreOptions:
         # a working copy's database is closed only to be thrown away (WorkingCopy.destroy):
         # flushing its memtable first would be wasted work.  The process's write buffer manager
         # bounds every copy's memtables together; a smaller limit per copy would only flush
-        # sooner, before a batch's overwrites collapse (docs/spark-design.md, "Memory")
+        # sooner, before a batch's overwrites collapse (docs/spark-design.md, "Memory").  The
+        # tables' index and filter blocks are charged to the process's cache, so that its one
+        # budget bounds them too, however many copies the process has open
         base = dict(block_cache=cache, write_buffer_manager=wbm, background_process=False,
                     avoid_flush_during_shutdown=True, write_buffer_size=_COPY_WRITE_BUFFER,
-                    block_size=_COPY_BLOCK_SIZE)
+                    block_size=_COPY_BLOCK_SIZE, cache_index_and_filter_blocks=True)
         base.update(self.engine)
         return antkv.Options(**base)

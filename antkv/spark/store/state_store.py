@@ -404,7 +404,8 @@ class StateStore:
         if not dense or not self._rows.can_hold_whole(entries):
             self._prefetch_touched(touched)
             return 0
-        self._prefetch_touched({p: n for p, n in touched.items() if p not in set(dense)})
+        dense_set = set(dense)
+        self._prefetch_touched({p: n for p, n in touched.items() if p not in dense_set})
         return self.warm(sorted(dense))
 
     def _prefetch_touched(self, touched: dict) -> None:

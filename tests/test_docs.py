@@ -7,8 +7,7 @@ Rules a documentation writer follows:
 * a Python block runs alone, as a reader would paste it: in a fresh namespace, as ``__main__``,
   whose working directory is an empty temporary directory (so use relative paths), with its own
   imports; consecutive Python blocks of a file share one interpreter, as cells of a notebook
-  do (so a Spark block's ``SparkSession.builder.getOrCreate()`` may get the session an earlier
-  block started, and each block's names are its own);
+  do (each block's names are its own);
 * the blocks of one file run in document order in one temporary directory (so a shell block
   may use the database an earlier block made); each shell command line runs on its own and must
   exit 0 unless the line ends with ``# exit N``;
@@ -16,7 +15,12 @@ Rules a documentation writer follows:
   REASON -->`` right before its fence; :data:`MAX_NOT_RUN` keeps that list tiny;
 * a page whose blocks are steps that build on each other in one Spark session (the tutorial)
   carries :data:`ONE_SESSION`: ``tests/test_spark_docs.py`` runs it, in order, in the tests'
-  shared Spark session, and this module leaves it alone.
+  shared Spark session, and this module leaves it alone;
+* a page with a Python block that gets a Spark session (``SparkSession.builder``: see
+  :func:`gets_a_spark_session`) is run by ``tests/test_spark_docs.py`` too, by these same rules
+  but in the tests' shared Spark session, where a block's ``getOrCreate()`` gets that session
+  and its ``spark.stop()`` leaves it running (so the page starts no JVM of its own), and this
+  module leaves it alone.
 
 Shell blocks with other commands (``make``, ``python -m bench``) are not run: they are listed
 by :func:`test_what_runs` so a new one is seen.
@@ -85,9 +89,23 @@ def _env() -> dict:
     return dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT)
 
 
+def gets_a_spark_session(path: str) -> bool:
+    """Whether a Python block of ``path`` that runs gets a Spark session
+    (``SparkSession.builder``)."""
+    return any(lang == "python" and not marked and "SparkSession.builder" in code
+               for lang, _, code, marked in blocks(path))
+
+
+def spark_session_docs() -> list[str]:
+    """The pages tests/test_spark_docs.py runs in the shared Spark session: those that get a
+    session, but for the one-session pages (which it runs as one sequence of steps)."""
+    return [p for p in _docs() if ONE_SESSION not in open(p, encoding="utf-8").read() and gets_a_spark_session(p)]
+
+
 def _standalone_docs() -> list[str]:
-    """The pages whose blocks run alone (a one-session page is tests/test_spark_docs.py's)."""
-    return [p for p in _docs() if ONE_SESSION not in open(p, encoding="utf-8").read()]
+    """The pages whose blocks run alone here, each block group in its own interpreter (a page
+    that uses Spark is tests/test_spark_docs.py's)."""
+    return [p for p in _docs() if ONE_SESSION not in open(p, encoding="utf-8").read() and p not in spark_session_docs()]
 
 
 @pytest.mark.parametrize("path", _standalone_docs(), ids=lambda p: os.path.relpath(p, ROOT))
@@ -106,14 +124,23 @@ def test_doc_blocks_run(path, tmp_path):
         if cells:
             _run_cells(rel, cells, tmp_path, env)
             cells = []
-        cmds = _shell_lines(code) if lang in ("sh", "bash", "console") else None
-        for cmd in cmds or ():
-            want = 0
-            m = re.search(r"# exit (\d+)\s*$", cmd)
-            if m:
-                want, cmd = int(m.group(1)), cmd[: m.start()].strip()
-            r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, timeout=120)
-            assert r.returncode == want, f"{rel}:{line}: `{cmd}` exited {r.returncode}: {r.stderr.decode(errors='replace')}"
+        if lang in ("sh", "bash", "console"):
+            run_shell_block(rel, line, code, tmp_path)
+
+
+def run_shell_block(rel: str, line: int, code: str, cwd) -> int:
+    """Run the command lines of a shell block, each on its own in ``cwd``, if the block is made
+    only of commands we run (:func:`_shell_lines`); each must exit 0, or N when the line ends
+    with ``# exit N``.  Returns how many ran (0 for a block we do not run)."""
+    cmds = _shell_lines(code) or []
+    for cmd in cmds:
+        want = 0
+        m = re.search(r"# exit (\d+)\s*$", cmd)
+        if m:
+            want, cmd = int(m.group(1)), cmd[: m.start()].strip()
+        r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=cwd, env=_env(), capture_output=True, timeout=120)
+        assert r.returncode == want, f"{rel}:{line}: `{cmd}` exited {r.returncode}: {r.stderr.decode(errors='replace')}"
+    return len(cmds)
 
 
 _CELLS = """

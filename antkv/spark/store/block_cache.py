@@ -44,7 +44,7 @@ would only lose again before anyone read them are fetched without being kept, so
 pay an entry's write nor evict the chunks the point reads of the next batches need.
 
 * A *bulk read* -- one read of more than :data:`READAHEAD_CHUNKS` chunks, which is how a
-  compaction reads an input table (:meth:`antkv.sst.TableReader.columns`: the table's data
+  compaction reads an input table (:meth:`antkv.sst.reader.TableReader.columns`: the table's data
   blocks with one read) -- serves the chunks the cache holds from their entries and fetches
   every run of the others in requests of up to :data:`READAHEAD_CHUNKS` chunks, keeping none:
   the compaction deletes its inputs, and its outputs are written locally.

@@ -261,6 +261,12 @@ def test_a_compaction_reads_its_inputs_past_the_block_cache(tmp_path):
     assert _object_entries(blocks, loc, table) == kept  # it kept none of the table's chunks it read ...
     assert hot <= set(map(os.path.basename, _entries(blocks)))  # ... and evicted none of the batch's
     assert (after["passed_by"] - before["passed_by"]) * blocks.chunk_bytes >= table.size - len(kept) * blocks.chunk_bytes - (64 << 10)
+    # the commit handed the compaction's output over: its first quarter of the budget is kept,
+    # what a scan of it would keep
+    output = max(new_files, key=lambda f: f.size)
+    assert output.size > 4 << 20
+    key = blocks.object_key(loc, output)
+    assert _object_entries(blocks, loc, output) == {f"{key}-{i:08d}" for i in range((1 << 18) // blocks.chunk_bytes)}
     release_idle_stores()
     assert _read_all(loc, opts, 2) == want
 

@@ -231,14 +231,14 @@ class BlockCache:
 
     def put_file(self, location: Location, ref: FileRef, local_path: str) -> None:
         """Keep the local file ``local_path``, which holds object ``ref``'s bytes (just
-        uploaded), so that the next reads of it are hits.  Files above a quarter of the budget
-        are left out."""
-        if ref.size > self.budget // 4:
-            return
+        uploaded), so that the next reads of it are hits.  Of a file above a quarter of the
+        budget (a compaction's output), the chunks of its first quarter: what a long scan of
+        it would keep (module docstring), so the next scan finds them here."""
         key, c = self.object_key(location, ref), self.chunk_bytes
+        kept = min(ref.size, self.budget // 4)
         f = self.file_system.open_random(local_path)
         try:
-            for i in range((ref.size + c - 1) // c):
+            for i in range((kept + c - 1) // c):
                 self.put(key, i, f.read(i * c, c))
         finally:
             f.close()

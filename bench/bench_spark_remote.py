@@ -4,8 +4,8 @@ Usage::
 
     .venv/bin/python bench/bench_spark_remote.py                     # 100,000 keys, local location
     .venv/bin/python bench/bench_spark_remote.py --keys 1000000 --s3  # 1M keys, on an S3 API
-        [--batches 10] [--touched 0.01] [--value-size 100] [--cache-mib 64] [--dir /tmp]
-        [--modes local,remote,remote-noprefetch]
+        [--batches 10] [--touched 0.01] [--value-size 100] [--cache-mib 64] [--changelog-kib 1024] [--dir /tmp]
+        [--modes local,remote,remote-noprefetch] [--per-batch]
 
 The workload runs on plain stores (``open_store`` / ``commit`` / ``publish``: the state store
 without Spark around it), one partition: version 1 loads ``--keys`` keys (committed as a
@@ -82,7 +82,7 @@ def run_mode(mode: str, loc: Location, work: str, args) -> dict:
     engine = dict(max_background_jobs=0)
     def options(cache):
         return StoreOptions(cache_dir=os.path.join(work, cache), tables=tables, cache_disk_bytes=args.cache_mib << 20,
-                            max_changelog_bytes=1 << 20, engine=engine)
+                            max_changelog_bytes=args.changelog_kib << 10, engine=engine)
     rnd = random.Random(1)
     coord = CommitCoordinator(loc, "op", 1, query_id="bench")
     opts = options("cache")
@@ -116,10 +116,13 @@ def main() -> int:
     ap.add_argument("--touched", type=float, default=0.01)
     ap.add_argument("--value-size", type=int, default=100)
     ap.add_argument("--cache-mib", type=int, default=64)
+    ap.add_argument("--changelog-kib", type=int, default=1024,
+                    help="max_changelog_bytes: a batch changing more commits a snapshot (scale it with --keys)")
     ap.add_argument("--s3", action="store_true")
     ap.add_argument("--modes", default="local,remote",
                     help="comma-separated, of local, remote, remote-noprefetch (local first)")
     ap.add_argument("--dir", default=tempfile.gettempdir())
+    ap.add_argument("--per-batch", action="store_true", help="print every steady batch, not only the median")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="bench-remote-", dir=args.dir)
     stop_server = None
@@ -145,6 +148,9 @@ def main() -> int:
             print(f"  steady batch (median)    {med:7.3f} s  {fetched / 1e6:9.2f} MB read  hit ratio {ratio}")
             print(f"  first batch after restore {_fmt(r['first'])}")
             print(f"  second batch after it     {_fmt(r['second'])}")
+            if args.per_batch:
+                for i, b in enumerate(r["steady"], 2):
+                    print(f"  steady batch {i:3d}          {_fmt(b)}")
         steady = {m: statistics.median(b["seconds"] for b in r["steady"]) for m, r in results.items()}
         print()
         for m in results:

@@ -219,6 +219,84 @@ def test_a_prefetch_fetches_a_batchs_scattered_keys_in_few_requests(tmp_path):
         assert store.prefetch(batch) == 0  # download mode: nothing to do
 
 
+def _object_entries(blocks: BlockCache, loc: Location, ref) -> set[str]:
+    """The block cache's entries of object ``ref`` of ``loc`` (file names)."""
+    key = blocks.object_key(loc, ref)
+    return {os.path.basename(p) for p in _entries(blocks) if os.path.basename(p).startswith(key + "-")}
+
+
+def test_a_compaction_reads_its_inputs_past_the_block_cache(tmp_path):
+    # version 1 is one table of about 4 MiB; a block cache of 1 MiB (16 KiB chunks).  A batch
+    # reads a few keys (their chunks are kept) and commits a snapshot: its flush makes a second
+    # level-0 table, and the compaction that merges both reads the 4 MiB table whole
+    loc = Location(str(tmp_path / "loc"))
+    want = publish_one_table(loc, StoreOptions(cache_dir=str(tmp_path / "load"), park_copies=False,
+                                               max_changelog_bytes=1 << 20,
+                                               engine=dict(write_buffer_size=64 << 20, max_background_jobs=0)))
+    coord = CommitCoordinator(loc, "op", 1, query_id="q")
+    (table,) = read_manifest(loc, coord.marker(1).manifests[0]).snapshot.files
+    assert table.size > 4 << 20
+    opts = StoreOptions(cache_dir=str(tmp_path / "cache"), tables="remote", park_copies=False, cache_disk_bytes=1 << 20,
+                        snapshot_ratio=1e-9,  # a snapshot at once; the batch's change set counts its keys
+                        engine=dict(write_buffer_size=64 << 20, max_background_jobs=0, level0_file_num_compaction_trigger=2))
+    blocks = blocks_for(opts)
+    store = open_store(loc, "op", 0, 1, manifest=coord.base_manifests(1)[0], options=opts)
+    try:
+        for i in range(0, 40000, 4000):
+            k = b"k%07d" % i
+            assert store.get(k) == want[k]
+            want[k] = b"new" + k
+            store.put(k, want[k])
+        hot = set(map(os.path.basename, _entries(blocks)))  # the chunks the point reads and the open needed
+        kept = _object_entries(blocks, loc, table)
+        before = blocks.stats()
+        message = store.commit()
+    except BaseException:
+        store.abort()
+        raise
+    coord.publish(2, [message])
+    after = blocks.stats()
+    new_files = read_manifest(loc, message.manifest).snapshot.files
+    assert table.object not in {f.object for f in new_files}  # the compaction rewrote the table
+    assert _object_entries(blocks, loc, table) == kept  # it kept none of the table's chunks it read ...
+    assert hot <= set(map(os.path.basename, _entries(blocks)))  # ... and evicted none of the batch's
+    assert (after["passed_by"] - before["passed_by"]) * blocks.chunk_bytes >= table.size - len(kept) * blocks.chunk_bytes - (64 << 10)
+    # the commit handed the compaction's output over: its first quarter of the budget is kept,
+    # what a scan of it would keep
+    output = max(new_files, key=lambda f: f.size)
+    assert output.size > 4 << 20
+    key = blocks.object_key(loc, output)
+    assert _object_entries(blocks, loc, output) == {f"{key}-{i:08d}" for i in range((1 << 18) // blocks.chunk_bytes)}
+    release_idle_stores()
+    assert _read_all(loc, opts, 2) == want
+
+
+def test_a_scan_larger_than_the_block_cache_keeps_a_quarter_of_it(tmp_path):
+    # one table of about 4 MiB, a block cache of 1 MiB (16 KiB chunks): a scan of it keeps its
+    # first chunks, up to a quarter of the budget (plus the read-ahead window that passes it),
+    # then reads past the cache, and the chunks a point read kept before stay
+    loc = Location(str(tmp_path / "loc"))
+    engine = dict(write_buffer_size=64 << 20, max_background_jobs=0)
+    want = publish_one_table(loc, StoreOptions(cache_dir=str(tmp_path / "load"), park_copies=False, engine=engine,
+                                               max_changelog_bytes=1 << 20))
+    opts = StoreOptions(cache_dir=str(tmp_path / "cache"), tables="remote", park_copies=False, engine=engine,
+                        cache_disk_bytes=1 << 20)
+    blocks = blocks_for(opts)
+    with open_store(loc, "op", 0, 1, options=opts) as store:
+        assert store.get(b"k0039000") == want[b"k0039000"]
+        hot = set(map(os.path.basename, _entries(blocks)))
+        assert dict(store.items()) == want
+    assert blocks.passed_by * blocks.chunk_bytes >= 3 << 20  # most of the table was not kept ...
+    scanned = set(map(os.path.basename, _entries(blocks))) - hot
+    assert 0 < len(scanned) * blocks.chunk_bytes <= (1 << 20) // 2  # ... only its first chunks were
+    assert hot <= set(map(os.path.basename, _entries(blocks)))  # and nothing was evicted for the scan
+    release_idle_stores()
+    again = blocks.stats()
+    with open_store(loc, "op", 0, 1, options=opts) as store:
+        assert dict(store.items()) == want
+    assert blocks.stats()["hits"] - again["hits"] >= 16  # the next scan finds its first chunks here
+
+
 class _ReadFaults(pafs.FileSystemHandler):
     """A local file system whose ranged reads fail from the ``fail_at``-th one on while armed."""
 

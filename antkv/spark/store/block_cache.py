@@ -38,6 +38,19 @@ twice as many chunks as the previous fetch (up to :data:`READAHEAD_CHUNKS`, 4 Mi
 request, so a scan of a table is a few large sequential requests, not one per block.  Any
 other read fetches one chunk: a point read costs a request of 64 KiB, a few of the engine's
 16 KiB blocks.
+
+Reads that pass the cache by (RocksDB's ``fill_cache=false``): chunks a cache of this budget
+would only lose again before anyone read them are fetched without being kept, so they neither
+pay an entry's write nor evict the chunks the point reads of the next batches need.
+
+* A *bulk read* -- one read of more than :data:`READAHEAD_CHUNKS` chunks, which is how a
+  compaction reads an input table (:meth:`antkv.sst.reader.TableReader.columns`: the table's data
+  blocks with one read) -- serves the chunks the cache holds from their entries and fetches
+  every run of the others in requests of up to :data:`READAHEAD_CHUNKS` chunks, keeping none:
+  the compaction deletes its inputs, and its outputs are written locally.
+* A *long scan* -- a sequential run of one file past a quarter of the budget -- keeps its
+  chunks only up to that quarter: a scan larger than the cache would evict every other entry
+  and then its own first chunks before the next scan came back to them.
 """
 
 from __future__ import annotations
@@ -89,6 +102,7 @@ class BlockCache:
         self.fetched_bytes = 0
         self.corrupt_dropped = 0  # entries whose trailer did not check
         self.full_skipped = 0  # entries not written for want of disk space
+        self.passed_by = 0  # chunks fetched and not kept: bulk reads and long scans (module docstring)
         self.read_timeout_s: float | None = None  # a location read taking longer fails (ObjectRanges)
         self._held: dict[tuple[str, int], bytes] = {}  # chunks a prefetch holds in memory (hold)
         self._holders: dict[object, list[tuple[str, int]]] = {}  # holder -> the chunks it holds
@@ -102,9 +116,10 @@ class BlockCache:
 
     # ------------------------------------------------------------------ entries
 
-    def get(self, key: str, index: int) -> bytes | None:
+    def get(self, key: str, index: int, touch: bool = True) -> bytes | None:
         """Chunk ``index`` of object ``key`` if a prefetch holds it in memory (:meth:`hold`)
-        or an entry holds it and checks, else None."""
+        or an entry holds it and checks, else None.  ``touch``: a hit makes the entry the most
+        recently used (a bulk read's does not: it will not read the chunk again)."""
         data = self._held.get((key, index))
         if data is not None:
             with self._mutex:
@@ -126,10 +141,11 @@ class BlockCache:
                 self.corrupt_dropped += 1
             self._drop(path)
             return None
-        try:
-            os.utime(path)  # recency for eviction
-        except OSError:
-            pass  # evicted meanwhile: the bytes read are still good
+        if touch:
+            try:
+                os.utime(path)  # recency for eviction
+            except OSError:
+                pass  # evicted meanwhile: the bytes read are still good
         with self._mutex:
             self.hits += 1
         return payload
@@ -164,10 +180,10 @@ class BlockCache:
         if due:
             self.evict()
 
-    def fetch(self, ranges, key: str, first: int, count: int, size: int) -> list[bytes]:
+    def fetch(self, ranges, key: str, first: int, count: int, size: int, keep: bool = True) -> list[bytes]:
         """Read chunks ``first .. first + count - 1`` (those before ``size``) of an object from
         the location in one request (``ranges``: :class:`~antkv.spark.store.location.ObjectRanges`),
-        keep each here, and return them."""
+        keep each here (unless not ``keep``: a read that passes the cache by), and return them."""
         c = self.chunk_bytes
         lo, hi = first * c, min((first + count) * c, size)
         data = ranges.read(lo, hi - lo)
@@ -176,8 +192,11 @@ class BlockCache:
             self.fetches += 1
             self.misses += len(chunks)
             self.fetched_bytes += len(data)
-        for i, chunk in enumerate(chunks):
-            self.put(key, first + i, chunk)
+            if not keep:
+                self.passed_by += len(chunks)
+        if keep:
+            for i, chunk in enumerate(chunks):
+                self.put(key, first + i, chunk)
         return chunks
 
     def has(self, key: str, index: int) -> bool:
@@ -212,14 +231,14 @@ class BlockCache:
 
     def put_file(self, location: Location, ref: FileRef, local_path: str) -> None:
         """Keep the local file ``local_path``, which holds object ``ref``'s bytes (just
-        uploaded), so that the next reads of it are hits.  Files above a quarter of the budget
-        are left out."""
-        if ref.size > self.budget // 4:
-            return
+        uploaded), so that the next reads of it are hits.  Of a file above a quarter of the
+        budget (a compaction's output), the chunks of its first quarter: what a long scan of
+        it would keep (module docstring), so the next scan finds them here."""
         key, c = self.object_key(location, ref), self.chunk_bytes
+        kept = min(ref.size, self.budget // 4)
         f = self.file_system.open_random(local_path)
         try:
-            for i in range((ref.size + c - 1) // c):
+            for i in range((kept + c - 1) // c):
                 self.put(key, i, f.read(i * c, c))
         finally:
             f.close()
@@ -272,7 +291,7 @@ class BlockCache:
         with self._mutex:
             return dict(hits=self.hits, misses=self.misses, fetches=self.fetches,
                         fetched_bytes=self.fetched_bytes, corrupt_dropped=self.corrupt_dropped,
-                        full_skipped=self.full_skipped)
+                        full_skipped=self.full_skipped, passed_by=self.passed_by)
 
     def _drop(self, path: str) -> None:
         try:
@@ -285,7 +304,7 @@ class RemoteFile(RandomAccessFile):
     """Object ``ref`` of ``location`` read through ``cache``, as the engine's random-access file
     ``path``.  It keeps the chunks of its last fetch that it has not served yet (at most the
     read-ahead window) and the chunk it served last, so the blocks of one chunk cost one
-    entry read."""
+    entry read.  Bulk reads and long scans pass the cache by (module docstring)."""
 
     def __init__(self, cache: BlockCache, location: Location, ref: FileRef, path: str):
         self.path = path
@@ -297,6 +316,7 @@ class RemoteFile(RandomAccessFile):
         self._held: dict[int, bytes] = {}  # chunk index -> bytes
         self._next = -1  # the chunk a sequential reader asks for next
         self._ahead = 1  # chunks the next sequential fetch asks for
+        self._run = 0  # chunks of the current sequential run: past a quarter of the budget, not kept
 
     def size(self) -> int:
         return self.ref.size
@@ -307,22 +327,28 @@ class RemoteFile(RandomAccessFile):
             return b""
         c = self._cache.chunk_bytes
         first, last = offset // c, (end - 1) // c
-        parts = [self._chunk(i) for i in range(first, last + 1)]
+        if last - first >= READAHEAD_CHUNKS:
+            parts = self._bulk(first, last)
+        else:
+            parts = [self._chunk(i) for i in range(first, last + 1)]
         data = parts[0] if len(parts) == 1 else b"".join(parts)
         lo = offset - first * c
         return data[lo:lo + end - offset]
 
     def _chunk(self, i: int) -> bytes:
         with self._lock:
+            sequential = i == self._next
+            if i != self._next - 1:  # (the chunk served last, read again, changes nothing)
+                self._run = self._run + 1 if sequential else 0
             data = self._held.get(i)
             if data is None:
-                sequential = i == self._next
                 self._ahead = min(self._ahead * 2, READAHEAD_CHUNKS) if sequential else 1
                 data = self._cache.get(self._key, i)
                 if data is not None:
                     self._held = {i: data}
                 else:
-                    chunks = self._cache.fetch(self._ranges, self._key, i, self._ahead, self.ref.size)
+                    keep = self._run * self._cache.chunk_bytes <= self._cache.budget // 4
+                    chunks = self._cache.fetch(self._ranges, self._key, i, self._ahead, self.ref.size, keep)
                     self._held = dict(enumerate(chunks, i))
                     data = chunks[0]
             else:
@@ -331,6 +357,28 @@ class RemoteFile(RandomAccessFile):
             if i != self._next - 1:
                 self._next = i + 1
             return data
+
+    def _bulk(self, first: int, last: int) -> list[bytes]:
+        """Chunks ``first .. last`` for a bulk read: those the cache holds from their entries
+        (not made recent), every run of the others fetched in requests of up to
+        :data:`READAHEAD_CHUNKS` chunks, none kept."""
+        cache, key = self._cache, self._key
+        parts: list[bytes] = []
+        with self._lock:
+            i = first
+            while i <= last:
+                data = cache.get(key, i, touch=False) if cache.has(key, i) else None
+                if data is not None:
+                    parts.append(data)
+                    i += 1
+                    continue
+                j = i + 1
+                while j <= last and j - i < READAHEAD_CHUNKS and not cache.has(key, j):
+                    j += 1
+                parts += cache.fetch(self._ranges, key, i, j - i, self.ref.size, keep=False)
+                i = j
+            self._held, self._next, self._run = {}, last + 1, 0
+        return parts
 
     def close(self) -> None:
         self._held = {}

@@ -136,14 +136,11 @@ class TableReader:
                 block_shards = [shards[hash((cid, o)) & mask] for o in index[2]]
                 index_charge += 8 * len(block_shards)
                 self.point = (bits, m >> 9, k, index[0], index[2], index[3], cid, block_shards)
-        # the bytes of the index and filter charged to no cache (RocksDB's
-        # estimate-table-readers-mem): 0 when the cache holds them
-        self.memory_outside_cache = index_charge + filter_charge
-        if cache is not None:
-            if cache_meta:
-                self._handles.append(cache.insert((self._cache_id, self._index_handle[0]), index, index_charge, "high"))
-                self._handles.append(cache.insert((self._cache_id, self._filter_handle[0]), filt, filter_charge, "high"))
-                self.memory_outside_cache = 0
+        if cache is not None and cache_meta:
+            self._handles.append(cache.insert((self._cache_id, self._index_handle[0]), index, index_charge, "high"))
+            self._handles.append(cache.insert((self._cache_id, self._filter_handle[0]), filt, filter_charge, "high"))
+        else:  # the bytes of the index and filter charged to no cache (RocksDB's estimate-table-readers-mem)
+            self.memory_outside_cache = index_charge + filter_charge
 
 
     # --- metadata blocks ---

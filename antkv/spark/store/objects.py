@@ -82,6 +82,7 @@ import contextlib
 import json
 import struct
 from dataclasses import dataclass, field
+from itertools import chain
 
 import xxhash
 import zstandard
@@ -390,7 +391,7 @@ def encode_changelog(ranges, changes) -> bytes:
     (the store keeps it that way: a range deletion turns earlier changes in it into deletes).
     Compressed with zstd unless its first 256 KiB do not compress (random values).
     """
-    payload = _changelog_payload(ranges, changes.items())
+    payload = _payload(ranges, list(changes), list(changes.values()))
     return seal(KIND_CHANGELOG, payload, compress=_worth_compressing(payload[:_ESTIMATE_SAMPLE])[0])
 
 
@@ -401,11 +402,32 @@ def _worth_compressing(head: bytes) -> tuple[bool, float]:
 
 
 def _changelog_payload(ranges, items) -> bytes:
+    """The records of ``ranges`` then of the ``(key, value or None)`` pairs ``items``."""
+    pairs = list(items)
+    return _payload(ranges, [k for k, _ in pairs], [v for _, v in pairs])
+
+
+def _payload(ranges, keys: list, values: list) -> bytes:
+    """:func:`_changelog_payload` of the points ``keys[i] -> values[i]`` (None: deleted).
+
+    A batch of puts only, or of deletions only, is joined from its parts with no Python step
+    per record: a record's head depends only on its key's (and value's) length, and a batch
+    has few distinct lengths, so each head is packed once."""
     rec, ln, put, delete = _REC.pack, _LEN.pack, CHANGE_PUT, CHANGE_DELETE
     parts = [b"".join((rec(CHANGE_DELETE_RANGE, len(b)), b, ln(len(e)), e)) for b, e in ranges]
-    # one bytes object per record, made in a comprehension: fewer interpreter steps per change
-    parts += [rec(delete, len(k)) + k if v is None else b"".join((rec(put, len(k)), k, ln(len(v)), v))
-              for k, v in items]
+    deleted = values.count(None)
+    klens = list(map(len, keys))
+    if not deleted:
+        heads = {n: rec(put, n) for n in set(klens)}
+        vlens = list(map(len, values))
+        vheads = {n: ln(n) for n in set(vlens)}
+        parts += chain.from_iterable(zip(map(heads.__getitem__, klens), keys, map(vheads.__getitem__, vlens), values))
+    elif deleted == len(values):
+        heads = {n: rec(delete, n) for n in set(klens)}
+        parts += chain.from_iterable(zip(map(heads.__getitem__, klens), keys))
+    else:  # one bytes object per record, made in a comprehension: fewer interpreter steps per change
+        parts += [rec(delete, len(k)) + k if v is None else b"".join((rec(put, len(k)), k, ln(len(v)), v))
+                  for k, v in zip(keys, values)]
     return b"".join(parts)
 
 
@@ -421,17 +443,20 @@ def changelog_size_floor(ranges, changes) -> int:
     whose head does not compress is stored as it is, so the bound is its exact size; one that
     compresses is bounded by its size times its head's ratio, times a margin.  0 for one no
     larger than the sample (encoding it costs little)."""
-    raw = sum(_REC.size + _LEN.size + len(b) + len(e) for b, e in ranges)
-    head, sampled = [], raw
-    for k, v in changes.items():
-        size = _REC.size + len(k) + (0 if v is None else _LEN.size + len(v))
-        raw += size
-        if sampled < _ESTIMATE_SAMPLE:
-            head.append((k, v))
-            sampled += size
+    keys, values = list(changes), list(changes.values())
+    puts = len(values) - values.count(None)
+    sampled = sum(_REC.size + _LEN.size + len(b) + len(e) for b, e in ranges)
+    # (filter drops the deletions' None, and empty values, which add nothing)
+    raw = sampled + _REC.size * len(keys) + sum(map(len, keys)) + _LEN.size * puts + sum(map(len, filter(None, values)))
     if raw <= _ESTIMATE_SAMPLE:
         return 0
-    compress, ratio = _worth_compressing(_changelog_payload(ranges, head)[:_ESTIMATE_SAMPLE])
+    n = 0
+    for k, v in zip(keys, values):  # the records of the head (up to the sample's size)
+        if sampled >= _ESTIMATE_SAMPLE:
+            break
+        sampled += _REC.size + len(k) + (0 if v is None else _LEN.size + len(v))
+        n += 1
+    compress, ratio = _worth_compressing(_payload(ranges, keys[:n], values[:n])[:_ESTIMATE_SAMPLE])
     if not compress:
         return _HEADER_LEN + raw + _TRAILER.size
     return int(raw * ratio * _COMPRESSED_MARGIN)

@@ -271,20 +271,24 @@ class RowCache:
         self.used += charge
         return True
 
-    def write_many(self, changes) -> None:
+    def write_many(self, changes, keep=None, codec=None) -> None:
         """:meth:`put` every ``(key, value)`` of ``changes`` (pairs, or a dict), :meth:`discard`
         those whose value is None: the store's batched writes, with ``put``'s common case
-        (room left) inlined, and for a dict done in bulk when the cache has room for it all."""
+        (room left) inlined, and for a dict done in bulk when the cache has room for it all.
+        Then :meth:`keep_decoded` ``keep`` (a dict ``key -> value``, REQUIRES: ``codec.decode(
+        changes[key]) == value``), which for a dict that fits is done in the same bulk step."""
         rows = self.rows
         if type(changes) is dict:
-            if self.decoded:  # the keys' decoded values go first (the module docstring's invariant)
-                self.drop_decoded(changes)
-            if self._write_dict(changes):
+            if keep and codec is not self.codec:
+                self.use_codec(codec)
+            if self._write_dict(changes, keep or {}):  # (it dropped the keys' decoded values)
                 return
+            raws = changes
             changes = changes.items()
-        elif self.decoded:
-            changes = list(changes)
-            self.drop_decoded(key for key, _ in changes)
+        else:
+            changes = raws = list(changes)
+            if self.decoded:
+                self.drop_decoded(key for key, _ in changes)
         used, room = self.used, self.chunks * CHUNK
         for key, value in changes:
             old = rows.get(key, MISSING)
@@ -305,32 +309,51 @@ class RowCache:
             rows[key] = value
             used += charge
         self.used = used
+        if keep:
+            raws = dict(raws)
+            self.keep_decoded(list(keep), list(map(raws.__getitem__, keep)), list(keep.values()), codec)
 
-    def _write_dict(self, changes: dict) -> bool:
-        """:meth:`write_many` of a dict in bulk, if what it adds fits the budget (taking more of
-        it as :meth:`put` would); False, having changed nothing, if it does not."""
-        rows = self.rows
-        olds = list(map(rows.get, changes, repeat(MISSING, len(changes))))
-        charge = 0
-        for key, value, old in zip(changes, changes.values(), olds):
-            if old is MISSING:
-                if value is not None:
-                    charge += len(key) + len(value) + ENTRY_OVERHEAD
-            elif value is None:
-                charge -= len(key) + (0 if old is None else len(old)) + ENTRY_OVERHEAD
-            else:
-                charge += len(value) - (0 if old is None else len(old))
+    def _write_dict(self, changes: dict, keep: dict) -> bool:
+        """:meth:`write_many` of a dict in bulk, ``keep``'s decoded values with it (of
+        :attr:`codec`), if what it adds fits the budget (taking more of it as :meth:`put`
+        would); False if it does not, having changed nothing but dropped the keys' decoded
+        values (as :meth:`write_many` does first)."""
+        rows, decoded = self.rows, self.decoded
+        n = len(changes)
+        olds = list(map(rows.get, changes, repeat(MISSING, n)))
+        if decoded:  # the keys' decoded values go first (the module docstring's invariant)
+            dropped = list(map(decoded.pop, changes, repeat(MISSING, n)))
+            if dropped.count(MISSING) < n:
+                self.used -= sum([DECODED_OVERHEAD + DECODED_PER_BYTE * len(old)
+                                  for old, d in zip(olds, dropped) if d is not MISSING])
+        values = changes.values()
+        deleted = None in values
+        if not deleted and MISSING not in olds and None not in olds:  # every key held with a value
+            charge = sum(map(len, values)) - sum(map(len, olds))
+        else:
+            charge = 0
+            for key, value, old in zip(changes, values, olds):
+                if old is MISSING:
+                    if value is not None:
+                        charge += len(key) + len(value) + ENTRY_OVERHEAD
+                elif value is None:
+                    charge -= len(key) + (0 if old is None else len(old)) + ENTRY_OVERHEAD
+                else:
+                    charge += len(value) - (0 if old is None else len(old))
+        if keep:
+            charge += DECODED_OVERHEAD * len(keep) + DECODED_PER_BYTE * sum(map(len, map(changes.__getitem__, keep)))
         while self.used + charge > self.chunks * CHUNK and charge <= self._budget.limit \
                 and self._budget.take_chunk(self):
             pass
         if self.used + charge > self.chunks * CHUNK:
             return False
-        if None in changes.values():  # deleted keys are dropped, not cached as absent
+        if deleted:  # deleted keys are dropped, not cached as absent
             for key in [k for k, v in changes.items() if v is None]:
                 rows.pop(key, None)
             rows.update({k: v for k, v in changes.items() if v is not None})
         else:
             rows.update(changes)
+        decoded.update(keep)
         self.used += charge
         return True
 

@@ -317,11 +317,12 @@ class StateStore:
         self._pending, self._pending_bytes = {}, 0
         # (keys and values in lists of their own, no tuple per entry: as _pending's comment says)
         decoded = [k for k, v in pending.items() if v is not None and type(v) is not bytes]
+        keep = None  # the decoded values, kept in the row cache beside their bytes
         if decoded:
-            values = list(map(pending.__getitem__, decoded))
-            pending.update(zip(decoded, map(self._codec.encode, values)))
+            keep = dict(zip(decoded, map(pending.__getitem__, decoded)))
+            pending.update(zip(decoded, map(self._codec.encode, keep.values())))
         if self._untracked:
-            self._write(pending)
+            self._write(pending, keep)
         else:
             changes = self._changes
             new = [k for k in pending if k not in changes]
@@ -334,16 +335,15 @@ class StateStore:
                 changes.update({k: None if v is None else _LIVE for k, v in pending.items()})
             else:
                 changes.update(pending)
-            self._write(pending)
+            self._write(pending, keep)
             if self._change_bytes > self._max_change_bytes:
                 self._drop_changes()
-        if decoded:
-            self._rows.keep_decoded(decoded, list(map(pending.__getitem__, decoded)), values, self._codec)
 
-    def _write(self, changes: dict) -> None:
-        """``changes`` (key -> value or None) into the database, as one batch, and the row cache."""
+    def _write(self, changes: dict, keep: dict | None = None) -> None:
+        """``changes`` (key -> value or None) into the database, as one batch, and the row
+        cache, which keeps ``keep`` (key -> the decoded value of ``changes[key]``) too."""
         self._db.write(antkv.WriteBatch().update(changes), write_options=_NO_WAL)
-        self._rows.write_many(changes)
+        self._rows.write_many(changes, keep, self._codec)
 
     def _learn_base_live(self, keys) -> None:
         """Before the first writes of ``keys`` in the batch settle: whether each is live in the

@@ -108,3 +108,29 @@ def test_put_writes_what_a_one_put_batch_writes(tmp_path, seed):
     assert sum(map(len, wal_fast.values())) > 30_000  # every write is in it
     vlog_fast, vlog_general = _files(str(tmp_path / "fast"), ".vlog"), _files(str(tmp_path / "general"), ".vlog")
     assert vlog_fast and vlog_fast == vlog_general
+
+
+@pytest.mark.parametrize("mix", ["puts", "deletions", "mixed", "not bytes"])
+def test_write_batch_update_is_put_and_delete_of_each_entry(mix):
+    """``WriteBatch.update(dict)`` builds its entries in bulk (puts only and deletions only
+    without a Python step per entry): the same entries, in the dict's order, and the same data
+    size as ``put`` / ``delete`` of each entry."""
+    rng = random.Random(mix)
+    changes = {}
+    for i in range(300):
+        key = b"k%05d" % rng.randrange(10_000)
+        value = os.urandom(rng.randrange(0, 40))
+        if mix == "deletions" or (mix == "mixed" and i % 3 == 0):
+            value = None
+        elif mix == "not bytes" and i % 5 == 0:
+            value = bytearray(value)  # taken through put's conversion
+        changes[key] = value
+    bulk = antkv.WriteBatch().update(changes)
+    each = antkv.WriteBatch()
+    for key, value in changes.items():
+        if value is None:
+            each.delete(key)
+        else:
+            each.put(key, value)
+    assert bulk.ops() == each.ops() and len(bulk) == len(changes)
+    assert bulk.data_size == each.data_size and bulk.data() == each.data()

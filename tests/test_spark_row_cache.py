@@ -399,6 +399,56 @@ def test_decoded_values_are_dropped_with_their_bytes_and_charged_while_kept():
     assert rows.used == 0 and rows.decoded == {}
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_batch_written_in_bulk_equals_each_entry_written_then_its_decoded_value_kept(seed):
+    """``write_many`` of a dict with decoded values to keep -- charged in bulk for a batch
+    whose keys are all new, all rewritten or all deleted, entry by entry otherwise -- leaves
+    the cache as ``put`` / ``discard`` of each entry, then ``keep_decoded``, does: the same
+    bytes, decoded values and charge, whatever the batch's shape and what the cache held."""
+    import random
+
+    from antkv.spark.state.codec import ROWS
+    from antkv.spark.store.row_cache import DECODED_OVERHEAD, DECODED_PER_BYTE
+
+    rng = random.Random(seed)
+    bulk, each = RowCache(RowBudget(1 << 30, None)), RowCache(RowBudget(1 << 30, None))
+    keys = [b"%02d-key-%04d" % (i % 5, i) for i in range(400)]
+    met = set()  # the shapes met with decoded values held
+    for batch in range(40):
+        shape = rng.choice(["new", "rewritten", "deleted", "mixed"])
+        held = [k for k in keys if bulk.rows.get(k, MISSING) not in (MISSING, None)]
+        pool = {"new": [k for k in keys if k not in bulk.rows], "mixed": keys}.get(shape, held)
+        chosen = rng.sample(pool, min(len(pool), rng.randrange(1, 120)))
+        changes, keep = {}, {}
+        for k in chosen:
+            if shape == "deleted" or (shape == "mixed" and rng.random() < 0.3):
+                changes[k] = None
+            else:
+                value = ((rng.randrange(-5, 1 << 40), (rng.randrange(9),) * rng.randrange(4)),)
+                changes[k] = ROWS.encode(value)
+                if rng.random() < 0.7:
+                    keep[k] = value
+        if rng.random() < 0.1:  # a key the cache holds as absent
+            k = rng.choice(keys)
+            bulk.put(k, None)
+            each.put(k, None)
+        bulk.write_many(dict(changes), dict(keep), ROWS)
+        for k, v in changes.items():
+            if v is None:
+                each.discard(k)
+            else:
+                each.put(k, v)
+        each.keep_decoded(list(keep), [changes[k] for k in keep], list(keep.values()), ROWS)
+        assert bulk.rows == each.rows and list(bulk.rows) == list(each.rows)
+        assert bulk.decoded == each.decoded and bulk.used == each.used, (batch, shape)
+        expected = sum(len(k) + (0 if v is None else len(v)) + ENTRY_OVERHEAD for k, v in bulk.rows.items())
+        expected += sum(DECODED_OVERHEAD + DECODED_PER_BYTE * len(bulk.rows[k]) for k in bulk.decoded)
+        assert bulk.used == expected
+        if bulk.decoded and chosen:
+            met.add(shape)
+    assert met == {"new", "rewritten", "deleted", "mixed"}
+
+
 def test_a_value_written_or_read_decoded_is_read_in_the_next_batches_without_decoding(tmp_path):
     """``put_decoded`` keeps its value decoded when it settles, ``get_decoded`` keeps what it
     decodes: the next batches (the copy reused) read both without decoding; a value written as

@@ -20,6 +20,7 @@ The i-th record of a batch gets sequence number ``sequence + i``.
 from __future__ import annotations
 
 import struct
+from itertools import repeat
 from typing import Iterator
 
 from ..base.dbformat import DELETION, EXPIRING, MERGE, RANGE_DELETION, VALID_KINDS, VALUE, VALUE_POINTER
@@ -86,8 +87,14 @@ class WriteBatch:
                 else:
                     self.put(key, value)
             return self
-        self._ops += [(DELETION, k, b"") if v is None else (VALUE, k, v) for k, v in changes.items()]
-        self._size += sum(map(len, changes)) + sum([len(v) for v in changes.values() if v is not None])
+        deleted = list(changes.values()).count(None)
+        if not deleted:  # (puts only, or deletions only: the entries made in C)
+            self._ops += zip(repeat(VALUE), changes, changes.values())
+        elif deleted == len(changes):
+            self._ops += zip(repeat(DELETION), changes, repeat(b""))
+        else:
+            self._ops += [(DELETION, k, b"") if v is None else (VALUE, k, v) for k, v in changes.items()]
+        self._size += sum(map(len, changes)) + sum(map(len, filter(None, changes.values())))  # (None: deleted)
         return self
 
     def merge(self, key, operand) -> "WriteBatch":

@@ -68,8 +68,9 @@ def count_changes(db, snap, base_keys: int, base_counts: dict | None, changes: d
                 known[k] = db.get(k, snapshot=snap) is not None
     by_counts = per is not None and all(aligned(b, e) for b, e in ranges)
     # only the keys whose liveness the batch changed move a count (most updates do not)
-    born = [k for k, v in changes.items() if v is not None and not known[k]]
-    died = [k for k, v in changes.items() if v is None and known[k]]
+    # (each list is empty, and not built, when every key was live in the base / none was deleted)
+    born = [k for k, v in changes.items() if v is not None and not known[k]] if False in known.values() else []
+    died = [k for k, v in changes.items() if v is None and known[k]] if None in changes.values() else []
     delta = len(born) - len(died)
     if per is not None:
         for k in born:

@@ -327,9 +327,16 @@ class RowCache:
                 self.used -= sum([DECODED_OVERHEAD + DECODED_PER_BYTE * len(old)
                                   for old, d in zip(olds, dropped) if d is not MISSING])
         values = changes.values()
-        deleted = None in values
-        if not deleted and MISSING not in olds and None not in olds:  # every key held with a value
+        deleted = list(values).count(None)
+        missing = olds.count(MISSING)
+        # the commonest batches charged with sums in C: every key held with a value and
+        # rewritten, every key new, every key held with a value and deleted
+        if not deleted and not missing and None not in olds:
             charge = sum(map(len, values)) - sum(map(len, olds))
+        elif not deleted and missing == n:
+            charge = sum(map(len, changes)) + sum(map(len, values)) + ENTRY_OVERHEAD * n
+        elif deleted == n and not missing and None not in olds:
+            charge = -(sum(map(len, changes)) + sum(map(len, olds)) + ENTRY_OVERHEAD * n)
         else:
             charge = 0
             for key, value, old in zip(changes, values, olds):
@@ -347,7 +354,9 @@ class RowCache:
             pass
         if self.used + charge > self.chunks * CHUNK:
             return False
-        if deleted:  # deleted keys are dropped, not cached as absent
+        if deleted == n:  # deleted keys are dropped, not cached as absent
+            list(map(rows.pop, changes, repeat(None, n)))
+        elif deleted:
             for key in [k for k, v in changes.items() if v is None]:
                 rows.pop(key, None)
             rows.update({k: v for k, v in changes.items() if v is not None})

@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import logging
 from itertools import repeat
+from operator import itemgetter
 
 import xxhash
 
@@ -105,6 +106,7 @@ _ENTRY_BYTES = 160  # a change set entry's Python objects: its dict slot and two
 _SETTLE_EVERY = 65536  # pending writes gathered before they settle (go to the database as one batch) ...
 _SETTLE_BYTES = 8 * MiB  # ... or bytes of the values put
 log = logging.getLogger(__name__)
+_PREFIX = itemgetter(slice(PREFIX_LEN))  # a key's row-cache prefix (its key group), in C
 _WARM_FACTOR = 8  # warm a key group the batch touches at least 1/8 of (one read beats 8 scanned)
 
 
@@ -325,11 +327,16 @@ class StateStore:
             self._write(pending, keep)
         else:
             changes = self._changes
-            new = [k for k in pending if k not in changes]
+            new = [k for k in pending if k not in changes] if changes else list(pending)
             if new and not self._ranges:
                 self._learn_base_live(new)
-            old_bytes = sum([len(v) for v in map(changes.get, pending) if type(v) is bytes])
-            added = sum(map(len, pending)) + sum([len(v) for v in pending.values() if v is not None])
+            if not changes:
+                old_bytes = 0
+            elif self._overflow:  # (its values are None or _LIVE)
+                old_bytes = sum([len(v) for v in map(changes.get, pending) if type(v) is bytes])
+            else:  # (its values are bytes or None; filter drops None, and empty values, which add nothing)
+                old_bytes = sum(map(len, filter(None, map(changes.get, pending))))
+            added = sum(map(len, pending)) + sum(map(len, filter(None, pending.values())))
             self._change_bytes += _ENTRY_BYTES * len(new) + added - old_bytes
             if self._overflow:
                 changes.update({k: None if v is None else _LIVE for k, v in pending.items()})
@@ -351,7 +358,13 @@ class StateStore:
         rows = self._rows
         cached, complete, base_live = rows.rows, rows.complete, self._base_live
         found = list(map(cached.get, keys, repeat(MISSING, len(keys))))
-        learnt = {k: v is not None for k, v in zip(keys, found) if v is not MISSING}
+        missing = found.count(MISSING)
+        if not missing and None not in found:  # all cached live (a rewrite of warm keys)
+            learnt = dict.fromkeys(keys, True)
+        elif missing == len(keys) and complete.issuperset(map(_PREFIX, keys)):  # all new in whole key groups
+            learnt = dict.fromkeys(keys, False)
+        else:
+            learnt = {k: v is not None for k, v in zip(keys, found) if v is not MISSING}
         if len(learnt) < len(keys) and complete:
             learnt.update({k: False for k, v in zip(keys, found) if v is MISSING and k[:PREFIX_LEN] in complete})
         before = len(base_live)
@@ -555,8 +568,11 @@ class StateStore:
             if self._changes or self._ranges or self._ingested or self._untracked:
                 log = None  # not encoded when a snapshot is due whatever its size, or due at its least size
                 ranges = merge_ranges(self._ranges)
-                if not (self._overflow or self._needs_snapshot(snapshot, chain, 0) or self._needs_snapshot(
-                        snapshot, chain, changelog_size_floor(ranges, self._changes))):
+                # the floor is counted only when the change set's charge (at least its records'
+                # size) could reach a snapshot: a common batch's changelog is far from one
+                if not (self._overflow or self._needs_snapshot(snapshot, chain, 0) or (
+                        self._needs_snapshot(snapshot, chain, self._change_bytes) and self._needs_snapshot(
+                            snapshot, chain, changelog_size_floor(ranges, self._changes)))):
                     log = encode_changelog(ranges, self._changes)
                 if log is None or self._needs_snapshot(snapshot, chain, len(log)):
                     if not self._rewrite_if_state_rewritten(num_keys, chain) and not self._ingested:

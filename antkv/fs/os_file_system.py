@@ -7,6 +7,7 @@ import fcntl
 import os
 import sys
 import threading
+from functools import partial
 
 from ..errors import IOError as AntIOError
 from ..errors import LockError
@@ -119,6 +120,13 @@ class _OSRandomAccessFile(RandomAccessFile):
             return data
         except OSError as e:
             raise _io_error("read", self.path, e) from e
+
+    def positional_read(self):
+        """``os.pread`` on this file's descriptor: no Python frame between a point read and the
+        system call.  Once the file is closed the number may name another file; a reader
+        stops using this before it closes the file (:meth:`antkv.sst.reader.TableReader.close`),
+        and a block it reads is checked (length, and checksum unless disabled) before use."""
+        return partial(os.pread, self._fd)
 
     def size(self) -> int:
         try:

@@ -137,19 +137,20 @@ class ClockShard:
                 ring = self.ring
                 popitem = ring.popitem
                 chances = len(table)
-                while usage > capacity:
-                    if not ring:  # what is left is pinned: the entry cannot fit
-                        self.usage = usage - charge
-                        self.rejected += 1
-                        return False
-                    k, e = popitem(False)
-                    if e[1] and chances:
-                        e[1] = False
-                        chances -= 1
-                        ring[k] = e
-                        continue
-                    del table[k]
-                    usage -= e[2]
+                try:
+                    while usage > capacity:
+                        k, e = popitem(False)  # KeyError: the ring is empty
+                        if e[1] and chances:
+                            e[1] = False
+                            chances -= 1
+                            ring[k] = e
+                            continue
+                        del table[k]
+                        usage -= e[2]
+                except KeyError:  # what is left is pinned: the entry cannot fit
+                    self.usage = usage - charge
+                    self.rejected += 1
+                    return False
             self.usage = usage
             if key in table:
                 self.take_out(key)

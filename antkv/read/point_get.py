@@ -9,8 +9,10 @@ what four functions would do one call each:
 2. the index search (the first index key >= the key names the only block that can hold it);
 3. the block cache hit, without a lock (the clock policy's hit: :mod:`antkv.memory.clock`),
    or on a miss the block read, checked and cached as :meth:`TableReader.load_searchable`
-   does (through the reader's ``block_source``: a read of a table closed meanwhile fails, and
-   :meth:`TableReader.read_failed` reports it as closed);
+   does (through the reader's ``block_source``, the file's positional read: a read of a table
+   closed meanwhile fails, and :meth:`TableReader.read_failed` reports it as closed; a short
+   read or a bare ``OSError`` is read again by :meth:`TableReader.read_checked`, which reports
+   what the file's own read finds);
 4. the search of a cached fixed-width block (``bytes.find`` on its key column, the layout
    cached with the block: :func:`antkv.sst.block.searchable_block`), when the newest version
    of the key is visible.
@@ -102,11 +104,13 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
             s.count_miss()
             offset = ckey[1]
             size = sizes[i]
-            read, verify, path = r.block_source
+            pread, verify, path = r.block_source
             try:
-                buf, size = check_block(read(offset, size + BLOCK_TRAILER_SIZE), offset, size, verify, path)
-            except (AntIOError, CorruptionError) as exc:
+                buf, size = check_block(pread(size + BLOCK_TRAILER_SIZE, offset), offset, size, verify, path)
+            except AntIOError as exc:  # the file's own read failed
                 r.read_failed(exc)
+            except (OSError, CorruptionError):  # a bare OSError or a short read: the file's read says
+                buf, size = r.read_checked(offset, size)
             block = searchable_block(buf, size, path, offset)
             s.put(ckey, block, size + SEARCHABLE_CHARGE, False)
         try:

@@ -32,6 +32,7 @@ A reader is immutable after ``open`` and safe to share between threads.
 
 from __future__ import annotations
 
+import errno
 from bisect import bisect_left, bisect_right
 from itertools import chain, starmap
 from operator import le, lt
@@ -61,6 +62,12 @@ _BLOCK_CHARGE = 200
 SEARCHABLE_CHARGE = 470
 
 
+def _closed_file(n: int, offset: int) -> bytes:
+    """The positional read of a table without an open file: a read fails as on a closed
+    descriptor (:meth:`TableReader.read_checked` then reports the table closed)."""
+    raise OSError(errno.EBADF, "table file is closed")
+
+
 def _block_charge(size: int, n: int) -> int:
     return size + _ENTRY_CHARGE * n + _BLOCK_CHARGE
 
@@ -79,9 +86,10 @@ class TableReader:
         # cache shard of each block) for the fused point read; None when it must take find():
         # a table with range tombstones, no cache or a cache whose hits lock, or a closed table
         self.point: tuple | None = None
-        # (the file's read, whether to verify checksums, the path): what the fused point read
-        # needs to read a block that missed the cache as load_searchable does, in its own frame
-        self.block_source: tuple = ()
+        # (the file's positional read, whether to verify checksums, the path): what the fused
+        # point read needs to read a block that missed the cache as load_searchable does, in its
+        # own frame; a positional read's short read or bare OSError goes to read_checked
+        self.block_source: tuple = (_closed_file, True, "")
 
     @classmethod
     def open(
@@ -106,7 +114,7 @@ class TableReader:
         self.path = path
         self.file_number = file_number
         self._verify = verify
-        self.block_source = (f.read, verify, path)
+        self.block_source = (f.positional_read(), verify, path)
         self._cache = cache
         self.file_size = size = f.size()
         if size < FOOTER_SIZE:
@@ -203,9 +211,10 @@ class TableReader:
 
     # --- data blocks ---
 
-    def _read(self, offset: int, size: int) -> tuple[bytes, int]:
+    def read_checked(self, offset: int, size: int) -> tuple[bytes, int]:
         """The block at ``(offset, size)`` read with one ``pread`` and checked (see
-        :func:`~antkv.sst.format.read_block`)."""
+        :func:`~antkv.sst.format.read_block`); a failure is reported as :meth:`read_failed`
+        does."""
         f = self._file
         if f is None:
             raise DBClosedError(f"table {self.path} is closed")
@@ -243,7 +252,7 @@ class TableReader:
         """The decoded data block at ``offset`` (through the cache when there is one)."""
         cache = self._cache
         if cache is None:
-            return decode_block(*self._read(offset, size), self.path, offset)
+            return decode_block(*self.read_checked(offset, size), self.path, offset)
         key = (self._cache_id, offset)
         block = cache.get(key)
         if block is None or len(block) != 4:
@@ -253,7 +262,7 @@ class TableReader:
     def _decode_to_cache(self, key: tuple, raw, offset: int, size: int):
         """Decode the block at ``offset`` -- ``raw`` a searchable block from the cache, or read
         from the file when None -- and leave the decoded form in the cache under ``key``."""
-        buf, n = self._read(offset, size) if raw is None else raw[:2]
+        buf, n = self.read_checked(offset, size) if raw is None else raw[:2]
         block = decode_block(buf, n, self.path, offset)
         self._cache.put(key, block, _block_charge(n, len(block[0])))
         return block
@@ -346,7 +355,7 @@ class TableReader:
         offset = offsets[i]
         cache = self._cache
         if cache is None:
-            buf, size = self._read(offset, sizes[i])
+            buf, size = self.read_checked(offset, sizes[i])
             return search_block(buf, size, user_key, neg_read, self.path, offset)
         block = cache.get((self._cache_id, offset))
         if block is None:
@@ -521,6 +530,7 @@ class TableReader:
         (a Spark worker's working copies) the blocks of deleted tables and closed copies would
         otherwise fill it to its capacity whatever the live data."""
         self.point = None
+        self.block_source = (_closed_file, True, self.path)  # before the descriptor is closed
         f, self._file = self._file, None
         handles, self._handles = self._handles, []
         cache = self._cache

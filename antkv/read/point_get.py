@@ -81,7 +81,7 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
                 if found is not None:
                     return found
             continue
-        bits, nfb, k, ikeys, offsets, sizes, cache_id, block_shards = p
+        bits, nfb, k, ikeys, offsets, sizes, key_base, block_shards = p
         if k == 6:  # the default filter (10 bits per key): its two masks, inline
             o = (x % nfb) << 6
             if not (bits[o + pe[0]] & pe[1] and bits[o + pe[2]] & pe[3] and bits[o + pe[4]] & pe[5]):
@@ -93,16 +93,16 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
         i = bisect_left(ikeys, key)
         if i == len(ikeys):
             continue
-        ckey = (cache_id, offsets[i])
+        ckey = key_base + i  # antkv.sst.reader.block_key_base
         s = block_shards[i]  # the shard of ckey, found when the table was opened
         e = s.table.get(ckey)
         if e is not None:  # a clock entry [value, hit, charge, key]
             e[1] = True
             s.count_hit()
             block = e[0]
-        else:  # r.load_searchable(offset, size, s, ckey), inline
+        else:  # r.load_searchable(i, offset, size), inline
             s.count_miss()
-            offset = ckey[1]
+            offset = offsets[i]
             size = sizes[i]
             pread, verify, path = r.block_source
             try:

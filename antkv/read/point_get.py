@@ -71,7 +71,9 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
     for f in candidates:
         if not f.smallest <= key <= f.largest:
             continue
-        r = f.reader or open_table(f)
+        r = f.reader
+        if r is None:
+            r = open_table(f)
         p = r.point
         if p is None:
             if r.range_tombstones:
@@ -98,10 +100,10 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
         e = s.table.get(ckey)
         if e is not None:  # a clock entry [value, hit, charge, key]
             e[1] = True
-            s.count_hit()
+            next(s.hit_counter)  # s.count_hit(), without the method-wrapper's call
             block = e[0]
         else:  # r.load_searchable(i, offset, size), inline
-            s.count_miss()
+            next(s.miss_counter)
             offset = offsets[i]
             size = sizes[i]
             pread, verify, path = r.block_source

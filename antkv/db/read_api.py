@@ -65,24 +65,26 @@ class ReadAPI(DBState):
             self._check_open()
         read_seq = self._last_seq if snapshot is None else self._read_seq(snapshot)
         sv = self._sv
-        for mem in sv.memtables:  # newest first; the first memtable with an answer ends the search
-            versions = mem.versions
-            if not versions and not mem.range_dels:
-                continue  # (most gets: an empty memtable; the key is not even hashed)
-            e = versions.get(key)
-            if e is None and not mem.range_dels:
-                continue  # (the key in no memtable)
-            if e is not None and e[0] > read_seq:
-                e = mem.get(key, read_seq)
-            tomb = mem.fragments().max_covering_seq(key, read_seq) if mem.range_dels else 0
-            if e is not None:
-                if tomb > e[0] or e[1] == DELETION:
+        mem = sv.mem
+        # (most gets of a database that is not being written: one empty memtable, passed over
+        # without hashing the key or iterating)
+        if mem.versions or mem.range_dels or sv.imms:
+            for mem in sv.memtables:  # newest first; the first memtable with an answer ends the search
+                versions = mem.versions
+                e = versions.get(key) if versions else None
+                if e is None and not mem.range_dels:
+                    continue  # (the key in no memtable)
+                if e is not None and e[0] > read_seq:
+                    e = mem.get(key, read_seq)
+                tomb = mem.fragments().max_covering_seq(key, read_seq) if mem.range_dels else 0
+                if e is not None:
+                    if tomb > e[0] or e[1] == DELETION:
+                        return default
+                    if e[1] != VALUE:
+                        return self._entry_value(key, e[1], e[2], sv, read_seq, default)
+                    return e[2]
+                if tomb:
                     return default
-                if e[1] != VALUE:
-                    return self._entry_value(key, e[1], e[2], sv, read_seq, default)
-                return e[2]
-            if tomb:
-                return default
         e = sv.table_get(key, read_seq, self._open_table)
         if e is None:
             return default

@@ -31,8 +31,9 @@ the shard's lock:
   high-priority pool plays in the LRU policy.  ``high_pri_pool_ratio`` does not apply.
 * *Evict* until the new entry fits: the first entry of the ring goes if its bit is clear; if
   set, the bit is cleared and the entry moves to the end (a second chance).  A sweep clears at
-  most as many bits as it started with entries in the table; past that it evicts regardless,
-  so lock-free hits landing during a sweep cannot make it run on.
+  most as many bits as there are entries in the table (counted once per sweep: when it starts,
+  or in :meth:`ClockShard.put`, when it first meets a set bit); past that it evicts
+  regardless, so lock-free hits landing during a sweep cannot make it run on.
 * *Pin* (a handle from ``insert`` or ``lookup``) takes the entry out of the ring, *release*
   puts it back at the end (or drops it when the shard is over capacity), as in the LRU; a sweep
   that meets only pinned entries stops.
@@ -151,7 +152,7 @@ class ClockShard:
             capacity = self.capacity
             if usage > capacity:  # evict(charge), inline
                 popitem = table.popitem
-                chances = len(table)
+                chances = -1  # len(table) at the sweep's start, counted when first needed
                 try:
                     while usage > capacity:
                         k, e = popitem(False)  # KeyError: the table is empty
@@ -161,6 +162,8 @@ class ClockShard:
                                 if self.pinned_entries == len(table):
                                     raise KeyError(k)  # only pinned entries are left
                                 continue
+                            if chances < 0:  # the entries still to sweep, this one included
+                                chances = len(table) + 1
                             if chances:
                                 e[1] = False
                                 chances -= 1

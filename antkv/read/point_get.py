@@ -2,7 +2,9 @@
 
 :func:`table_get` is :meth:`antkv.read.read_view.SuperVersion.table_get`, the part of
 ``DB.get`` after the memtables.  Tables are probed newest first: the L0 tables whose range
-holds the key, then at most one table per sorted level.  For the common case it does, inline,
+holds the key (every L0 table when their ranges all overlap: a check of each range would
+almost never rule one out, see :class:`antkv.manifest.version_set.Version`), then at most one
+table per sorted level.  For the common case it does, inline,
 what four functions would do one call each:
 
 1. the bloom probe (:func:`antkv.sst.bloom.may_contain_probe`, on the key's hash computed once);
@@ -54,7 +56,7 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
     pe, pf = PROBE_TABLE[a & LANE_MASK], PROBE_TABLE[b & LANE_MASK]
     klen = len(key) or -1  # a key column's width is never -1: an empty key takes the general search
     version = sv.version
-    candidates = version.levels[0]  # each checked against the key's range below
+    candidates = version.levels[0]  # checked against the key's range below, unless all overlap
     if version.sorted_levels:
         candidates = list(candidates)
         for _level, files, largest in version.sorted_levels:
@@ -67,9 +69,13 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
                 if i == len(files):
                     continue
                 f = files[i]
-            candidates.append(f)
+            if f.smallest <= key:  # (find_file, inline)
+                candidates.append(f)
+    # False when the L0 ranges all overlap: a table whose range misses the key is then ruled
+    # out by its filter or the search of its block (block_plan plans the same tables)
+    check = version.l0_ranges_apart
     for f in candidates:
-        if not f.smallest <= key <= f.largest:
+        if check and not f.smallest <= key <= f.largest:
             continue
         r = f.reader
         if r is None:

@@ -160,8 +160,8 @@ class _FlakyPositional(RandomAccessFile):
             raise antkv.IOError("read failed: injected", OSError(errno.EIO, "injected"), self.path)
         return self._handle.read(offset, n)
 
-    def positional_read(self):
-        state, pread = self._state, self._handle.positional_read()
+    def positional_read(self, checked):
+        state, pread = self._state, self._handle.positional_read(checked)
 
         def flaky(n, offset):
             state["positional_reads"] += 1
@@ -232,5 +232,31 @@ def test_a_closed_table_reads_nothing_through_its_positional_read(tmp_path):
             pread(sizes[0] + 5, offsets[0])
         with pytest.raises(antkv.DBClosedError):
             r.read_checked(offsets[0], sizes[0])
+    finally:
+        os.close(other)
+
+
+def test_an_unchecked_tables_read_under_way_at_close_never_reads_another_file(tmp_path):
+    """Without checksums nothing would tell a block of another file apart, so a reader that
+    does not verify gets a positional read through the file's own ``read``: one taken before
+    ``close`` and called after it fails, even when the descriptor number names a file opened
+    since."""
+    path = str(tmp_path / "db")
+    with antkv.open(path, max_background_jobs=0) as db:
+        db.put(b"a", b"1")
+        db.flush()
+
+    sst = [f for f in os.listdir(path) if f.endswith(".sst")][0]
+    r = TableReader.open(default_file_system(), os.path.join(path, sst), 1, cache=antkv.Cache(1 << 20),
+                         verify_checksums=False)
+    pread, verify, _path = r.block_source
+    assert verify is False
+    _keys, _negs, offsets, sizes = r.index()
+    assert len(pread(sizes[0] + 5, offsets[0])) == sizes[0] + 5
+    r.close()
+    other = os.open(os.path.join(path, sst), os.O_RDONLY)  # most likely the number just closed
+    try:
+        with pytest.raises(antkv.IOError):
+            pread(sizes[0] + 5, offsets[0])  # the callable taken before close
     finally:
         os.close(other)

@@ -128,7 +128,7 @@ class TableReader:
         self.path = path
         self.file_number = file_number
         self._verify = verify
-        self.block_source = (f.positional_read(), verify, path)
+        self.block_source = (f.positional_read(verify), verify, path)
         self._cache = cache
         self.file_size = size = f.size()
         if size < FOOTER_SIZE:

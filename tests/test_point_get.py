@@ -6,11 +6,16 @@ then warm, and compares both with what was written."""
 
 from __future__ import annotations
 
+import errno
+import os
 import random
 
 import pytest
 
 import antkv
+from antkv.fs import RandomAccessFile, default_file_system
+from antkv.fs.delegating import DelegatingFileSystem
+from antkv.sst.reader import TableReader
 
 
 def read_all(path, keys, snapshots_at=()):
@@ -140,3 +145,118 @@ def test_an_ingested_table_is_read_through_its_translation(tmp_path):
         for _ in range(2):  # cold, then from the cache
             assert [db.get(k) for k in keys if k >= b"\x01"] == [value[k] for k in keys if k >= b"\x01"]
             assert all(db.get(k, snapshot=before) is None for k in keys)
+
+
+class _FlakyPositional(RandomAccessFile):
+    """A table file whose positional read misbehaves as ``os.pread`` may: ``mode`` "short"
+    returns one byte less, "oserror" raises a bare ``OSError``; ``read`` fails too when
+    ``read_fails``."""
+
+    def __init__(self, handle, state):
+        self.path, self._handle, self._state = handle.path, handle, state
+
+    def read(self, offset, n):
+        if self._state["read_fails"]:
+            raise antkv.IOError("read failed: injected", OSError(errno.EIO, "injected"), self.path)
+        return self._handle.read(offset, n)
+
+    def positional_read(self, checked):
+        state, pread = self._state, self._handle.positional_read(checked)
+
+        def flaky(n, offset):
+            state["positional_reads"] += 1
+            if state["mode"] == "short":
+                return pread(n, offset)[:-1]
+            if state["mode"] == "oserror":
+                raise OSError(errno.EIO, "injected")
+            return pread(n, offset)
+
+        return flaky
+
+    def size(self):
+        return self._handle.size()
+
+    def close(self):
+        self._handle.close()
+
+
+class _FlakyFS(DelegatingFileSystem):
+    def __init__(self, state):
+        super().__init__(default_file_system())
+        self.state = state
+
+    def open_random(self, path):
+        handle = self.base.open_random(path)
+        return _FlakyPositional(handle, self.state) if path.endswith(".sst") else handle
+
+
+@pytest.mark.parametrize("mode", ["short", "oserror"])
+def test_a_short_or_failed_positional_read_is_read_again_through_the_file(tmp_path, mode):
+    """A block that missed the cache is read with the file's positional read (``os.pread`` on
+    the descriptor); a short read or a bare ``OSError`` is read again through the file's
+    ``read``, which gives the block, or reports the failure as ``antkv.IOError``."""
+    path = str(tmp_path / "db")
+    with antkv.open(path, max_background_jobs=0, block_size=256) as db:
+        for i in range(200):
+            db.put(b"key%05d" % i, b"v%d" % i)
+        db.flush()
+    state = {"mode": mode, "read_fails": False, "positional_reads": 0}
+    with antkv.open(path, file_system=_FlakyFS(state), block_cache=antkv.Cache(1 << 20, policy="clock")) as db:
+        db.approximate_size()  # every table open
+        assert db.get(b"key00007") == b"v7"
+        assert state["positional_reads"] == 1
+        state["read_fails"] = True
+        with pytest.raises(antkv.IOError):
+            db.get(b"key00190")  # another block, not cached
+
+
+def test_a_closed_table_reads_nothing_through_its_positional_read(tmp_path):
+    """``TableReader.close`` swaps the positional read for one that fails before it closes the
+    descriptor, whose number the OS may give to another file: a read that still reaches the
+    table is reported as closed."""
+    path = str(tmp_path / "db")
+    with antkv.open(path, max_background_jobs=0) as db:
+        db.put(b"a", b"1")
+        db.flush()
+
+    sst = [f for f in os.listdir(path) if f.endswith(".sst")][0]
+    r = TableReader.open(default_file_system(), os.path.join(path, sst), 1, cache=antkv.Cache(1 << 20))
+    pread, _verify, _path = r.block_source
+    _keys, _negs, offsets, sizes = r.index()
+    assert len(pread(sizes[0] + 5, offsets[0])) == sizes[0] + 5
+    r.close()
+    other = os.open(os.path.join(path, sst), os.O_RDONLY)  # most likely the number just closed
+    try:
+        pread, _verify, _path = r.block_source
+        with pytest.raises(OSError):
+            pread(sizes[0] + 5, offsets[0])
+        with pytest.raises(antkv.DBClosedError):
+            r.read_checked(offsets[0], sizes[0])
+    finally:
+        os.close(other)
+
+
+def test_an_unchecked_tables_read_under_way_at_close_never_reads_another_file(tmp_path):
+    """Without checksums nothing would tell a block of another file apart, so a reader that
+    does not verify gets a positional read through the file's own ``read``: one taken before
+    ``close`` and called after it fails, even when the descriptor number names a file opened
+    since."""
+    path = str(tmp_path / "db")
+    with antkv.open(path, max_background_jobs=0) as db:
+        db.put(b"a", b"1")
+        db.flush()
+
+    sst = [f for f in os.listdir(path) if f.endswith(".sst")][0]
+    r = TableReader.open(default_file_system(), os.path.join(path, sst), 1, cache=antkv.Cache(1 << 20),
+                         verify_checksums=False)
+    pread, verify, _path = r.block_source
+    assert verify is False
+    _keys, _negs, offsets, sizes = r.index()
+    assert len(pread(sizes[0] + 5, offsets[0])) == sizes[0] + 5
+    r.close()
+    other = os.open(os.path.join(path, sst), os.O_RDONLY)  # most likely the number just closed
+    try:
+        with pytest.raises(antkv.IOError):
+            pread(sizes[0] + 5, offsets[0])  # the callable taken before close
+    finally:
+        os.close(other)

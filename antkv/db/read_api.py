@@ -59,28 +59,32 @@ class ReadAPI(DBState):
         the list of their values (rocksdict's list ``get``; :meth:`multi_get`)."""
         if type(key) is not bytes:
             if type(key) is list:
-                return [default if v is None else v for v in self.multi_get(key, snapshot=snapshot)]
+                return self._get_list(key, default, snapshot)
             key = as_bytes(key, "key")
         if self._closed:
             self._check_open()
         read_seq = self._last_seq if snapshot is None else self._read_seq(snapshot)
         sv = self._sv
-        for mem in sv.memtables:  # newest first; the first memtable with an answer ends the search
-            versions = mem.versions
-            e = versions.get(key) if versions else None  # (an empty one: the key is not even hashed)
-            if e is None and not mem.range_dels:
-                continue  # (most gets: the key in no memtable)
-            if e is not None and e[0] > read_seq:
-                e = mem.get(key, read_seq)
-            tomb = mem.fragments().max_covering_seq(key, read_seq) if mem.range_dels else 0
-            if e is not None:
-                if tomb > e[0] or e[1] == DELETION:
+        mem = sv.mem
+        # (most gets of a database that is not being written: one empty memtable, passed over
+        # without hashing the key or iterating)
+        if mem.versions or mem.range_dels or sv.imms:
+            for mem in sv.memtables:  # newest first; the first memtable with an answer ends the search
+                versions = mem.versions
+                e = versions.get(key) if versions else None
+                if e is None and not mem.range_dels:
+                    continue  # (the key in no memtable)
+                if e is not None and e[0] > read_seq:
+                    e = mem.get(key, read_seq)
+                tomb = mem.fragments().max_covering_seq(key, read_seq) if mem.range_dels else 0
+                if e is not None:
+                    if tomb > e[0] or e[1] == DELETION:
+                        return default
+                    if e[1] != VALUE:
+                        return self._entry_value(key, e[1], e[2], sv, read_seq, default)
+                    return e[2]
+                if tomb:
                     return default
-                if e[1] != VALUE:
-                    return self._entry_value(key, e[1], e[2], sv, read_seq, default)
-                return e[2]
-            if tomb:
-                return default
         e = sv.table_get(key, read_seq, self._open_table)
         if e is None:
             return default
@@ -89,6 +93,11 @@ class ReadAPI(DBState):
         if e[1] == DELETION:
             return default
         return self._entry_value(key, e[1], e[2], sv, read_seq, default)
+
+    def _get_list(self, keys: list, default, snapshot) -> list:
+        """:meth:`get` of a list of keys (its own frame: a comprehension over ``default`` in
+        ``get`` would make every get build a closure cell)."""
+        return [default if v is None else v for v in self.multi_get(keys, snapshot=snapshot)]
 
     def key_may_exist(self, key, fetch: bool = False, *, snapshot=None):
         """Whether ``key`` is present (rocksdict's ``key_may_exist``, here exact: no false

@@ -16,7 +16,9 @@ a write buffer for files that count only once synced (output tables), and
 
 Contract of every implementation:
 
-* an ``OSError`` never escapes: it is raised as :class:`antkv.IOError` naming the path;
+* an ``OSError`` never escapes: it is raised as :class:`antkv.IOError` naming the path (the
+  one exception is the callable of :meth:`RandomAccessFile.positional_read`, a hot path's
+  ``pread``, whose caller reads again through ``read`` on a bare ``OSError`` or a short read);
 * a :class:`WritableFile` only appends; ``sync()`` makes its bytes durable, but a newly
   created (or renamed, or removed) name is durable only after ``sync_dir`` of its directory;
 * ``rename`` replaces the destination atomically;

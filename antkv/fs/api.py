@@ -33,6 +33,18 @@ class RandomAccessFile:
         """Up to ``n`` bytes at ``offset`` (fewer only at the end of the file)."""
         raise NotImplementedError
 
+    def positional_read(self, checked: bool):
+        """A callable ``pread(n, offset)`` for a reader in a hot loop (a point read's block that
+        missed the cache): it returns what ``read(offset, n)`` returns, or fewer bytes, or
+        raises a bare ``OSError``; on either of those the caller asks :meth:`read`, which reads
+        in full or reports the failure as ``antkv.IOError``.  Only for use while the file is
+        open.  ``checked``: the caller verifies every block's checksum, so that bytes of another
+        file (a read racing :meth:`close`, whose descriptor number the system gave to a file
+        opened since) are never used; without it the callable must fail once the file is
+        closed.  This default calls :meth:`read`; a file system with a cheaper way overrides it."""
+        read = self.read
+        return lambda n, offset: read(offset, n)
+
     def size(self) -> int:
         raise NotImplementedError
 

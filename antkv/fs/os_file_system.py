@@ -7,6 +7,7 @@ import fcntl
 import os
 import sys
 import threading
+from functools import partial
 
 from ..errors import IOError as AntIOError
 from ..errors import LockError
@@ -119,6 +120,17 @@ class _OSRandomAccessFile(RandomAccessFile):
             return data
         except OSError as e:
             raise _io_error("read", self.path, e) from e
+
+    def positional_read(self, checked: bool):
+        """``os.pread`` on this file's descriptor when ``checked``: no Python frame between a
+        point read and the system call.  Once the file is closed the number may name another
+        file; a reader stops using this before it closes the file
+        (:meth:`antkv.sst.reader.TableReader.close`), and a read already under way meets a
+        checksum that bytes of another file fail.  Unchecked readers get :meth:`read`, which
+        fails once the file is closed."""
+        if not checked:
+            return super().positional_read(checked)
+        return partial(os.pread, self._fd)
 
     def size(self) -> int:
         try:

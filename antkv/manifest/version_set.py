@@ -53,12 +53,20 @@ class Version:
 
     ``sorted_levels`` lists ``(level, files, largest_keys)`` for every non-empty level >= 1,
     with ``largest_keys`` ready for a C-level ``bisect`` (the point-read path uses them).
+    ``l0_ranges_apart`` is False when the key ranges of the L0 tables all overlap (they share a
+    key, as flushes of keys written in random order do): a point read then skips checking a key
+    against each L0 table's range, a check that would almost never rule a table out (the
+    table's filter, or the search of its block, does the same anyway).
     """
 
-    __slots__ = ("levels", "sorted_levels", "tables_by_vlog", "__weakref__")
+    __slots__ = ("levels", "sorted_levels", "l0_ranges_apart", "tables_by_vlog", "__weakref__")
 
     def __init__(self, levels: list[list[FileMetaData]]):
         self.levels = levels
+        l0 = levels[0] if levels else ()
+        # intervals that overlap pairwise share a point (and the reverse): the largest smallest
+        # key is at most the smallest largest key
+        self.l0_ranges_apart = bool(l0) and max(f.smallest for f in l0) > min(f.largest for f in l0)
         self.sorted_levels = [
             (level, files, [f.largest for f in files]) for level, files in enumerate(levels) if level and files
         ]

@@ -7,11 +7,13 @@ The cache maps hashable keys to values, each with a *charge* (its size in bytes)
 into ``2 ** num_shard_bits`` *shards*; ``hash(key) & (num_shards - 1)`` picks a key's shard.
 Each shard has its own lock and its own hash table (a ``dict``), and owns an equal part of the
 capacity (the remainder of the division goes one byte each to the first shards, so the shard
-capacities add up to exactly ``capacity``).  Tables key their blocks as ``(cache_id,
-block_offset)`` where ``cache_id`` comes from :meth:`Cache.new_id`, so one cache can serve many
-tables and many databases; the hash of a tuple of ints is the same in every process, so shard
-routing of such keys is deterministic (the hash of ``str``/``bytes`` keys is salted per
-process: it works, but routing then differs between runs).
+capacities add up to exactly ``capacity``).  Each user of a cache takes an id from
+:meth:`Cache.new_id`, so one cache can serve many tables and many databases: a table keys its
+data blocks with ints made from its id and the block's position
+(:func:`antkv.sst.reader.block_key_base`), other users with tuples starting with their id.  The
+hash of an int or a tuple of ints is the same in every process, so shard routing of such keys
+is deterministic (the hash of ``str``/``bytes`` keys is salted per process: it works, but
+routing then differs between runs).
 
 Which entry goes when a shard is full is the *policy*, one module each:
 

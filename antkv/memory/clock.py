@@ -14,12 +14,16 @@ dozen attributes.  An entry that is pinned becomes a :class:`ClockHandle` -- the
 fields, plus the handle's ``refs``, ``in_cache`` and ``shard`` -- which replaces the plain list
 in the table and stays the entry, pinned or not, until it leaves the cache.
 
-The ring holds the unpinned entries in the order the hand meets them: an ``OrderedDict`` from
-key to entry, whose first entry is the one under the hand.  Moving the hand past an entry
-moves that entry to the end, so every step of the clock is one C call on the ordered dict (a
-circular linked list of entry objects would cost a Python attribute store per link).  A pinned
-entry (one with handles) sits in no ring and is never evicted, as in the LRU policy.  The
-rules, under the shard's lock:
+The table is also the ring: an ``OrderedDict`` from key to entry, in the order the hand meets
+them, whose first entry is the one under the hand.  Moving the hand past an entry moves that
+entry to the end, so every step of the clock is one C call on the ordered dict, and an insert
+or an eviction touches one dict, not a table and a ring (a circular linked list of entry
+objects would cost a Python attribute store per link).  The ring proper is the unpinned
+entries: a pinned entry (one with handles) keeps its place in the table, the hand passes over
+it, and it is never evicted, as in the LRU policy.  Its reference bit is never clear, so the
+sweep tells it apart only among the entries it would spare anyway (an entry inserted pinned at
+low priority carries :data:`FRESH`, a set bit that its last release clears).  The rules, under
+the shard's lock:
 
 * *Insert*: the entry joins the end of the ring -- just behind the hand, so it is looked at
   last.  A high-priority entry (index and filter blocks) starts with its reference bit set --
@@ -27,10 +31,12 @@ rules, under the shard's lock:
   high-priority pool plays in the LRU policy.  ``high_pri_pool_ratio`` does not apply.
 * *Evict* until the new entry fits: the first entry of the ring goes if its bit is clear; if
   set, the bit is cleared and the entry moves to the end (a second chance).  A sweep clears at
-  most as many bits as it started with entries in the table; past that it evicts regardless,
-  so lock-free hits landing during a sweep cannot make it run on.
+  most as many bits as there are entries in the table (counted once per sweep: when it starts,
+  or in :meth:`ClockShard.put`, when it first meets a set bit); past that it evicts
+  regardless, so lock-free hits landing during a sweep cannot make it run on.
 * *Pin* (a handle from ``insert`` or ``lookup``) takes the entry out of the ring, *release*
-  puts it back at the end (or drops it when the shard is over capacity), as in the LRU.
+  puts it back at the end (or drops it when the shard is over capacity), as in the LRU; a sweep
+  that meets only pinned entries stops.
 
 A lock-free hit races only with the sweep: the entry it found may be evicted a moment later
 (the value stays valid: it is a Python object), and its bit may be set just after the sweep
@@ -38,11 +44,11 @@ cleared it, which gives it one more turn.  The counters stay exact: ``count_hit`
 ``count_miss`` are ``itertools.count`` steps, atomic under the GIL.
 
 Invariants (checked by :func:`check_clock_shard`): ``usage`` = charges of the table's entries
-+ charges of detached pinned entries; the ring holds exactly the table's entries without
-handles, each under its own key; ``pinned_usage`` = charges of the table's pinned entries +
-``detached_usage``, so ``usage - pinned_usage`` is the ring's charge; a pinned entry is a
-:class:`ClockHandle` with ``refs > 0`` and ``in_cache`` true; ``usage > capacity`` only when the
-ring is empty.
++ charges of detached pinned entries; each entry is under its own key; ``pinned_usage`` =
+charges of the table's pinned entries + ``detached_usage``, so ``usage - pinned_usage`` is the
+ring's charge; ``pinned_entries`` counts the table's pinned entries; a pinned entry is a
+:class:`ClockHandle` with ``refs > 0``, ``in_cache`` true and its bit set; only a pinned entry
+carries :data:`FRESH`; ``usage > capacity`` only when every entry of the table is pinned.
 """
 
 from __future__ import annotations
@@ -56,6 +62,10 @@ from .cache_entry import Handle, counter_value
 
 VALUE, HIT, CHARGE, KEY = 0, 1, 2, 3
 """The fields of a clock entry, a list ``[value, hit, charge, key]``."""
+FRESH = 2
+"""The bit of an entry inserted pinned at low priority and not read since: set, so that the
+sweep passes over it while it is pinned (a pinned entry's bit is never clear), and cleared at
+its last release (as if it had been inserted clear)."""
 
 
 class ClockHandle(list, Handle):
@@ -76,14 +86,14 @@ class ClockHandle(list, Handle):
 
 
 class ClockShard:
-    """One shard: a lock, a hash table and one ring.  Methods REQUIRE ``lock``, but
-    :meth:`put`, which takes it."""
+    """One shard: a lock and one ordered table, which is also the ring.  Methods REQUIRE
+    ``lock``, but :meth:`put`, which takes it."""
 
     lock_free_hits = True  # Cache.get and the fused point read probe ``table`` without the lock
 
     __slots__ = (
-        "owner", "strict", "lock", "table", "ring", "capacity", "usage", "pinned_usage",
-        "detached_usage", "hit_counter", "count_hit", "miss_counter", "count_miss", "inserts",
+        "owner", "strict", "lock", "table", "capacity", "usage", "pinned_usage", "detached_usage",
+        "pinned_entries", "hit_counter", "count_hit", "miss_counter", "count_miss", "inserts",
         "removed", "rejected",
     )
 
@@ -91,12 +101,14 @@ class ClockShard:
         self.owner = owner
         self.strict = strict
         self.lock = threading.Lock()
-        self.table: dict = {}
-        self.ring: OrderedDict = OrderedDict()  # unpinned entries; the first is under the hand
+        # every entry, in the order the hand meets them (the first is under the hand); the
+        # pinned ones are passed over
+        self.table: OrderedDict = OrderedDict()
         self.capacity = capacity
         self.usage = 0  # every charged entry, pinned or not, in the table or detached
         self.pinned_usage = 0  # entries with handles, in the table or detached
         self.detached_usage = 0  # pinned entries no longer in the table (erased or replaced)
+        self.pinned_entries = 0  # entries with handles in the table
         self.hit_counter = count()
         self.count_hit = self.hit_counter.__next__
         self.miss_counter = count()
@@ -106,20 +118,25 @@ class ClockShard:
         self.inserts = self.removed = self.rejected = 0
 
     def evict(self, charge: int) -> None:
-        """Sweep until ``usage + charge <= capacity`` or the ring is empty."""
-        ring, table = self.ring, self.table
-        popitem = ring.popitem
+        """Sweep until ``usage + charge <= capacity`` or only pinned entries are left."""
+        table = self.table
+        popitem = table.popitem
         chances = len(table)  # reference bits this sweep may clear before it stops sparing entries
         limit = self.capacity - charge
         usage = self.usage
-        while usage > limit and ring:
+        while usage > limit and table:
             k, e = popitem(False)  # the entry under the hand
-            if e[1] and chances > 0:  # e[HIT]
-                e[1] = False
-                chances -= 1
-                ring[k] = e  # the hand moves past it
-                continue
-            del table[k]
+            if e[1]:  # e[HIT]; a pinned entry's is never clear
+                if type(e) is ClockHandle and e.refs:  # pinned: the hand moves past it
+                    table[k] = e
+                    if self.pinned_entries == len(table):
+                        break
+                    continue
+                if chances > 0:
+                    e[1] = False
+                    chances -= 1
+                    table[k] = e  # the hand moves past it
+                    continue
             usage -= e[2]  # e[CHARGE]
         self.usage = usage
 
@@ -134,61 +151,69 @@ class ClockShard:
             usage = self.usage + charge
             capacity = self.capacity
             if usage > capacity:  # evict(charge), inline
-                ring = self.ring
-                popitem = ring.popitem
-                chances = len(table)
-                while usage > capacity:
-                    if not ring:  # what is left is pinned: the entry cannot fit
-                        self.usage = usage - charge
-                        self.rejected += 1
-                        return False
-                    k, e = popitem(False)
-                    if e[1] and chances:
-                        e[1] = False
-                        chances -= 1
-                        ring[k] = e
-                        continue
-                    del table[k]
-                    usage -= e[2]
+                popitem = table.popitem
+                chances = -1  # len(table) at the sweep's start, counted when first needed
+                try:
+                    while usage > capacity:
+                        k, e = popitem(False)  # KeyError: the table is empty
+                        if e[1]:
+                            if type(e) is ClockHandle and e.refs:
+                                table[k] = e
+                                if self.pinned_entries == len(table):
+                                    raise KeyError(k)  # only pinned entries are left
+                                continue
+                            if chances < 0:  # the entries still to sweep, this one included
+                                chances = len(table) + 1
+                            if chances:
+                                e[1] = False
+                                chances -= 1
+                                table[k] = e
+                                continue
+                        usage -= e[2]
+                except KeyError:  # what is left is pinned: the entry cannot fit
+                    self.usage = usage - charge
+                    self.rejected += 1
+                    return False
             self.usage = usage
             if key in table:
                 self.take_out(key)
-            table[key] = self.ring[key] = [value, high, charge, key]  # a high entry starts referenced
+            table[key] = [value, high, charge, key]  # a high entry starts referenced
             self.inserts += 1
             return True
         finally:
             lock.release()
 
     def take_out(self, key) -> None:
-        """Remove ``key``'s entry from the table: uncharged if unpinned (and out of the ring),
-        detached and still charged if pinned.  REQUIRES: ``key`` in the table."""
+        """Remove ``key``'s entry from the table: uncharged if unpinned, detached and still
+        charged if pinned.  REQUIRES: ``key`` in the table."""
         old = self.table.pop(key)
         self.removed += 1
         if type(old) is ClockHandle:
             old.in_cache = False
             if old.refs:
+                self.pinned_entries -= 1
                 self.detached_usage += old[CHARGE]
                 return
-        del self.ring[key]
         self.usage -= old[CHARGE]
 
     def insert_pinned(self, key, value, charge: int, high: bool) -> ClockHandle:
         """Insert with one handle (the caller made room or may go over capacity)."""
         if key in self.table:
             self.take_out(key)
-        h = ClockHandle((value, high, charge, key))
+        h = ClockHandle((value, True if high else FRESH, charge, key))
         h.refs = 1
         h.in_cache = True
         h.shard = self
         self.table[key] = h
         self.usage += charge
         self.pinned_usage += charge
+        self.pinned_entries += 1
         self.inserts += 1
         return h
 
     def pin(self, key, e) -> ClockHandle:
-        """One more handle to ``e``, the table's entry of ``key`` (out of the ring if it was
-        unpinned; a plain entry becomes a handle, in its place)."""
+        """One more handle to ``e``, the table's entry of ``key`` (a plain entry becomes a
+        handle, in its place)."""
         if type(e) is not ClockHandle:
             h = ClockHandle(e)
             h.refs = 0
@@ -196,7 +221,7 @@ class ClockShard:
             h.shard = self
             self.table[key] = e = h
         if not e.refs:
-            del self.ring[key]
+            self.pinned_entries += 1
             self.pinned_usage += e[CHARGE]
         e.refs += 1
         e[HIT] = True
@@ -208,8 +233,11 @@ class ClockShard:
         charge = h[CHARGE]
         self.pinned_usage -= charge
         if h.in_cache:
+            self.pinned_entries -= 1
             if self.usage <= self.capacity and not erase_if_last_ref:
-                self.ring[h[KEY]] = h
+                if h[HIT] == FRESH:  # inserted pinned at low priority and not read since
+                    h[HIT] = False
+                self.table.move_to_end(h[KEY])
                 return False
             del self.table[h[KEY]]
             self.removed += 1
@@ -231,8 +259,9 @@ class ClockShard:
         self.evict(0)
 
     def listed(self) -> list:
-        """The keys of the ring, from the one under the hand (the order the sweep meets them)."""
-        return list(self.ring)
+        """The keys of the ring -- the unpinned entries -- from the one under the hand (the
+        order the sweep meets them)."""
+        return [k for k, e in self.table.items() if type(e) is list or not e.refs]
 
     def charges(self) -> list:
         """The charges of the table's entries."""
@@ -254,19 +283,21 @@ class ClockShard:
 
 
 def check_clock_shard(s: ClockShard) -> None:
-    table = s.table
-    for k, e in s.ring.items():
-        assert e[KEY] == k and table.get(k) is e, f"{e!r} in the ring, not in the table"
-        assert type(e) is list or (type(e) is ClockHandle and e.refs == 0 and e.in_cache), f"{e!r} pinned in the ring"
-    pinned = 0
-    for k, e in table.items():
+    pinned = pinned_entries = 0
+    for k, e in s.table.items():
         assert type(e) in (list, ClockHandle) and len(e) == 4 and e[KEY] == k, f"bad entry {e!r}"
         if type(e) is ClockHandle:
             assert e.in_cache and e.shard is s and e.refs >= 0
             if e.refs:
+                assert e[HIT], f"{e!r} pinned with a clear bit"
                 pinned += e[CHARGE]
-        assert (k in s.ring) == (type(e) is list or not e.refs), f"{e!r}: pinned iff not in the ring"
+                pinned_entries += 1
+            else:
+                assert e[HIT] != FRESH, f"{e!r} released, still fresh"
+        else:
+            assert e[HIT] != FRESH, f"{e!r} unpinned, fresh"
+    assert s.pinned_entries == pinned_entries
     assert s.detached_usage >= 0
     assert s.pinned_usage == pinned + s.detached_usage
-    assert s.usage == sum(e[CHARGE] for e in table.values()) + s.detached_usage
-    assert s.usage <= s.capacity or not s.ring, "over capacity only when everything is pinned"
+    assert s.usage == sum(e[CHARGE] for e in s.table.values()) + s.detached_usage
+    assert s.usage <= s.capacity or pinned_entries == len(s.table), "over capacity only when everything is pinned"

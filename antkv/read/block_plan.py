@@ -3,8 +3,9 @@
 :func:`data_blocks` answers, for the tables of one version, the question a batched point read
 (RocksDB's ``MultiGet``) asks before it reads anything: for each key, the data block of every
 table a :func:`~antkv.read.point_get.table_get` could visit -- the level-0 tables whose range
-holds the key and at most one table per sorted level, each passed only if its filter may hold
-the key -- and the byte range of that block in the table's file (its trailer included).  A
+holds the key (every level-0 table when their ranges all overlap:
+``Version.l0_ranges_apart`` false) and at most one table per sorted level, each passed only if
+its filter may hold the key -- and the byte range of that block in the table's file (its trailer included).  A
 caller that reads tables from slow storage fetches those ranges together, in parallel, before
 the reads: each read then finds its block already local.
 
@@ -39,9 +40,10 @@ def data_blocks(version, open_table, keys, ranges=()) -> dict[str, set[tuple[int
             blocks = plan.setdefault(r.path, set())
             blocks.update((offsets[i], sizes[i] + BLOCK_TRAILER_SIZE) for i in range(lo, hi + 1))
     level0 = version.levels[0]
+    apart = version.l0_ranges_apart
     sorted_levels = version.sorted_levels
     for key in keys:
-        candidates = [f for f in level0 if f.smallest <= key <= f.largest]
+        candidates = [f for f in level0 if not apart or f.smallest <= key <= f.largest]
         for _level, files, largest in sorted_levels:
             f = find_file(files, largest, key)
             if f is not None:

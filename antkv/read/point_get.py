@@ -2,15 +2,19 @@
 
 :func:`table_get` is :meth:`antkv.read.read_view.SuperVersion.table_get`, the part of
 ``DB.get`` after the memtables.  Tables are probed newest first: the L0 tables whose range
-holds the key, then at most one table per sorted level.  For the common case it does, inline,
+holds the key (every L0 table when their ranges all overlap: a check of each range would
+almost never rule one out, see :class:`antkv.manifest.version_set.Version`), then at most one
+table per sorted level.  For the common case it does, inline,
 what four functions would do one call each:
 
 1. the bloom probe (:func:`antkv.sst.bloom.may_contain_probe`, on the key's hash computed once);
 2. the index search (the first index key >= the key names the only block that can hold it);
 3. the block cache hit, without a lock (the clock policy's hit: :mod:`antkv.memory.clock`),
    or on a miss the block read, checked and cached as :meth:`TableReader.load_searchable`
-   does (through the reader's ``block_source``: a read of a table closed meanwhile fails, and
-   :meth:`TableReader.read_failed` reports it as closed);
+   does (through the reader's ``block_source``, the file's positional read: a read of a table
+   closed meanwhile fails, and :meth:`TableReader.read_failed` reports it as closed; a short
+   read or a bare ``OSError`` is read again by :meth:`TableReader.read_checked`, which reports
+   what the file's own read finds);
 4. the search of a cached fixed-width block (``bytes.find`` on its key column, the layout
    cached with the block: :func:`antkv.sst.block.searchable_block`), when the newest version
    of the key is visible.
@@ -52,7 +56,7 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
     pe, pf = PROBE_TABLE[a & LANE_MASK], PROBE_TABLE[b & LANE_MASK]
     klen = len(key) or -1  # a key column's width is never -1: an empty key takes the general search
     version = sv.version
-    candidates = version.levels[0]  # each checked against the key's range below
+    candidates = version.levels[0]  # checked against the key's range below, unless all overlap
     if version.sorted_levels:
         candidates = list(candidates)
         for _level, files, largest in version.sorted_levels:
@@ -65,11 +69,17 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
                 if i == len(files):
                     continue
                 f = files[i]
-            candidates.append(f)
+            if f.smallest <= key:  # (find_file, inline)
+                candidates.append(f)
+    # False when the L0 ranges all overlap: a table whose range misses the key is then ruled
+    # out by its filter or the search of its block (block_plan plans the same tables)
+    check = version.l0_ranges_apart
     for f in candidates:
-        if not f.smallest <= key <= f.largest:
+        if check and not f.smallest <= key <= f.largest:
             continue
-        r = f.reader or open_table(f)
+        r = f.reader
+        if r is None:
+            r = open_table(f)
         p = r.point
         if p is None:
             if r.range_tombstones:
@@ -79,7 +89,7 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
                 if found is not None:
                     return found
             continue
-        bits, nfb, k, ikeys, offsets, sizes, cache_id, block_shards = p
+        bits, nfb, k, ikeys, offsets, sizes, key_base, block_shards = p
         if k == 6:  # the default filter (10 bits per key): its two masks, inline
             o = (x % nfb) << 6
             if not (bits[o + pe[0]] & pe[1] and bits[o + pe[2]] & pe[3] and bits[o + pe[4]] & pe[5]):
@@ -91,22 +101,24 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
         i = bisect_left(ikeys, key)
         if i == len(ikeys):
             continue
-        ckey = (cache_id, offsets[i])
+        ckey = key_base + i  # antkv.sst.reader.block_key_base
         s = block_shards[i]  # the shard of ckey, found when the table was opened
         e = s.table.get(ckey)
         if e is not None:  # a clock entry [value, hit, charge, key]
             e[1] = True
-            s.count_hit()
+            next(s.hit_counter)  # s.count_hit(), without the method-wrapper's call
             block = e[0]
-        else:  # r.load_searchable(offset, size, s, ckey), inline
-            s.count_miss()
-            offset = ckey[1]
+        else:  # r.load_searchable(i, offset, size), inline
+            next(s.miss_counter)
+            offset = offsets[i]
             size = sizes[i]
-            read, verify, path = r.block_source
+            pread, verify, path = r.block_source
             try:
-                buf, size = check_block(read(offset, size + BLOCK_TRAILER_SIZE), offset, size, verify, path)
-            except (AntIOError, CorruptionError) as exc:
+                buf, size = check_block(pread(size + BLOCK_TRAILER_SIZE, offset), offset, size, verify, path)
+            except AntIOError as exc:  # the file's own read failed
                 r.read_failed(exc)
+            except (OSError, CorruptionError):  # a bare OSError or a short read: the file's read says
+                buf, size = r.read_checked(offset, size)
             block = searchable_block(buf, size, path, offset)
             s.put(ckey, block, size + SEARCHABLE_CHARGE, False)
         try:

@@ -10,7 +10,8 @@ and pinning; without it (RocksDB's default) they are charged to no cache, and
 :attr:`TableReader.memory_outside_cache` estimates what they hold.
 
 Data blocks are read on demand with one ``pread`` each and checked.  In the cache, under
-``(cache_id, block offset)`` at low priority, a block is kept in one of two forms:
+its block key (:func:`block_key_base` + the block's position in the index, an ``int``) at low
+priority, a block is kept in one of two forms:
 
 * *searchable* (:func:`~antkv.sst.block.searchable_block`: the raw contents with their layout
   found once) -- what a point lookup that missed the cache leaves: lookups search the bytes
@@ -32,6 +33,7 @@ A reader is immutable after ``open`` and safe to share between threads.
 
 from __future__ import annotations
 
+import errno
 from bisect import bisect_left, bisect_right
 from itertools import chain, starmap
 from operator import le, lt
@@ -61,6 +63,24 @@ _BLOCK_CHARGE = 200
 SEARCHABLE_CHARGE = 470
 
 
+def block_key_base(cache_id: int) -> int:
+    """The cache key of data block 0 of the table with ``cache_id``; block ``i`` is cached under
+    ``block_key_base(cache_id) + i``.  An ``int`` is hashed and compared cheaper than a tuple,
+    on every block a read looks up.  Keys are unique: ``cache_id * 2**32`` plus less than
+    ``2**32`` (the offset below ``2**31`` and fewer than ``2**31`` blocks in a table).  A key's
+    shard is its low bits (``hash`` of a non-negative int below ``2**61 - 1`` is the int):
+    consecutive blocks go to consecutive shards, and each table starts at its own shard (the
+    offset is ``cache_id`` times an odd constant).  Other cache users key with tuples, which
+    never equal an int."""
+    return (cache_id << 32) + ((cache_id * 0x9E3779B1) & 0x7FFFFFFF)
+
+
+def _closed_file(n: int, offset: int) -> bytes:
+    """The positional read of a table without an open file: a read fails as on a closed
+    descriptor (:meth:`TableReader.read_checked` then reports the table closed)."""
+    raise OSError(errno.EBADF, "table file is closed")
+
+
 def _block_charge(size: int, n: int) -> int:
     return size + _ENTRY_CHARGE * n + _BLOCK_CHARGE
 
@@ -73,15 +93,17 @@ class TableReader:
         self._cache = None
         self._handles: list = []
         self._cache_id: int | None = None  # set once the index is loaded and the table cached
+        self._key_base = 0  # block i of the table is cached under _key_base + i
         self._fragments: FragmentedRangeTombstones | None = None  # built on first use
         self.memory_outside_cache = 0  # set by open
         # (filter bits, filter blocks, k, index keys, block offsets, block sizes, cache id, the
         # cache shard of each block) for the fused point read; None when it must take find():
         # a table with range tombstones, no cache or a cache whose hits lock, or a closed table
         self.point: tuple | None = None
-        # (the file's read, whether to verify checksums, the path): what the fused point read
-        # needs to read a block that missed the cache as load_searchable does, in its own frame
-        self.block_source: tuple = ()
+        # (the file's positional read, whether to verify checksums, the path): what the fused
+        # point read needs to read a block that missed the cache as load_searchable does, in its
+        # own frame; a positional read's short read or bare OSError goes to read_checked
+        self.block_source: tuple = (_closed_file, True, "")
 
     @classmethod
     def open(
@@ -106,7 +128,7 @@ class TableReader:
         self.path = path
         self.file_number = file_number
         self._verify = verify
-        self.block_source = (f.read, verify, path)
+        self.block_source = (f.positional_read(verify), verify, path)
         self._cache = cache
         self.file_size = size = f.size()
         if size < FOOTER_SIZE:
@@ -128,14 +150,15 @@ class TableReader:
         index_charge, filter_charge = self._index_charge(index), len(filt[0]) + _BLOCK_CHARGE
         if cache is not None:
             self._cache_id = cid = cache.new_id()
+            self._key_base = base = block_key_base(cid)
             if cache.lock_free_hits and not self.range_tombstones:
                 bits, m, k = filt
                 # the shard of each data block's cache key, found once: a point read routes a
                 # block to its shard without hashing the key (one pointer per block, charged)
                 shards, mask = cache.shards, cache.mask
-                block_shards = [shards[hash((cid, o)) & mask] for o in index[2]]
+                block_shards = [shards[hash(base + i) & mask] for i in range(len(index[2]))]
                 index_charge += 8 * len(block_shards)
-                self.point = (bits, m >> 9, k, index[0], index[2], index[3], cid, block_shards)
+                self.point = (bits, m >> 9, k, index[0], index[2], index[3], base, block_shards)
         if cache is not None and cache_meta:
             self._handles.append(cache.insert((self._cache_id, self._index_handle[0]), index, index_charge, "high"))
             self._handles.append(cache.insert((self._cache_id, self._filter_handle[0]), filt, filter_charge, "high"))
@@ -203,9 +226,10 @@ class TableReader:
 
     # --- data blocks ---
 
-    def _read(self, offset: int, size: int) -> tuple[bytes, int]:
+    def read_checked(self, offset: int, size: int) -> tuple[bytes, int]:
         """The block at ``(offset, size)`` read with one ``pread`` and checked (see
-        :func:`~antkv.sst.format.read_block`)."""
+        :func:`~antkv.sst.format.read_block`); a failure is reported as :meth:`read_failed`
+        does."""
         f = self._file
         if f is None:
             raise DBClosedError(f"table {self.path} is closed")
@@ -221,8 +245,8 @@ class TableReader:
             raise DBClosedError(f"table {self.path} is closed") from e
         raise e
 
-    def load_searchable(self, offset: int, size: int) -> tuple:
-        """The data block at ``offset`` of ``size`` bytes (its index entry) read from the file
+    def load_searchable(self, i: int, offset: int, size: int) -> tuple:
+        """Data block ``i``, at ``offset`` of ``size`` bytes (its index entry), read from the file
         with one ``pread``, checked, in searchable form
         (:func:`~antkv.sst.block.searchable_block`) and put in the cache: a point read's cache
         miss (the caller has counted it).  The fused point read
@@ -236,24 +260,26 @@ class TableReader:
         except (AntIOError, CorruptionError) as e:
             self.read_failed(e)
         block = searchable_block(buf, size, self.path, offset)
-        self._cache.put((self._cache_id, offset), block, size + SEARCHABLE_CHARGE)
+        self._cache.put(self._key_base + i, block, size + SEARCHABLE_CHARGE)
         return block
 
-    def _data_block(self, offset: int, size: int):
-        """The decoded data block at ``offset`` (through the cache when there is one)."""
+    def _data_block(self, i: int):
+        """The decoded data block ``i`` (through the cache when there is one)."""
+        _, _, offsets, sizes = self._index
+        offset, size = offsets[i], sizes[i]
         cache = self._cache
         if cache is None:
-            return decode_block(*self._read(offset, size), self.path, offset)
-        key = (self._cache_id, offset)
+            return decode_block(*self.read_checked(offset, size), self.path, offset)
+        key = self._key_base + i
         block = cache.get(key)
         if block is None or len(block) != 4:
             return self._decode_to_cache(key, block, offset, size)
         return block
 
-    def _decode_to_cache(self, key: tuple, raw, offset: int, size: int):
+    def _decode_to_cache(self, key: int, raw, offset: int, size: int):
         """Decode the block at ``offset`` -- ``raw`` a searchable block from the cache, or read
         from the file when None -- and leave the decoded form in the cache under ``key``."""
-        buf, n = self._read(offset, size) if raw is None else raw[:2]
+        buf, n = self.read_checked(offset, size) if raw is None else raw[:2]
         block = decode_block(buf, n, self.path, offset)
         self._cache.put(key, block, _block_charge(n, len(block[0])))
         return block
@@ -268,16 +294,16 @@ class TableReader:
         cache = self._cache
         if cache is None:
             for i in order[:SCAN_CACHED_BLOCKS]:
-                yield self._data_block(offsets[i], sizes[i])
+                yield self._data_block(i)
         else:
             # the _data_block of a cached block, inline: a cursor's seek + a few next visit a
             # few blocks each, and this frame is all a cached block costs on the way
-            get, cache_id = cache.get, self._cache_id
+            get, base = cache.get, self._key_base
             for i in order[:SCAN_CACHED_BLOCKS]:
-                key = (cache_id, offsets[i])
+                key = base + i
                 block = get(key)
                 if block is None or len(block) != 4:
-                    block = self._decode_to_cache(key, block, key[1], sizes[i])
+                    block = self._decode_to_cache(key, block, offsets[i], sizes[i])
                 yield block
         rest = order[SCAN_CACHED_BLOCKS:]
         if not rest:
@@ -346,11 +372,11 @@ class TableReader:
         offset = offsets[i]
         cache = self._cache
         if cache is None:
-            buf, size = self._read(offset, sizes[i])
+            buf, size = self.read_checked(offset, sizes[i])
             return search_block(buf, size, user_key, neg_read, self.path, offset)
-        block = cache.get((self._cache_id, offset))
+        block = cache.get(self._key_base + i)
         if block is None:
-            block = self.load_searchable(offset, sizes[i])
+            block = self.load_searchable(i, offset, sizes[i])
         return self.search_cached(block, i, user_key, neg_read)
 
     def search_cached(self, block: tuple, i: int, user_key: bytes, neg_read: int) -> tuple[int, int, bytes] | None:
@@ -446,7 +472,7 @@ class TableReader:
             return iter(())
         # a seek: the block holding ``start`` is read now, cut there (the cursor reads its
         # first entry at once anyway), and the blocks after it are left to _scan_blocks
-        keys, negs, kinds, values = self._data_block(offsets[b], sizes[b])
+        keys, negs, kinds, values = self._data_block(b)
         j = bisect_left(keys, start)
         first = zip(keys[j:], negs[j:], kinds[j:], values[j:]) if j else zip(keys, negs, kinds, values)
         if b + 1 == nblocks:
@@ -521,15 +547,16 @@ class TableReader:
         (a Spark worker's working copies) the blocks of deleted tables and closed copies would
         otherwise fill it to its capacity whatever the live data."""
         self.point = None
+        self.block_source = (_closed_file, True, self.path)  # before the descriptor is closed
         f, self._file = self._file, None
         handles, self._handles = self._handles, []
         cache = self._cache
         for h in handles:
             cache.release(h, erase_if_last_ref=True)
         if cache is not None and self._cache_id is not None and f is not None:
-            erase, cache_id = cache.erase, self._cache_id
-            for offset in self._index[2]:
-                erase((cache_id, offset))
+            erase, base = cache.erase, self._key_base
+            for i in range(len(self._index[2])):
+                erase(base + i)
         if f is not None:
             f.close()
 
@@ -554,7 +581,7 @@ def dump_table(fs, path: str) -> Iterator[str]:
         yield f"data blocks: {len(ikeys)}"
         for i, (key, neg, off, size) in enumerate(zip(ikeys, inegs, offsets, sizes)):
             yield f"block {i} at offset {off}, {size} bytes, index key {key!r} @{-neg}"
-            keys, negs, kinds, values = reader._data_block(off, size)
+            keys, negs, kinds, values = reader._data_block(i)
             for key, neg, kind, value in zip(keys, negs, kinds, values):
                 if kind == VALUE_POINTER:
                     fnum, voff, vsize = decode_pointer(value, f"{path} block at offset {off}")

@@ -47,8 +47,13 @@ def spark():
     antkv, nothing puts antkv on their path (the driver ships it), and the UI's REST API is on.
 
     ``ANTKV_SPARK_CONF`` (``name=value;name=value``) adds settings: the subprocess driver of
-    ``tests/test_spark_worker_churn.py`` turns Python worker reuse off with it."""
+    ``tests/test_spark_worker_churn.py`` turns Python worker reuse off with it.
+
+    The driver's JVM, and a cluster's executors, run with ``spark_cluster.JVM_OPTIONS`` (the
+    client compiler only, one collector thread: the tests' jobs are short)."""
     from pyspark.sql import SparkSession
+
+    from spark_cluster import JVM_OPTIONS
 
     # Python workers run this interpreter (the venv's, with antkv and its dependencies), not
     # whatever ``python3`` is first on PATH.
@@ -62,11 +67,13 @@ def spark():
         .config("spark.ui.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", JVM_OPTIONS)
     )
     if not master.startswith("local"):
         executor_python = os.environ.get("ANTKV_SPARK_EXECUTOR_PYTHON")
         builder = (
             builder.config("spark.executor.memory", "512m")
+            .config("spark.executor.extraJavaOptions", JVM_OPTIONS)
             .config("spark.driver.host", "127.0.0.1")
             .config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.pyspark.python", executor_python or sys.executable)

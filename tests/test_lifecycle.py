@@ -240,19 +240,30 @@ def test_tables_pinned_by_open_iterators_go_at_close(tmp_path, caplog):
 
 
 def test_background_flush_never_syncs_a_sealed_value_log_file(tmp_path):
-    """A background flush syncs the active value-log file while a writer rotates it: the
-    flush must sync what its memtable points into without touching the writer's state."""
+    """A background flush held in its sync of the active value-log file while a writer keeps
+    writing and rotating it: the flush must sync what its memtable points into without touching
+    the writer's state.  (The sync holds the file's lock, so a writer's next record waits for
+    it; the race of a writer sealing the file between the flush taking it and syncing it is
+    ``test_syncing_a_just_sealed_value_log_file_is_a_no_op`` below.)"""
     fs = GateFileSystem()
     path = str(tmp_path / "db")
     db = antkv.open(path, file_system=fs, write_buffer_size=16 * 1024, min_blob_size=100, blob_file_size=8 * 1024)
     fs.arm(lambda op, p, th: op == "sync" and p.endswith(".vlog") and th.startswith("antkv-flush"))
+
+    def hold_then_release():  # a writer waiting on the held sync waits this long, not the gate's 30 s
+        if fs.reached.wait(60):
+            time.sleep(0.5)
+        fs.release()
+
+    releaser = threading.Thread(target=hold_then_release, daemon=True)
+    releaser.start()
     i = 0
     while not fs.reached.is_set() and i < 5000:
         db.put(b"k%05d" % i, os.urandom(200))
         i += 1
     assert fs.reached.is_set(), "no background flush synced the value log"
-    _load(db, 100, b"r", 200)  # rotates the active file (8 KiB) while the flush is held
-    fs.release()
+    _load(db, 100, b"r", 200)  # rotates the active file (8 KiB)
+    releaser.join()
     db.flush()
     _load(db, 100, b"s", 200)
     db.close()

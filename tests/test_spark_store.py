@@ -652,7 +652,7 @@ def test_a_changelog_decodes_to_its_ranges_then_its_changes_in_order(ranges, cha
     assert got_ranges == ranges
     assert list(zip(keys, values)) == list(changes.items())
     assert all(type(k) is bytes for k in keys) and all(v is None or type(v) is bytes for v in values)
-    assert size == len(_changelog_payload(ranges, changes.items()))
+    assert size == len(_changelog_payload(ranges, list(changes), list(changes.values())))
 
 
 def test_a_malformed_changelog_is_a_corruption_error_at_every_cut():
@@ -660,11 +660,11 @@ def test_a_malformed_changelog_is_a_corruption_error_at_every_cut():
     checksum: the decoder's own checks), a range deletion after a point change and an unknown
     record kind are CorruptionErrors; a cut at a record's end decodes to the records before it."""
     ranges, changes = [(b"a", b"c")], {b"k1": b"v" * 7, b"k2": None, b"k3": b""}
-    payload = _changelog_payload(ranges, changes.items())
+    payload = _changelog_payload(ranges, list(changes), list(changes.values()))
     ends = {0}
     for i in range(1, 4):
-        ends.add(len(_changelog_payload(ranges, list(changes.items())[:i - 1])))
-    ends.add(len(_changelog_payload(ranges, [])))
+        ends.add(len(_changelog_payload(ranges, list(changes)[:i - 1], list(changes.values())[:i - 1])))
+    ends.add(len(_changelog_payload(ranges, [], [])))
     ends.add(len(payload))
     for cut in range(len(payload) + 1):
         data = seal(KIND_CHANGELOG, payload[:cut])
@@ -674,7 +674,7 @@ def test_a_malformed_changelog_is_a_corruption_error_at_every_cut():
         else:
             with pytest.raises(antkv.CorruptionError):
                 decode_changelog(data, "c")
-    for bad in (_changelog_payload([], [(b"k", b"v")]) + _changelog_payload([(b"a", b"b")], []),
+    for bad in (_changelog_payload([], [b"k"], [b"v"]) + _changelog_payload([(b"a", b"b")], [], []),
                 b"\x07" + payload[1:]):
         with pytest.raises(antkv.CorruptionError):
             decode_changelog(seal(KIND_CHANGELOG, bad), "c")

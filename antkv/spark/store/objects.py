@@ -391,7 +391,7 @@ def encode_changelog(ranges, changes) -> bytes:
     (the store keeps it that way: a range deletion turns earlier changes in it into deletes).
     Compressed with zstd unless its first 256 KiB do not compress (random values).
     """
-    payload = _payload(ranges, list(changes), list(changes.values()))
+    payload = _changelog_payload(ranges, list(changes), list(changes.values()))
     return seal(KIND_CHANGELOG, payload, compress=_worth_compressing(payload[:_ESTIMATE_SAMPLE])[0])
 
 
@@ -401,14 +401,8 @@ def _worth_compressing(head: bytes) -> tuple[bool, float]:
     return ratio < _WORTH_COMPRESSING, ratio
 
 
-def _changelog_payload(ranges, items) -> bytes:
-    """The records of ``ranges`` then of the ``(key, value or None)`` pairs ``items``."""
-    pairs = list(items)
-    return _payload(ranges, [k for k, _ in pairs], [v for _, v in pairs])
-
-
-def _payload(ranges, keys: list, values: list) -> bytes:
-    """:func:`_changelog_payload` of the points ``keys[i] -> values[i]`` (None: deleted).
+def _changelog_payload(ranges, keys: list, values: list) -> bytes:
+    """The records of ``ranges`` then of the points ``keys[i] -> values[i]`` (None: deleted).
 
     A batch of puts only, or of deletions only, is joined from its parts with no Python step
     per record: a record's head depends only on its key's (and value's) length, and a batch
@@ -456,7 +450,7 @@ def changelog_size_floor(ranges, changes) -> int:
             break
         sampled += _REC.size + len(k) + (0 if v is None else _LEN.size + len(v))
         n += 1
-    compress, ratio = _worth_compressing(_payload(ranges, keys[:n], values[:n])[:_ESTIMATE_SAMPLE])
+    compress, ratio = _worth_compressing(_changelog_payload(ranges, keys[:n], values[:n])[:_ESTIMATE_SAMPLE])
     if not compress:
         return _HEADER_LEN + raw + _TRAILER.size
     return int(raw * ratio * _COMPRESSED_MARGIN)

@@ -156,7 +156,6 @@ class ClockShard:
         except IndexError:
             self.lock.wait()
         try:  # try/finally is cheaper than ``with`` on CPython 3.11
-            table = self.table
             usage = self.usage + charge
             capacity = self.capacity
             if usage > capacity:  # evict(charge), inline
@@ -165,7 +164,8 @@ class ClockShard:
                 try:
                     while usage > capacity:
                         k, e = popitem(False)  # KeyError: the table is empty
-                        if e[1]:
+                        if e[1]:  # (the table is loaded only on this path: most sweeps evict at once)
+                            table = self.table
                             if type(e) is ClockHandle and e.refs:
                                 table[k] = e
                                 if self.pinned_entries == len(table):
@@ -188,7 +188,7 @@ class ClockShard:
             setdefault = self.setdefault  # (loaded, then called: see find)
             if setdefault(key, e) is not e:  # cached meanwhile by another reader: replace
                 self.take_out(key)
-                table[key] = e
+                self.table[key] = e
             self.inserts += 1
             return True
         finally:

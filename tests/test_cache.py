@@ -155,6 +155,23 @@ def test_new_id_is_unique_across_threads():
     assert len(set(got)) == 2000 and min(got) >= 1
 
 
+def test_block_key_ranges_are_disjoint_across_threads_and_stay_small():
+    c = Cache(100)
+    got: list[range] = []
+
+    def take():
+        got.extend(range(b, b + n) for n in (1, 7, 300) * 100 for b in [c.new_block_keys(n)])
+
+    ts = [threading.Thread(target=take) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    keys = [k for r in got for k in r]
+    assert len(keys) == len(set(keys)) == 4 * 100 * 308
+    assert min(keys) == 0 and max(keys) == len(keys) - 1  # packed from 0: one-digit ints
+
+
 # --------------------------------------------------------------------------- LRU and pools
 def test_eviction_takes_the_least_recently_used():
     c = Cache(300, 0, high_pri_pool_ratio=0.0, policy="lru")

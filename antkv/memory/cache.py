@@ -9,9 +9,8 @@ Each shard has its own lock and its own hash table (a ``dict``), and owns an equ
 capacity (the remainder of the division goes one byte each to the first shards, so the shard
 capacities add up to exactly ``capacity``).  Each user of a cache takes an id from
 :meth:`Cache.new_id`, so one cache can serve many tables and many databases: a table keys its
-data blocks with ints made from its id and the block's position
-(:func:`antkv.sst.reader.block_key_base`), other users with tuples starting with their id.  The
-hash of an int or a tuple of ints is the same in every process, so shard routing of such keys
+data blocks with ints from a range of its own (:meth:`Cache.new_block_keys`), other users with
+tuples starting with their id.  The hash of an int or a tuple of ints is the same in every process, so shard routing of such keys
 is deterministic (the hash of ``str``/``bytes`` keys is salted per process: it works, but
 routing then differs between runs).
 
@@ -25,7 +24,8 @@ Which entry goes when a shard is full is the *policy*, one module each:
 A policy's shard supplies ``evict(charge)``, ``put`` (which takes the shard's lock) and, under
 the lock, ``insert_pinned``, ``pin``, ``release_last`` and ``erase``, with the fields ``owner``,
 ``lock``, ``table``, ``usage``, ``capacity``, ``strict``, ``rejected``, ``count_hit``,
-``count_miss`` and ``lock_free_hits``.  :class:`Cache` routes a key to its shard, takes the lock, and does what is
+``count_miss`` and ``lock_free_hits`` (and, when that is true, ``find``: the table's ``get``,
+probed without the lock).  :class:`Cache` routes a key to its shard, takes the lock, and does what is
 the same under every policy: making room for a pinned insert (or refusing it), and counting a
 handle back until the last one.
 
@@ -161,6 +161,7 @@ class Cache:
         self._capacity_lock = threading.Lock()
         self._id_lock = threading.Lock()
         self._last_id = 0
+        self._next_block_key = 0
 
     # ----------------------------------------------------------------- configuration
     @property
@@ -198,6 +199,19 @@ class Cache:
             self._last_id += 1
             return self._last_id
 
+    def new_block_keys(self, n: int) -> int:
+        """The first of ``n`` int keys that no other user of the cache holds: a table caches
+        its data block ``i`` under ``base + i``.  Ranges are handed out in ascending order from
+        0, so keys stay small: below ``2**30`` an int is one machine digit, which CPython adds
+        and hashes on its fast paths on every block a read looks up (a larger key works the same,
+        a little slower).  An int key's shard is its low bits (``hash`` of a non-negative int
+        below ``2**61 - 1`` is the int): a table's consecutive blocks go to consecutive shards.
+        Tuple keys never equal an int."""
+        with self._id_lock:
+            base = self._next_block_key
+            self._next_block_key = base + n
+            return base
+
     # ----------------------------------------------------------------- fast path
     def get(self, key: Hashable) -> Any:
         """The value for ``key``, or None; counts a hit or a miss and marks the entry used.
@@ -210,7 +224,8 @@ class Cache:
         """
         s = self.shards[hash(key) & self.mask]
         if s.lock_free_hits:  # the clock: an entry is a list [value, hit, charge, key]
-            e = s.table.get(key)
+            find = s.find  # a slot's value, then a call: a method lookup would not be specialised
+            e = find(key)
             if e is None:
                 s.count_miss()
                 return None

@@ -4,8 +4,8 @@ RocksDB's direction for a cache whose hits scale (``HyperClockCache``): a hit do
 anything, it only sets the entry's *reference bit*; the work of telling hot from cold entries
 moves to eviction, which sweeps a clock hand over the entries.  In Python this turns a hit into
 a dictionary probe and one list store, with no lock: :meth:`antkv.memory.cache.Cache.get` (and
-the fused point-read path of :mod:`antkv.read.point_get`) read ``shard.table`` without the
-shard's lock, set ``entry[HIT] = True``, take ``entry[VALUE]`` and count the hit with
+the fused point-read path of :mod:`antkv.read.point_get`) probe ``shard.table`` (through
+``shard.find``, its ``get``) without the shard's lock, set ``entry[HIT] = True``, take ``entry[VALUE]`` and count the hit with
 ``shard.count_hit()``.
 
 An entry is a plain list ``[value, hit, charge, key]`` (fields :data:`VALUE`, :data:`HIT`,
@@ -53,12 +53,12 @@ carries :data:`FRESH`; ``usage > capacity`` only when every entry of the table i
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
 from itertools import count
 from operator import itemgetter
 
 from .cache_entry import Handle, counter_value
+from .mutex import TokenMutex
 
 VALUE, HIT, CHARGE, KEY = 0, 1, 2, 3
 """The fields of a clock entry, a list ``[value, hit, charge, key]``."""
@@ -92,7 +92,7 @@ class ClockShard:
     lock_free_hits = True  # Cache.get and the fused point read probe ``table`` without the lock
 
     __slots__ = (
-        "owner", "strict", "lock", "table", "capacity", "usage", "pinned_usage", "detached_usage",
+        "owner", "strict", "lock", "table", "find", "popitem", "setdefault", "capacity", "usage", "pinned_usage", "detached_usage",
         "pinned_entries", "hit_counter", "count_hit", "miss_counter", "count_miss", "inserts",
         "removed", "rejected",
     )
@@ -100,10 +100,16 @@ class ClockShard:
     def __init__(self, owner, capacity, ratio, strict):
         self.owner = owner
         self.strict = strict
-        self.lock = threading.Lock()
+        self.lock = TokenMutex()  # an insert's lock is most of its bookkeeping: the cheapest one
         # every entry, in the order the hand meets them (the first is under the hand); the
         # pinned ones are passed over
         self.table: OrderedDict = OrderedDict()
+        # its methods of the hot paths, bound once: CPython 3.11 does not specialise a method
+        # looked up on an OrderedDict (its instances have a __dict__), and a lookup costs more
+        # than the call
+        self.find = self.table.get  # the lock-free hit's probe: shard.find(key)
+        self.popitem = self.table.popitem
+        self.setdefault = self.table.setdefault
         self.capacity = capacity
         self.usage = 0  # every charged entry, pinned or not, in the table or detached
         self.pinned_usage = 0  # entries with handles, in the table or detached
@@ -120,7 +126,7 @@ class ClockShard:
     def evict(self, charge: int) -> None:
         """Sweep until ``usage + charge <= capacity`` or only pinned entries are left."""
         table = self.table
-        popitem = table.popitem
+        popitem = self.popitem
         chances = len(table)  # reference bits this sweep may clear before it stops sparing entries
         limit = self.capacity - charge
         usage = self.usage
@@ -144,19 +150,22 @@ class ClockShard:
         """Insert an unpinned entry, taking the lock; False, and nothing kept, when it cannot
         fit.  Every block read that misses the cache runs this, so it is one frame: the sweep
         of :meth:`evict` and the entry inline."""
-        lock = self.lock
-        lock.acquire()  # try/finally is cheaper than ``with`` on CPython 3.11
+        tokens = self.lock.tokens  # TokenMutex.acquire, inline
         try:
-            table = self.table
+            tokens.pop()
+        except IndexError:
+            self.lock.wait()
+        try:  # try/finally is cheaper than ``with`` on CPython 3.11
             usage = self.usage + charge
             capacity = self.capacity
             if usage > capacity:  # evict(charge), inline
-                popitem = table.popitem
+                popitem = self.popitem
                 chances = -1  # len(table) at the sweep's start, counted when first needed
                 try:
                     while usage > capacity:
                         k, e = popitem(False)  # KeyError: the table is empty
-                        if e[1]:
+                        if e[1]:  # (the table is loaded only on this path: most sweeps evict at once)
+                            table = self.table
                             if type(e) is ClockHandle and e.refs:
                                 table[k] = e
                                 if self.pinned_entries == len(table):
@@ -175,13 +184,15 @@ class ClockShard:
                     self.rejected += 1
                     return False
             self.usage = usage
-            if key in table:
+            e = [value, high, charge, key]  # a high entry starts referenced
+            setdefault = self.setdefault  # (loaded, then called: see find)
+            if setdefault(key, e) is not e:  # cached meanwhile by another reader: replace
                 self.take_out(key)
-            table[key] = [value, high, charge, key]  # a high entry starts referenced
+                self.table[key] = e
             self.inserts += 1
             return True
         finally:
-            lock.release()
+            tokens.append(None)
 
     def take_out(self, key) -> None:
         """Remove ``key``'s entry from the table: uncharged if unpinned, detached and still

@@ -101,9 +101,10 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
         i = bisect_left(ikeys, key)
         if i == len(ikeys):
             continue
-        ckey = key_base + i  # antkv.sst.reader.block_key_base
+        ckey = key_base + i  # antkv.memory.cache.Cache.new_block_keys
         s = block_shards[i]  # the shard of ckey, found when the table was opened
-        e = s.table.get(ckey)
+        find = s.find  # (a call of s.find straight away would look it up as a method, unspecialised)
+        e = find(ckey)
         if e is not None:  # a clock entry [value, hit, charge, key]
             e[1] = True
             next(s.hit_counter)  # s.count_hit(), without the method-wrapper's call

@@ -10,7 +10,8 @@ and pinning; without it (RocksDB's default) they are charged to no cache, and
 :attr:`TableReader.memory_outside_cache` estimates what they hold.
 
 Data blocks are read on demand with one ``pread`` each and checked.  In the cache, under
-its block key (:func:`block_key_base` + the block's position in the index, an ``int``) at low
+its block key (the table's range of keys, :meth:`antkv.memory.cache.Cache.new_block_keys`, at the
+block's position in the index: an ``int``) at low
 priority, a block is kept in one of two forms:
 
 * *searchable* (:func:`~antkv.sst.block.searchable_block`: the raw contents with their layout
@@ -61,18 +62,6 @@ _BLOCK_CHARGE = 200
 # tuple of its layout, the cache entry, its key and the hash table's slot (measured with
 # tracemalloc over a cache of 8,800 blocks of 16-byte keys)
 SEARCHABLE_CHARGE = 470
-
-
-def block_key_base(cache_id: int) -> int:
-    """The cache key of data block 0 of the table with ``cache_id``; block ``i`` is cached under
-    ``block_key_base(cache_id) + i``.  An ``int`` is hashed and compared cheaper than a tuple,
-    on every block a read looks up.  Keys are unique: ``cache_id * 2**32`` plus less than
-    ``2**32`` (the offset below ``2**31`` and fewer than ``2**31`` blocks in a table).  A key's
-    shard is its low bits (``hash`` of a non-negative int below ``2**61 - 1`` is the int):
-    consecutive blocks go to consecutive shards, and each table starts at its own shard (the
-    offset is ``cache_id`` times an odd constant).  Other cache users key with tuples, which
-    never equal an int."""
-    return (cache_id << 32) + ((cache_id * 0x9E3779B1) & 0x7FFFFFFF)
 
 
 def _closed_file(n: int, offset: int) -> bytes:
@@ -150,7 +139,7 @@ class TableReader:
         index_charge, filter_charge = self._index_charge(index), len(filt[0]) + _BLOCK_CHARGE
         if cache is not None:
             self._cache_id = cid = cache.new_id()
-            self._key_base = base = block_key_base(cid)
+            self._key_base = base = cache.new_block_keys(len(index[2]))
             if cache.lock_free_hits and not self.range_tombstones:
                 bits, m, k = filt
                 # the shard of each data block's cache key, found once: a point read routes a

@@ -206,3 +206,19 @@ def test_the_option_is_a_bool():
 
     with pytest.raises(antkv.InvalidArgumentError, match="inplace_update_support"):
         antkv.Options(inplace_update_support=1)
+
+
+def test_the_write_buffer_manager_gets_back_at_the_flush_what_it_was_told(tmp_path):
+    """Overwrites that free memory (shorter values, versions dropped) must not leave the
+    manager counting memory no flush will give back."""
+    wbm = antkv.WriteBufferManager(1 << 30)
+    db = _open(tmp_path / "db", True, write_buffer_manager=wbm)
+    snap = db.snapshot()
+    for round_ in range(30):
+        db.write(antkv.WriteBatch().update({k: b"v" * (300 - 10 * round_) for k in KEYS}))
+        if round_ == 10:
+            snap.release()  # the next overwrites drop the versions it kept
+    assert wbm.memory_usage > 0
+    db.flush()
+    assert wbm.memory_usage == 0
+    db.close()

@@ -89,7 +89,7 @@ class WritePath(Background):
                 added = mem.add_batch(seq, ops)
             self._last_seq = seq + len(ops) - 1
             self._user_bytes += user_bytes
-            if self._wbm is not None and added > 0:
+            if self._wbm is not None:
                 self._wbm_account(added)
             lim = self.options.memtable_max_range_deletions
             if lim and mem.num_range_deletes >= lim:

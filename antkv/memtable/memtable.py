@@ -157,8 +157,10 @@ class MemTable:
 
         A reader with no snapshot may therefore meet a newest version newer than its read
         sequence and none it can see below it: ``DB.get`` reads again then
-        (:attr:`pruned` tells it when that can happen).  Returns the memory added (negative
-        when values shrank)."""
+        (:attr:`pruned` tells it when that can happen).  Returns the memory added: what a batch
+        frees (shorter values, dropped versions) is not subtracted, so ``memory`` is the
+        memtable's high-water mark, and the write buffer manager, told of each increase, gets
+        back at the flush exactly what it was told."""
         versions, older_of, pending = self.versions, self.older, self.pending
         own = other = 0  # memory added here, and by add_batch (which counts its own)
         for op in ops:
@@ -203,6 +205,8 @@ class MemTable:
                     continue
                 versions[key] = (seq, kind, value)  # after older: see the module docstring
             seq += 1
+        if own < 0:
+            own = 0  # (memory never shrinks: the write buffer manager was told of it, and a flush frees it whole)
         self.memory += own
         return own + other
 

@@ -48,6 +48,11 @@ class Options:
     max_write_buffer_number: int = 2
     write_buffer_manager: Any = None  # antkv.WriteBufferManager shared by many databases
     memtable_max_range_deletions: int = 0  # 0 = no limit
+    # True: an overwrite (a put or delete of a key whose newest memtable version is a value or
+    # a deletion) keeps in the memtable only the versions a live snapshot or iterator can see,
+    # so a key rewritten again and again holds one or two versions, not one per write
+    # (RocksDB's option; unlike RocksDB's, snapshots and iterators stay consistent)
+    inplace_update_support: bool = False
 
     # --- tables ---
     block_cache: Any = None  # antkv.Cache; None = a private 32 MiB cache
@@ -184,7 +189,7 @@ def resolve_open_args(path, options, overrides: dict) -> tuple[str, "Options"]:
 
 
 _BOOLS = ("create_if_missing", "error_if_exists", "paranoid_checks", "read_only", "enable_blob_files",
-          "background_process", "avoid_flush_during_shutdown", "cache_index_and_filter_blocks")
+          "background_process", "avoid_flush_during_shutdown", "cache_index_and_filter_blocks", "inplace_update_support")
 # field -> smallest allowed value
 _INTS = {
     "write_buffer_size": 1,

@@ -79,6 +79,10 @@ NAMED: dict[str, dict] = {
     "two-levels": {"num_levels": 2, "level0_file_num_compaction_trigger": 2, **_MERGE},
     "range-del-limit": {"memtable_max_range_deletions": 1, **_MERGE},
     "background-jobs": {"max_background_jobs": 2, "write_buffer_size": 16 * KiB, **_MERGE},
+    # versions no snapshot or iterator sees dropped from the memtable (the RocksDB side keeps
+    # its default: RocksDB's in-place update gives up the snapshot reads the fuzzer checks)
+    "inplace-update": {"inplace_update_support": True, **_MERGE},
+    "inplace-update-blob-100": {"inplace_update_support": True, "min_blob_size": 100, "blob_file_size": 64 * KiB},
 }
 
 
@@ -119,6 +123,7 @@ def random_overrides(seed: int) -> dict:
         o["merge_operator"] = MERGE_OPERATOR
     # drawn apart too: the index and filters charged to the cache, or held by the tables
     o["cache_index_and_filter_blocks"] = random.Random(seed ^ 0x1DF).random() < 0.5
+    o["inplace_update_support"] = random.Random(seed ^ 0x1A9).random() < 0.5
     return o
 
 

@@ -121,7 +121,7 @@ class DB(Recovery, Checkpoints, Ingestion, ValueLogGC, Resume, ReadAPI):
             key = as_bytes(key, "key")
         if type(value) is not bytes:
             value = as_bytes(value, "value")
-        if write_options is not None or ttl is not None:
+        if write_options is not None or ttl is not None or self._inplace:
             if ttl is not None:
                 sync, disable_wal = resolve_write_flags(sync, False, write_options)
                 entry = encode_expiring(self._expiry(ttl), VALUE, value)

@@ -21,7 +21,7 @@ from ..read.scan_arguments import scan_range, yielded_shape
 from ..read.key_versions import KeyVersion, key_versions
 from ..read.read_view import ReadView
 from ..read.sizes import approximate_size
-from ..read.snapshot import Snapshot
+from ..read.snapshot import ReadPin, Snapshot
 from ..record.batch import as_bytes
 from .state import DBState
 
@@ -75,7 +75,10 @@ class ReadAPI(DBState):
                 if e is None and not mem.range_dels:
                     continue  # (the key in no memtable)
                 if e is not None and e[0] > read_seq:
+                    newer = e[0]
                     e = mem.get(key, read_seq)
+                    if e is None and mem.pruned and snapshot is None:
+                        return self._get_after(newer, key, default)
                 tomb = mem.fragments().max_covering_seq(key, read_seq) if mem.range_dels else 0
                 if e is not None:
                     if tomb > e[0] or e[1] == DELETION:
@@ -93,6 +96,15 @@ class ReadAPI(DBState):
         if e[1] == DELETION:
             return default
         return self._entry_value(key, e[1], e[2], sv, read_seq, default)
+
+    def _get_after(self, seq: int, key: bytes, default):
+        """:meth:`get` of ``key`` again, once ``seq`` is published: a get without a snapshot
+        met a version newer than its read sequence, and the versions below it may have been
+        dropped by a write no snapshot stopped (``Options.inplace_update_support``).  Reading at
+        a later sequence is what a get a moment later would do."""
+        with self._write_lock:  # the writer of seq holds it until seq is published
+            pass
+        return self.get(key, default)
 
     def _get_list(self, keys: list, default, snapshot) -> list:
         """:meth:`get` of a list of keys (its own frame: a comprehension over ``default`` in
@@ -113,21 +125,28 @@ class ReadAPI(DBState):
         if fetch:
             value = self.get(key, snapshot=snapshot)
             return value is not None, value
-        e = self._newest_entry(key, read_seq)
+        e = self._newest_entry(key, read_seq, snapshot is None)
         if e is None:
             return False
         if e[1] == EXPIRING:
             return live_inner(e[2], now_ms(self.options.clock)) is not None
         return True  # a value, a value pointer, or merge operands (onto a base or onto nothing)
 
-    def _newest_entry(self, key: bytes, read_seq: int):
+    def _newest_entry(self, key: bytes, read_seq: int, unpinned: bool = False):
         """The newest ``(seq, kind, value)`` of ``key`` visible at ``read_seq``, value pointers
         unresolved, or None where it reads as absent (deleted, range-deleted, never written).
-        :meth:`get` runs the same search fused with its value step."""
+        :meth:`get` runs the same search fused with its value step.  ``unpinned``: ``read_seq``
+        is no snapshot's, so a later one serves as well (see :meth:`_get_after`)."""
         sv = self._sv
         tomb = 0
         for mem in sv.memtables:
             e = mem.get(key, read_seq)
+            if e is None and unpinned and mem.pruned:
+                newest = mem.versions.get(key)
+                if newest is not None and newest[0] > read_seq:
+                    with self._write_lock:  # (as in _get_after)
+                        pass
+                    return self._newest_entry(key, self._last_seq, True)
             if mem.range_dels:
                 tomb = max(tomb, mem.fragments().max_covering_seq(key, read_seq))
             if e is not None:
@@ -138,6 +157,14 @@ class ReadAPI(DBState):
         return None if e is None or e[1] == DELETION else e
 
     def _view(self, snapshot) -> ReadView:
+        if snapshot is None and self._inplace:
+            # writes drop versions no snapshot sees (Options.inplace_update_support): the view
+            # holds one while it lives, taken as snapshot() takes it
+            with self._write_lock:
+                self._check_open()
+                snap = Snapshot(self, self._last_seq, self._snapshots)
+                self._snapshots.add(snap.sequence)
+                return ReadView(self, self._sv, snap.sequence, ReadPin(snap))
         self._check_open()
         return ReadView(self, self._sv, self._read_seq(snapshot))
 

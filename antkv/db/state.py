@@ -84,6 +84,9 @@ class DBState:
         self._lifetime_base: dict = {}  # the STATS file's counters, loaded at open (db/files/stats_file.py)
         self._info_log: InfoLog | None = None  # the LOG file (db/files/info_log.py); None when read-only; its own lock
         self._snapshots = SnapshotList()  # its own lock
+        # Options.inplace_update_support: writes keep only the versions a reader can see
+        # (MemTable.add_batch_pruning); a plain cursor or scan then holds a snapshot (_view)
+        self._inplace: bool = options.inplace_update_support
         self._live_views: "weakref.WeakSet[SuperVersion]" = weakref.WeakSet()  # super versions in use
         self._jobs = JobRunner(  # flush and compaction jobs (recovery flushes too)
             fs, path, options, self._new_file_number, self._open_table, self._lock_fd, self._in_background_thread

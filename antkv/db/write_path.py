@@ -24,6 +24,7 @@ path in :mod:`antkv.db.database` calls the same pieces), all under ``_write_lock
 from __future__ import annotations
 
 import time
+from operator import itemgetter
 
 from ..base.dbformat import EXPIRING, VALUE, VALUE_POINTER
 from ..base.expiry import HEAD_SIZE
@@ -39,6 +40,9 @@ from .background import Background
 from .write_limits import CHECK_ABOVE, check_ops
 
 WBM_REPORT_BYTES = 64 * 1024  # memtable growth reported to a write buffer manager at once
+_NEVER = 1 << 62  # the blob size of a database that separates no value (DBState._min_blob_size)
+_KIND_OF = itemgetter(0)
+_VALUE_OF = itemgetter(2)
 
 
 class WritePath(Background):
@@ -55,7 +59,10 @@ class WritePath(Background):
             mem = self._mem
             seq = self._last_seq + 1
             limit = self._min_blob_size
-            if any((kind == VALUE and len(value) >= limit) or kind == EXPIRING for kind, _, value in ops):
+            # (the test in C first: no value as long as a blob and no expiring entry, the common
+            # case, costs no Python step per entry)
+            if ((limit < _NEVER and max(map(len, map(_VALUE_OF, ops))) >= limit) or EXPIRING in map(_KIND_OF, ops)) and any(
+                    (kind == VALUE and len(value) >= limit) or kind == EXPIRING for kind, _, value in ops):
                 out = []
                 for kind, key, value in ops:
                     if kind == VALUE and len(value) >= limit:
@@ -76,7 +83,10 @@ class WritePath(Background):
                     raise
             else:
                 self._unpersisted = True  # only a flush makes it durable: close() flushes
-            added = mem.add_batch(seq, ops)
+            if self._inplace:
+                added = mem.add_batch_pruning(seq, ops, *self._snapshots.bounds())
+            else:
+                added = mem.add_batch(seq, ops)
             self._last_seq = seq + len(ops) - 1
             self._user_bytes += user_bytes
             if self._wbm is not None:

@@ -18,6 +18,9 @@ A memtable holds two structures, as RocksDB does:
 
 Invariants: every key of ``versions`` is in exactly one of ``keys`` and ``pending``, once;
 ``older[k]`` (a tuple or a list) is strictly ascending in seq and older than ``versions[k]``.
+With ``Options.inplace_update_support`` the writer adds through :meth:`add_batch_pruning`,
+which keeps only the versions a live snapshot or pinned iterator can see (RocksDB's in-place
+update, without its loss of snapshot consistency).
 
 Concurrency: one writer at a time (the DB's write lock); it never takes ``lock``.  Readers call
 :meth:`get` without a lock (dict and list reads are atomic in CPython).  The writer appends the
@@ -41,7 +44,7 @@ from typing import Iterator
 
 from sortedcontainers import SortedList
 
-from ..base.dbformat import RANGE_DELETION
+from ..base.dbformat import RANGE_DELETION, VALUE
 from .rangedel import EMPTY, FragmentedRangeTombstones, fragment
 
 # Per-entry memory in CPython 3.11, measured with tracemalloc (tests/test_memtable_memory.py
@@ -71,6 +74,7 @@ class MemTable:
         "older",
         "flush_waited",
         "flushing",
+        "pruned",
     )
 
     def __init__(self, id: int = 0, log_number: int = 0, first_vlog: int | None = None):
@@ -88,6 +92,7 @@ class MemTable:
         self.first_vlog = first_vlog  # value-log files this memtable may point into are >= it
         self.flush_waited = False  # a ``flush(wait=True)`` call waits for this memtable's flush
         self.flushing = False  # a background thread is writing this (immutable) memtable's table
+        self.pruned = False  # add_batch_pruning dropped a version a reader without a snapshot may have wanted
 
     # --- writes (REQUIRES: the DB's write lock) ---
 
@@ -135,6 +140,75 @@ class MemTable:
             seq += 1
         self.memory += added  # (add_range_deletion counted its own)
         return added + ranges
+
+    def add_batch_pruning(self, seq: int, ops, oldest: int, newest: int) -> int:
+        """:meth:`add_batch`, keeping no version that no reader can see (``inplace_update_support``):
+        live snapshots (and pinned iterators) are at sequence numbers ``oldest`` to ``newest``
+        (``oldest > newest`` when there are none).  A value or deletion that replaces a value or
+        deletion ``old`` of its key
+
+        * *replaces* ``old`` (one dict store) when ``old`` is newer than ``newest``: no reader
+          sees it (and with no reader at all, the key's older versions go too);
+        * keeps ``old`` as the key's only older version when ``old`` is no newer than
+          ``oldest``: every reader sees ``old`` or a newer version, never those before it
+          (dropped only when they too are values or deletions: a dropped value pointer's bytes
+          would be garbage the value log never learns of, and merge operands stay);
+        * is added as :meth:`add_batch` adds it otherwise, and for every other kind.
+
+        A reader with no snapshot may therefore meet a newest version newer than its read
+        sequence and none it can see below it: ``DB.get`` reads again then
+        (:attr:`pruned` tells it when that can happen).  Returns the memory added: what a batch
+        frees (shorter values, dropped versions) is not subtracted, so ``memory`` is the
+        memtable's high-water mark, and the write buffer manager, told of each increase, gets
+        back at the flush exactly what it was told."""
+        versions, older_of, pending = self.versions, self.older, self.pending
+        own = other = 0  # memory added here, and by add_batch (which counts its own)
+        for op in ops:
+            kind, key, value = op
+            old = versions.get(key) if kind <= VALUE else None  # (DELETION 0, VALUE 1)
+            if old is None:
+                if kind <= VALUE:  # a new key
+                    versions[key] = (seq, kind, value)
+                    pending.append(key)
+                    own += NEW_KEY_OVERHEAD + len(key) + len(value)
+                else:
+                    other += self.add_batch(seq, (op,))
+            elif old[1] > VALUE:
+                other += self.add_batch(seq, (op,))
+            elif old[0] > newest:  # no reader sees old: replaced
+                versions[key] = (seq, kind, value)
+                own += len(value) - len(old[2])
+                self.pruned = True
+                if newest < 0 and older_of:  # no reader at all: the older versions go too
+                    dropped = older_of.get(key)
+                    if dropped is not None and all(e[1] <= VALUE for e in dropped):
+                        del older_of[key]
+                        own -= sum([VERSION_OVERHEAD + len(e[2]) for e in dropped])
+            elif old[0] > oldest:  # a reader may see a version before old
+                other += self.add_batch(seq, (op,))
+            else:
+                dropped = older_of.get(key)
+                if dropped is None:
+                    older_of[key] = (old,)
+                    own += VERSION_OVERHEAD + len(value)
+                elif len(dropped) == 1 and dropped[0][1] <= VALUE:
+                    older_of[key] = (old,)
+                    own += len(value) - len(dropped[0][2])
+                    self.pruned = True
+                elif all(e[1] <= VALUE for e in dropped):
+                    older_of[key] = (old,)
+                    own += VERSION_OVERHEAD + len(value) - sum([VERSION_OVERHEAD + len(e[2]) for e in dropped])
+                    self.pruned = True
+                else:
+                    other += self.add_batch(seq, (op,))
+                    seq += 1
+                    continue
+                versions[key] = (seq, kind, value)  # after older: see the module docstring
+            seq += 1
+        if own < 0:
+            own = 0  # (memory never shrinks: the write buffer manager was told of it, and a flush frees it whole)
+        self.memory += own
+        return own + other
 
     def add_range_deletion(self, seq: int, begin: bytes, end: bytes) -> int:
         self.range_dels.append((begin, end, seq))

@@ -115,9 +115,10 @@ class SuperVersion:
 class ReadView:
     """A super version seen at one read sequence number."""
 
-    __slots__ = ("db", "sv", "read_seq", "now", "merge_op", "_makers", "_frags", "_plain_makers")
+    __slots__ = ("db", "sv", "read_seq", "now", "merge_op", "_makers", "_frags", "_plain_makers", "pin")
 
-    def __init__(self, db, sv: SuperVersion, read_seq: int):
+    def __init__(self, db, sv: SuperVersion, read_seq: int, pin=None):
+        self.pin = pin  # a ReadPin (antkv.read.snapshot) that keeps read_seq's versions, or None
         self.db = db
         self.sv = sv
         self.read_seq = read_seq

@@ -6,6 +6,7 @@ import threading
 
 from sortedcontainers import SortedList
 
+from ..base.dbformat import MAX_SEQUENCE
 from ..errors import DBClosedError
 
 
@@ -38,12 +39,32 @@ class SnapshotList:
                     out.append(s)
             return out
 
+    def bounds(self) -> tuple[int, int]:
+        """``(oldest, newest)`` live sequence numbers; ``(MAX_SEQUENCE + 1, -1)`` when none."""
+        with self._lock:
+            seqs = self._seqs
+            return (seqs[0], seqs[-1]) if seqs else (MAX_SEQUENCE + 1, -1)
+
     def oldest(self) -> int | None:
         with self._lock:
             return self._seqs[0] if self._seqs else None
 
     def __len__(self) -> int:
         return len(self._seqs)
+
+
+class ReadPin:
+    """A snapshot held for as long as this object lives: a plain scan's or cursor's view holds
+    one on a database with ``inplace_update_support``, so that writes keep the versions the
+    view reads (released when the view is dropped; the database takes it under its write lock)."""
+
+    __slots__ = ("_snap",)
+
+    def __init__(self, snap: "Snapshot"):
+        self._snap = snap
+
+    def __del__(self) -> None:
+        self._snap.release()
 
 
 class Snapshot:

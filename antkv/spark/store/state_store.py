@@ -39,7 +39,8 @@ of ``v`` plus, over every key the batch touched, ``live now - live in v``.  "Liv
 from the change set; "live in v" is learned for free when the key's first write settles and
 the row cache knows the key (or its key group whole), or when the batch read it from the
 database before writing it, and otherwise read at commit, in one
-pass, from a snapshot taken when the batch began (a point read per key, or one scan of the
+pass, from a snapshot taken before the first write the batch learnt nothing about (a point
+read per key, or one scan of the
 base's keys when the batch blind-wrote more than 1/8 of them; none when the base is empty).
 A range deletion removes the keys of ``v`` in the range: read from the manifest's counts per
 key prefix when the range is aligned to prefixes (a key-group range is), else by one scan of
@@ -141,7 +142,11 @@ class StateStore:
         self._rows = copy.rows
         self._rows.activate()
         self.version = copy.version  # the version this store was opened at
-        self._base_snapshot = self._db.snapshot()
+        # the base's versions, for the keys the batch writes without learning whether the base
+        # held them (and for its range deletions): taken before the first such write settles
+        # (_pin_base), and not at all by a batch that learns every key it writes, so that its
+        # writes keep one version of a key in the memtable, not two (inplace_update_support)
+        self._base_snapshot = None
         self._changes: dict[bytes, object] = {}  # key -> new value, None (deleted) or _LIVE
         self._change_bytes = 0
         self._max_change_bytes = options.max_changelog_bytes
@@ -328,8 +333,8 @@ class StateStore:
         else:
             changes = self._changes
             new = [k for k in pending if k not in changes] if changes else list(pending)
-            if new and not self._ranges:
-                self._learn_base_live(new)
+            if new and not self._ranges and not self._learn_base_live(new) and self._base_snapshot is None:
+                self._pin_base()  # (before the write: the snapshot reads the base's value of new keys)
             if not changes:
                 old_bytes = 0
             elif self._overflow:  # (its values are None or _LIVE)
@@ -352,9 +357,15 @@ class StateStore:
         self._db.write(antkv.WriteBatch().update(changes), write_options=_NO_WAL)
         self._rows.write_many(changes, keep, self._codec)
 
-    def _learn_base_live(self, keys) -> None:
+    def _pin_base(self) -> None:
+        """Take the snapshot the key count reads the base at, before the batch writes a key it
+        has not learned about (nor a range deletion): until then the database's state of every
+        such key is the base's."""
+        self._base_snapshot = self._db.snapshot()
+
+    def _learn_base_live(self, keys) -> bool:
         """Before the first writes of ``keys`` in the batch settle: whether each is live in the
-        base, for those the row cache knows."""
+        base, for those the row cache knows.  Whether every key of ``keys`` is now known."""
         rows = self._rows
         cached, complete, base_live = rows.rows, rows.complete, self._base_live
         found = list(map(cached.get, keys, repeat(MISSING, len(keys))))
@@ -370,6 +381,7 @@ class StateStore:
         before = len(base_live)
         base_live.update(learnt)  # (a key read before holds the same: the cache holds the base's value)
         self._change_bytes += _ENTRY_BYTES * (len(base_live) - before)  # as a read's entry is
+        return len(learnt) == len(keys) or all([k in base_live for k in keys])
 
     def keys_held_whole(self) -> tuple[set, list]:
         """``(prefixes, keys)``: the :data:`~antkv.spark.store.row_cache.PREFIX_LEN`-byte prefixes
@@ -461,6 +473,8 @@ class StateStore:
     def delete_range(self, begin, end) -> None:
         self._check_active()
         self._settle()
+        if self._base_snapshot is None:
+            self._pin_base()
         self._db.delete_range(begin, end)
         self._rows.drop_range(bytes(begin), bytes(end))
         begin, end = bytes(begin), bytes(end)
@@ -536,8 +550,9 @@ class StateStore:
         self._copy.ingest_version(self.location, source, begin, end)
         brought = (in_range(source.key_counts, begin, end) if by_counts and source.key_counts is not None
                    else scan_counts(self._db, begin, end))
-        self._base_snapshot.release()
-        self._base_snapshot = self._db.snapshot()
+        if self._base_snapshot is not None:
+            self._base_snapshot.release()
+            self._base_snapshot = None  # (the state after the ingest is the new base)
         self._base_keys = total - sum(replaced.values()) + sum(brought.values())
         self._base_counts = None if counts is None else add_counts(counts, replaced, brought)
         self._changes, self._ranges, self._base_live = {}, [], {}
@@ -560,7 +575,8 @@ class StateStore:
             num_keys, key_counts = self._count()
             # the count was the base snapshot's last reader: released now, the snapshot's flush
             # below writes each key's newest version only, not the base's as well
-            self._base_snapshot.release()
+            if self._base_snapshot is not None:
+                self._base_snapshot.release()
             snapshot = None if base is None else base.snapshot
             chain = () if base is None else base.changelogs
             nbytes = nobjects = 0
@@ -691,7 +707,8 @@ class StateStore:
         if self._copy.remote is not None:
             self._copy.remote.blocks.release(self)  # the chunks this batch's prefetch held
         self._rows.deactivate()
-        self._base_snapshot.release()
+        if self._base_snapshot is not None:
+            self._base_snapshot.release()
         self._changes, self._ranges, self._base_live, self._pending = {}, [], {}, {}
 
     def _discard(self) -> None:

@@ -96,9 +96,12 @@ class StoreOptions:
         # bounds every copy's memtables together; a smaller limit per copy would only flush
         # sooner, before a batch's overwrites collapse (docs/spark-design.md, "Memory").  The
         # tables' index and filter blocks are charged to the process's cache, so that its one
-        # budget bounds them too, however many copies the process has open
+        # budget bounds them too, however many copies the process has open.  A batch rewrites
+        # the same keys batch after batch and reads no old version but its base's: the memtable
+        # keeps one or two versions of a key, not one per batch (inplace_update_support)
         base = dict(block_cache=cache, write_buffer_manager=wbm, background_process=False,
                     avoid_flush_during_shutdown=True, write_buffer_size=_COPY_WRITE_BUFFER,
-                    block_size=_COPY_BLOCK_SIZE, cache_index_and_filter_blocks=True)
+                    block_size=_COPY_BLOCK_SIZE, cache_index_and_filter_blocks=True,
+                    inplace_update_support=True)
         base.update(self.engine)
         return antkv.Options(**base)

@@ -75,10 +75,10 @@ class ReadAPI(DBState):
                 if e is None and not mem.range_dels:
                     continue  # (the key in no memtable)
                 if e is not None and e[0] > read_seq:
-                    newer = e[0]
                     e = mem.get(key, read_seq)
                     if e is None and mem.pruned and snapshot is None:
-                        return self._get_after(newer, key, default)
+                        self._await_published()
+                        return self.get(key, default)
                 tomb = mem.fragments().max_covering_seq(key, read_seq) if mem.range_dels else 0
                 if e is not None:
                     if tomb > e[0] or e[1] == DELETION:
@@ -97,14 +97,14 @@ class ReadAPI(DBState):
             return default
         return self._entry_value(key, e[1], e[2], sv, read_seq, default)
 
-    def _get_after(self, seq: int, key: bytes, default):
-        """:meth:`get` of ``key`` again, once ``seq`` is published: a get without a snapshot
-        met a version newer than its read sequence, and the versions below it may have been
-        dropped by a write no snapshot stopped (``Options.inplace_update_support``).  Reading at
-        a later sequence is what a get a moment later would do."""
-        with self._write_lock:  # the writer of seq holds it until seq is published
+    def _await_published(self) -> None:
+        """Wait until the write under way, if any, has published its sequence number: the writer
+        holds the write lock until it has.  A read without a snapshot that met a version newer
+        than its read sequence, and none below it (a write no snapshot stopped may have dropped
+        them: ``Options.inplace_update_support``), reads again after this, at a later sequence,
+        as the same read a moment later would."""
+        with self._write_lock:
             pass
-        return self.get(key, default)
 
     def _get_list(self, keys: list, default, snapshot) -> list:
         """:meth:`get` of a list of keys (its own frame: a comprehension over ``default`` in
@@ -136,7 +136,7 @@ class ReadAPI(DBState):
         """The newest ``(seq, kind, value)`` of ``key`` visible at ``read_seq``, value pointers
         unresolved, or None where it reads as absent (deleted, range-deleted, never written).
         :meth:`get` runs the same search fused with its value step.  ``unpinned``: ``read_seq``
-        is no snapshot's, so a later one serves as well (see :meth:`_get_after`)."""
+        is no snapshot's, so a later one serves as well (see :meth:`_await_published`)."""
         sv = self._sv
         tomb = 0
         for mem in sv.memtables:
@@ -144,8 +144,7 @@ class ReadAPI(DBState):
             if e is None and unpinned and mem.pruned:
                 newest = mem.versions.get(key)
                 if newest is not None and newest[0] > read_seq:
-                    with self._write_lock:  # (as in _get_after)
-                        pass
+                    self._await_published()
                     return self._newest_entry(key, self._last_seq, True)
             if mem.range_dels:
                 tomb = max(tomb, mem.fragments().max_covering_seq(key, read_seq))

@@ -8,8 +8,8 @@ that pops the token holds the mutex; releasing appends it back.  ``deque.pop`` a
 per-object lock on a free-threaded build), so of two threads popping at once exactly one gets
 the token.  The deque's ``maxlen`` of 1 keeps a second release from ever making two tokens.
 
-A thread that finds the token taken polls for it, sleeping between tries (first ``sleep(0)``,
-which hands the GIL to the holder at once, then backing off to 1 ms).  That is cheap only
+A thread that finds the token taken polls for it, sleeping between tries (``sleep(0)`` first,
+then from 1 µs doubling up to 1 ms; a sleep releases the GIL, so the holder can run).  That is cheap only
 because holders keep the mutex for a few in-memory steps and never across I/O or a wait:
 REQUIRES of every user.  Not reentrant, not fair.
 

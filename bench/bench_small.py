@@ -5,7 +5,7 @@
 Data: 16-byte random keys; incompressible 100-byte values that differ per key (each drawn
 from a seeded RNG, so every engine writes the same bytes); default options for both engines,
 except where a workload says otherwise. Every measurement runs in a fresh child process
-(``python -m bench.bench_small --child ...``) and the engines alternate, antkv first in odd
+(``python -m bench.bench_small --child ...``, or ``--serve ...`` for the point reads) and the engines alternate, antkv first in odd
 rounds and RocksDB first in even ones. Each figure is the median over ``--rounds`` with its
 spread (half the range, relative to the median); the ratio column is the median of the
 per-round ratios antkv/RocksDB, with their range.
@@ -30,15 +30,20 @@ the floor does), so the capacity is all data blocks for each; and all three open
 (footer, index, filter) before the clock starts: RocksDB and the floor do when they open the
 database, antkv on a table's first read, so its wrapper opens them (``AntKV.open_tables``).
 
-The point-read workloads also run a third reader in each round, after the engines: the
-*floor* (:mod:`bench.read_floor`), the least a pure-Python reader does to get a key from
-antkv's tables through the same cache capacity. The report gives its multiple of RocksDB and
-antkv's share of it: how far antkv's own gets are from what Python allows; the share is also
-given by the process CPU time of the timed gets, which other work on a shared machine
-disturbs far less than the elapsed time.  For
-``readafterload`` the floor reads the database antkv's child of that round loaded, in a process
-holding the same loaded pairs (a process's heap is part of what a read costs: the cyclic
-garbage collector walks it).
+The point-read workloads also run a third reader in each round: the *floor*
+(:mod:`bench.read_floor`), the least a pure-Python reader does to get a key from antkv's tables
+through the same cache capacity. The report gives its multiple of RocksDB and antkv's share of
+it: how far antkv's own gets are from what Python allows; the share is also given by the
+process CPU time of the timed gets, which other work on a shared machine disturbs far less than
+the elapsed time.  The floor runs in a process of its own beside antkv's, both set up before
+either clock starts, and the two are timed in turn over the same keys, a tenth of them at a
+time (antkv first in even slices, the floor in odd ones; :func:`run_point_reads`): one
+process's rate moves by up to a tenth from one fresh process to the next, and slices in turn
+see the same state of the machine, so the share is not left to which process drew the better
+run.  A process's heap stays its own (part of what a read costs: the cyclic garbage collector
+walks it).  For ``readafterload`` the floor reads the tables antkv's process of that round
+loaded and still holds open, in a process holding the same loaded pairs.  RocksDB's point
+reads run in the same slices, in a process of their own, before or after the pair.
 
 The 100 B databases of a round are made by that round's ``fillrandom``; the 1 KiB ones by an
 untimed load in their own child (``load1k``); overwrite works on a copy.
@@ -63,6 +68,7 @@ POINT_READS = ("readrandom", "readrandom_uncached", "readafterload")
 WORKLOADS = ("fillrandom", "readrandom", "readrandom_uncached", "readafterload", "readseq", "overwrite", "seekrandom",
              "shortjob")
 AFTER_LOAD_CACHE = 256 * 1024 * 1024  # readafterload's block cache, both engines
+SLICES = 10  # a point-read workload's reads are timed in this many slices (run_point_reads)
 UNITS = {"shortjob": "ms"}  # every other figure is operations per second
 KEY_SIZE = 16
 SMALL, LARGE = 100, 1024
@@ -168,10 +174,10 @@ class RocksDB:
         self.db.close()
 
 
-def _floor(path: str, cache_bytes: int):
+def _floor(path: str, cache_bytes: int, layout: dict | None = None):
     from .read_floor import FloorReader
 
-    return FloorReader(path, cache_bytes)
+    return FloorReader(path, cache_bytes, layout)
 
 
 OPEN = {"antkv": AntKV, "rocksdb": RocksDB, FLOOR: _floor}
@@ -193,7 +199,6 @@ def child(engine: str, workload: str, d: str, num: int, jobs: int, seed: int) ->
     path = os.path.join(d, f"{'antkv' if engine == FLOOR else engine}-small")  # the floor reads antkv's
     path1k = os.path.join(d, f"{engine}-1k")
     small_n, large_n = num, max(1000, num // 10)
-    reads = min(small_n, 100_000)
     if workload == "fillrandom":
         pairs = make_pairs(small_n, SMALL, seed)
         db = OPEN[engine](path)
@@ -204,49 +209,6 @@ def child(engine: str, workload: str, d: str, num: int, jobs: int, seed: int) ->
         db.settle()
         took = time.perf_counter() - t
         db.close()
-        return small_n / took
-    if workload in ("readrandom", "readrandom_uncached"):
-        pairs = make_pairs(small_n, SMALL, seed)
-        rng = random.Random(seed + 1)
-        sample = [pairs[rng.randrange(small_n)] for _ in range(reads)]
-        cache = cache_capacity(workload, small_n)
-        db = OPEN[engine](path, cache)
-        get = db.get
-        if workload == "readrandom":
-            for k, _ in sample:
-                get(k)
-        c, t = time.process_time(), time.perf_counter()
-        for k, _ in sample:
-            get(k)
-        took = time.perf_counter() - t
-        print(json.dumps({"cpu_rate": reads / (time.process_time() - c)}), file=sys.stderr)
-        wrong = sum(1 for k, v in sample if get(k) != v)
-        db.close()
-        if wrong:
-            raise SystemExit(f"{engine} {workload}: {wrong} wrong answers")
-        return reads / took
-    if workload == "readafterload":
-        pairs = make_pairs(small_n, SMALL, seed + 6)
-        order = list(range(small_n))
-        random.Random(seed + 7).shuffle(order)
-        path = os.path.join(d, f"{'antkv' if engine == FLOOR else engine}-afterload")
-        db = OPEN[engine](path, AFTER_LOAD_CACHE)
-        if engine != FLOOR:  # the floor reads what antkv's child of this round loaded
-            put = db.put
-            for k, v in pairs:
-                put(k, v)
-            db.settle()
-            db.compact()
-        get = db.get
-        c, t = time.process_time(), time.perf_counter()
-        for i in order:
-            get(pairs[i][0])
-        took = time.perf_counter() - t
-        print(json.dumps({"cpu_rate": small_n / (time.process_time() - c)}), file=sys.stderr)
-        wrong = sum(1 for k, v in pairs[:: max(1, small_n // 10_000)] if get(k) != v)
-        db.close()
-        if wrong:
-            raise SystemExit(f"{engine} {workload}: {wrong} wrong answers")
         return small_n / took
     if workload == "readseq":
         db = OPEN[engine](path)
@@ -323,6 +285,138 @@ def child(engine: str, workload: str, d: str, num: int, jobs: int, seed: int) ->
     raise SystemExit(f"unknown workload {workload}")
 
 
+def _send(msg) -> None:
+    sys.stdout.write(json.dumps(msg) + "\n")
+    sys.stdout.flush()
+
+
+def serve_point_reads(engine: str, workload: str, d: str, num: int, seed: int) -> None:
+    """Set up one engine's point reads in this (fresh) process -- open and warm, or load --
+    then time them a slice at a time as the parent asks (:class:`SliceChild`): a line with a
+    slice number runs that slice and answers its elapsed and CPU seconds; ``end`` checks the
+    answers and closes."""
+    __import__("antkv" if engine != "rocksdb" else "rocksdict")  # imported before any clock starts
+    layout = None
+    if workload == "readafterload":
+        pairs = make_pairs(num, SMALL, seed + 6)
+        order = list(range(num))
+        random.Random(seed + 7).shuffle(order)
+        keys = [pairs[i][0] for i in order]
+        check = pairs[:: max(1, num // 10_000)]
+        path = os.path.join(d, f"{'antkv' if engine == FLOOR else engine}-afterload")
+        if engine == FLOOR:  # reads the tables antkv's process loaded and holds open
+            with open(os.path.join(d, "afterload-layout.json")) as f:
+                db = OPEN[FLOOR](path, AFTER_LOAD_CACHE, json.load(f))
+        else:
+            db = OPEN[engine](path, AFTER_LOAD_CACHE)
+            put = db.put
+            for k, v in pairs:
+                put(k, v)
+            db.settle()
+            db.compact()
+            if engine == "antkv":
+                from .read_floor import table_layout
+
+                layout = table_layout(db.db)
+    else:
+        pairs = make_pairs(num, SMALL, seed)
+        rng = random.Random(seed + 1)
+        check = [pairs[rng.randrange(num)] for _ in range(min(num, 100_000))]
+        keys = [k for k, _ in check]
+        path = os.path.join(d, f"{'antkv' if engine == FLOOR else engine}-small")  # the floor reads antkv's
+        db = OPEN[engine](path, cache_capacity(workload, num))
+        if workload == "readrandom":
+            get = db.get
+            for k in keys:
+                get(k)
+    get = db.get
+    _send({"ready": True, "layout": layout})
+    for line in sys.stdin:
+        if line.strip() == "end":
+            break
+        i = int(line)
+        part = keys[i * len(keys) // SLICES : (i + 1) * len(keys) // SLICES]
+        c, t = time.process_time(), time.perf_counter()
+        for k in part:
+            get(k)
+        t = time.perf_counter() - t
+        _send({"t": t, "c": time.process_time() - c, "n": len(part)})
+    wrong = sum(1 for k, v in check if get(k) != v)
+    db.close()
+    _send({"wrong": wrong})
+
+
+class SliceChild:
+    """One engine's point reads in a child process of its own (:func:`serve_point_reads`),
+    timed a slice at a time; ``t``, ``c`` and ``n`` add up the slices' elapsed seconds, CPU
+    seconds and reads."""
+
+    def __init__(self, engine: str, workload: str, d: str, args) -> None:
+        self.engine, self.workload = engine, workload
+        cmd = [sys.executable, "-m", "bench.bench_small", "--serve", engine, workload, d,
+               "--num", str(args.num), "--seed", str(args.seed)]
+        cwd = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True, cwd=cwd)
+        self.t = self.c = 0.0
+        self.n = 0
+        self.ready = self._reply()
+
+    def _reply(self) -> dict:
+        line = self.p.stdout.readline()
+        if not line:
+            self.p.wait()
+            self.err.seek(0)
+            raise SystemExit(f"{self.engine} {self.workload} failed:\n{self.err.read()}")
+        return json.loads(line)
+
+    def run(self, i: int) -> None:
+        self.p.stdin.write(f"{i}\n")
+        self.p.stdin.flush()
+        r = self._reply()
+        self.t += r["t"]
+        self.c += r["c"]
+        self.n += r["n"]
+
+    def finish(self) -> None:
+        self.p.stdin.write("end\n")
+        self.p.stdin.flush()
+        wrong = self._reply()["wrong"]
+        self.p.stdin.close()
+        self.p.wait()
+        if wrong:
+            raise SystemExit(f"{self.engine} {self.workload}: {wrong} wrong answers")
+
+
+def run_point_reads(engine: str, workload: str, d: str, args) -> dict[str, tuple[float, float]]:
+    """One point-read workload of ``engine``: its reads per second by elapsed and by CPU time.
+    antkv's run beside the floor's, each in its own process, the two timed slice by slice in
+    turn (antkv first in even slices, the floor first in odd ones), so that both meet the same
+    state of the machine; the floor opens antkv's database before antkv does, or, after a load,
+    is told its tables by antkv's process."""
+    if engine == "rocksdb":
+        children = [SliceChild(engine, workload, d, args)]
+    elif workload == "readafterload":
+        children = [SliceChild(engine, workload, d, args)]
+        with open(os.path.join(d, "afterload-layout.json"), "w") as f:
+            json.dump(children[0].ready["layout"], f)
+        children.append(SliceChild(FLOOR, workload, d, args))
+    else:
+        floor = SliceChild(FLOOR, workload, d, args)
+        children = [SliceChild(engine, workload, d, args), floor]
+    try:
+        for i in range(SLICES):
+            for c in children if i % 2 == 0 else children[::-1]:
+                c.run(i)
+        for c in children:
+            c.finish()
+    finally:
+        for c in children:
+            if c.p.poll() is None:
+                c.p.kill()
+    return {c.engine: (c.n / c.t, c.n / c.c) for c in children}
+
+
 def run_child(engine: str, workload: str, d: str, args) -> tuple[float, dict]:
     cmd = [sys.executable, "-m", "bench.bench_small", "--child", engine, workload, d,
            "--num", str(args.num), "--jobs", str(args.jobs), "--seed", str(args.seed)]
@@ -397,7 +491,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     ap.add_argument("--dir", default=None, help="where the databases go (a temporary directory by default)")
     ap.add_argument("--child", nargs=3, metavar=("ENGINE", "WORKLOAD", "DIR"), help=argparse.SUPPRESS)
+    ap.add_argument("--serve", nargs=3, metavar=("ENGINE", "WORKLOAD", "DIR"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.serve:
+        serve_point_reads(*args.serve, args.num, args.seed)
+        return
     if args.child:
         engine, workload, d = args.child
         print(child(engine, workload, d, args.num, args.jobs, args.seed))
@@ -424,7 +522,14 @@ def main(argv: list[str] | None = None) -> None:
             if need_large:
                 steps.insert(steps.index(next(w for w in workloads if w in ("overwrite", "seekrandom"))), "load1k")
             for w in steps:
-                for eng in order + (FLOOR,) if w in POINT_READS else order:
+                if w in POINT_READS:
+                    for eng in order:
+                        for e, (rate, cpu_rate) in run_point_reads(eng, w, d, args).items():
+                            results[e].setdefault(w, []).append(rate)
+                            extras[e].setdefault(f"cpu_rate {w}", []).append(cpu_rate)
+                            print(f"round {r + 1} {w:20} {e:8} {rate:>12,.1f} /s", flush=True)
+                    continue
+                for eng in order:
                     value, extra = run_child(eng, w, d, args)
                     if w == "load1k":
                         continue

@@ -37,18 +37,32 @@ from antkv.sst.reader import TableReader
 _BLOCK_OVERHEAD = 470  # what antkv charges a cached block beyond its bytes
 
 
+def table_layout(db) -> dict:
+    """The tables of open antkv database ``db`` as :class:`FloorReader` reads them, in a form
+    that crosses a pipe as JSON: L0's table numbers newest first, and for each sorted level its
+    table numbers and their largest keys (hex)."""
+    version = db._sv.version
+    return {
+        "l0": [f.number for f in version.levels[0]],  # newest first, as the version lists L0
+        "levels": [([f.number for f in files], [k.hex() for k in largest]) for _level, files, largest in version.sorted_levels],
+    }
+
+
 class FloorReader:
     """Point reads of the tables of the antkv database at ``path`` through a block cache of
-    ``cache_bytes``; see the module docstring."""
+    ``cache_bytes``; see the module docstring.  ``layout`` (:func:`table_layout`) names the
+    tables when another process holds the database open; without it the database is opened
+    (and closed) to find them."""
 
-    def __init__(self, path: str, cache_bytes: int) -> None:
-        db = antkv.open(path)
-        try:
-            version = db._sv.version
-            l0 = [f.number for f in version.levels[0]]  # newest first, as the version lists L0
-            levels = [([f.number for f in files], largest) for _level, files, largest in version.sorted_levels]
-        finally:
-            db.close()
+    def __init__(self, path: str, cache_bytes: int, layout: dict | None = None) -> None:
+        if layout is None:  # the database is closed: read its tables' layout from it
+            db = antkv.open(path)
+            try:
+                layout = table_layout(db)
+            finally:
+                db.close()
+        l0 = layout["l0"]
+        levels = [(numbers, [bytes.fromhex(k) for k in largest]) for numbers, largest in layout["levels"]]
         fs = default_file_system()
         self._readers = []
 

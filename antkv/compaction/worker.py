@@ -305,7 +305,7 @@ class JobRunner:
     def _compact_one(self, job: CompactionJob, relocate, w: Worker | None) -> JobResult:
         if w is not None:
             # table metadata travels without its open reader
-            inputs = [(lvl, replace(f, reader=None)) for lvl, f in job.inputs]
+            inputs = [(lvl, replace(f, reader=None, point=None)) for lvl, f in job.inputs]
             msg = ("compact", self._path, TableOptions.of(self._options), replace(job, inputs=inputs))
             result = self._in_worker(w, msg)
             if result is not None:

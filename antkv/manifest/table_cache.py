@@ -1,8 +1,9 @@
 """The table cache: the open reader of every live table (LevelDB's ``table_cache``).
 
 A table is opened once, on first use, and its reader is kept on the table's metadata
-(``FileMetaData.reader``): readers test that field first and call :meth:`TableCache.get` only
-when it is still None, so an open table costs no lookup.  The reader is closed when the table
+(``FileMetaData.reader``, and its point-read form in ``FileMetaData.point``): readers test
+that field first and call :meth:`TableCache.get` only when it is still None, so an open table
+costs no lookup.  The reader is closed when the table
 is deleted (:meth:`evict`) or the database closes (:meth:`close`).  The readers share the
 database's block cache.
 
@@ -31,13 +32,17 @@ class TableCache:
     def get(self, f) -> TableReader:
         """The reader of table ``f`` (a ``FileMetaData``), opened now if it is not yet."""
         with self._lock:
-            if f.reader is None:
-                f.reader = open_table_reader(
+            r = f.reader
+            if r is None:
+                r = open_table_reader(
                     self._fs, self._dbname, f, cache=self._block_cache, verify_checksums=self._verify,
                     cache_index_and_filter_blocks=self._cache_meta,
                 )
-                self._readers[f.number] = f.reader
-            return f.reader
+                self._readers[f.number] = r
+                if r.point is not None:
+                    f.point = r.point + (r,)
+                f.reader = r
+            return r
 
     def memory_outside_cache(self) -> int:
         """What the open readers' index and filter blocks hold outside the block cache (RocksDB's

@@ -77,19 +77,19 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
     for f in candidates:
         if check and not f.smallest <= key <= f.largest:
             continue
-        r = f.reader
-        if r is None:
-            r = open_table(f)
-        p = r.point
+        p = f.point  # the reader's point-read form and the reader, once the table is open
         if p is None:
-            if r.range_tombstones:
-                return table_get_covered(sv, key, read_seq, open_table)
-            if may_contain_probe(r.filter, (x, pe, pf, d)):
-                found = r.find(key, -read_seq)
-                if found is not None:
-                    return found
-            continue
-        bits, nfb, k, ikeys, offsets, sizes, key_base, block_shards = p
+            r = f.reader or open_table(f)
+            p = f.point
+            if p is None:  # a reader without the form
+                if r.range_tombstones:
+                    return table_get_covered(sv, key, read_seq, open_table)
+                if may_contain_probe(r.filter, (x, pe, pf, d)):
+                    found = r.find(key, -read_seq)
+                    if found is not None:
+                        return found
+                continue
+        bits, nfb, k, ikeys, offsets, sizes, key_base, block_shards, r = p
         if k == 6:  # the default filter (10 bits per key): its two masks, inline
             o = (x % nfb) << 6
             if not (bits[o + pe[0]] & pe[1] and bits[o + pe[2]] & pe[3] and bits[o + pe[4]] & pe[5]):

@@ -453,3 +453,85 @@ def test_a_parked_copy_that_verifies_but_does_not_open_is_rebuilt(setup, caplog)
     assert s.copy_fate == "rebuilt" and sorted(s.items()) == sorted(_model(2).items())
     assert "did not open" in caplog.text
     s.abort()
+
+
+def _rewrite_all(uri, options, coord, version: int, keys: int, changed: int) -> tuple[dict, str]:
+    """Batch ``version`` of partition 0: the first ``changed`` of ``keys`` keys get new values
+    (batch 0 writes them all); returns the state after it and the fate of the store's copy."""
+    s = open_store(uri, OP, 0, version, manifest=coord.base_manifests(version)[0], options=options)
+    fate, state = s.copy_fate, dict(s.items())
+    for i in range(keys if version == 0 else changed):
+        state[b"r%05d" % i] = b"v%d-%d" % (version, i)
+        s.put(b"r%05d" % i, state[b"r%05d" % i])
+    coord.publish(version + 1, [s.commit()])
+    coord.cleanup(version + 1)
+    return state, fate
+
+
+def _parked_tables(uri, options) -> list:
+    (record,) = _parked(uri, options)
+    return sorted(name for name in record.files if name.endswith(".sst"))
+
+
+def _rewrite_in_child(args):
+    """Another Python worker runs batch ``version`` (rewriting the state): the fate of its
+    copy, the state after it and the tables of the copy it parked."""
+    uri, options, version = args
+    coord = CommitCoordinator(Location(uri), OP, 1, query_id="q")
+    state, fate = _rewrite_all(uri, options, coord, version, 3000, 3000)
+    return fate, sorted(state.items()), _parked_tables(uri, options)
+
+
+def test_a_changelog_commit_that_rewrote_the_state_parks_it_as_one_table(setup):
+    """Batches that rewrite the state and commit changelogs would stack one more table per
+    batch in the copy (each parking checkpoint flushes the batch): the process that claims it
+    would merge them all to read its key groups, and compact them inside its task.  The copy
+    is parked as the live state in one table instead, whether the batch reused its copy or
+    reopened one another process parked, and it reopens equal to its version."""
+    uri, _, coord = setup
+    options = StoreOptions(cache_dir=setup[1].cache_dir, max_changelog_chain=8, snapshot_ratio=100.0)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        for v, built in enumerate(("new", "reused")):  # this process
+            state, fate = _rewrite_all(uri, options, coord, v, 3000, 3000)
+            assert fate == built and len(_parked_tables(uri, options)) == 1
+        fate, items, tables = pool.apply(_rewrite_in_child, ((uri, options, 2),))
+        assert fate == "reopened" and len(tables) == 1
+        state, fate = _rewrite_all(uri, options, coord, 3, 3000, 3000)
+        assert fate == "reopened" and sorted(state.items()) != items and len(_parked_tables(uri, options)) == 1
+        assert read_manifest(Location(uri), coord.base_manifests(4)[0]).snapshot is None  # all changelogs
+        fate, items, n = pool.apply(_open_in_child, ((uri, options, 4, coord.base_manifests(4)[0]),))
+        assert fate == "reopened" and items == sorted(state.items()) and n == 3000
+
+
+def test_a_batch_that_changed_little_or_a_state_not_cached_whole_parks_its_tables_as_they_are(setup):
+    """A copy is rewritten for parking only when its tables hold the state well over once and
+    its row cache holds the state whole: a batch that changed a few keys keeps the tables it
+    has (a table of its changes joins them), and so does a copy whose cache holds a part."""
+    uri, _, coord = setup
+    options = StoreOptions(cache_dir=setup[1].cache_dir, max_changelog_chain=8, snapshot_ratio=100.0)
+    _rewrite_all(uri, options, coord, 0, 3000, 3000)
+    state, _ = _rewrite_all(uri, options, coord, 1, 3000, 100)
+    assert len(_parked_tables(uri, options)) == 2
+    release_idle_stores()
+    s = open_store(uri, OP, 0, 2, manifest=coord.base_manifests(2)[0], options=options)
+    assert s.copy_fate == "reopened" and sorted(s.items()) == sorted(state.items())
+    s.abort()
+    uri2 = uri + "-uncached"
+    small = dataclasses.replace(options, row_cache_bytes=1)  # no room: nothing is cached
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # (a process's first store fixes its budget)
+        tables, items = pool.apply(_rewrite_batches_uncached, ((uri2, small),))
+    assert len(tables) == 3
+    coord2 = CommitCoordinator(Location(uri2), OP, 1, query_id="q")
+    s = open_store(uri2, OP, 0, 3, manifest=coord2.base_manifests(3)[0], options=small)
+    assert s.copy_fate == "reopened" and sorted(s.items()) == items
+    s.abort()
+
+
+def _rewrite_batches_uncached(args):
+    """In a new process, whose row caches get ``options``' budget: three batches rewriting the
+    state; the parked copy's tables and the state."""
+    uri, options = args
+    coord = CommitCoordinator(Location(uri), OP, 1, query_id="q")
+    for v in range(3):
+        state, _ = _rewrite_all(uri, options, coord, v, 3000, 3000)
+    return _parked_tables(uri, options), sorted(state.items())

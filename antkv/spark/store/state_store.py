@@ -65,7 +65,9 @@ changed nothing writes only the manifest.
 
 **Working copies are reused**: after a commit the copy stays open in this process (up to
 ``max_idle_stores``), and a checkpoint of it is parked on the machine for any other process
-(``park_copies``, :mod:`antkv.spark.store.parked_copies`); opening the next version on the base
+(``park_copies``, :mod:`antkv.spark.store.parked_copies`; after a changelog commit, a copy whose
+batches stacked the state's keys in several tables is first rewritten into one,
+``WorkingCopy.rewrite_stacked``); opening the next version on the base
 it committed picks up the idle copy without reading anything, or in another process reopens the
 parked one; a copy of an older version that the wanted one extends (same snapshot, its
 changelogs first) catches up by applying the changelogs it lacks.  Any other open rebuilds

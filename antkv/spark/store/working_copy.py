@@ -333,6 +333,38 @@ class WorkingCopy:
         self.db.compact_range()
         return True
 
+    def rewrite_stacked(self, live_keys: int) -> bool:
+        """Before a committed version is parked: :meth:`rewrite` the database as the live state
+        in one table when its tables and memtable hold more than :data:`_DEBT_FACTOR` entries
+        per live key (``live_keys``: the version's key count) and the row cache holds that
+        state whole; returns whether it did.
+
+        Each changelog commit's batch stays in the memtable until the parking checkpoint
+        flushes it as one more level-0 table.  A process that claims the parked copy would
+        merge every stacked table to read its key groups, and the engine would compact them
+        inside that process's task once enough stack up.  Rewritten here -- after the commit
+        returned, in the parking thread of a reused worker -- the copy parks as one table, and
+        this process's idle copy is one table too.  The rewrite costs what a snapshot commit's
+        rewrite costs, and that snapshot would find the debt and rewrite or compact the
+        state anyway: the objects the file map loses would not have been named again.  Never
+        in remote mode (the state would move to local disk).  REQUIRES: no store uses this
+        copy (the row cache is read while held active, so no other cache's growth evicts
+        from it meanwhile)."""
+        if self.remote is not None:
+            return False
+        entries = int(self.db.property("antkv.estimate-num-keys") or 0)
+        if entries <= _DEBT_FACTOR * live_keys + _DEBT_SLACK:
+            return False
+        self.rows.activate()
+        try:
+            whole = self.rows.whole_state(live_keys)
+        finally:
+            self.rows.deactivate()
+        if whole is None:
+            return False
+        self.rewrite(*whole)
+        return True
+
     def checkpoint(self) -> str:
         """A checkpoint of the database (``antkv.DB.checkpoint``: the memtable flushed, every
         file linked) in a new directory of this copy's work area; returns its path.  The
@@ -382,7 +414,8 @@ class WorkingCopy:
         """Leave the committed version this copy holds on the machine for any process
         (:mod:`antkv.spark.store.parked_copies`): ``checkpoint`` (taken after the version's
         last write; None: taken now) becomes a parked entry.  This copy stays open as it is."""
-        if checkpoint is None:
+        if checkpoint is None:  # a changelog commit's version: the batch is in the memtable
+            self.rewrite_stacked(self.manifest.num_keys)
             checkpoint = self.checkpoint()
         file_map = self.file_map
         if self.remote is not None:

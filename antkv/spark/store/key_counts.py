@@ -22,8 +22,12 @@ so a manifest stays small.
 
 from __future__ import annotations
 
+from collections import Counter
+from operator import itemgetter
+
 PREFIX_LEN = 2
 MAX_PREFIXES = (1 << 15) + 1  # every key group of the largest K, and the metadata prefix
+_PREFIX = itemgetter(slice(PREFIX_LEN))  # a key's prefix, in C
 
 
 def aligned(begin: bytes, end: bytes) -> bool:
@@ -72,13 +76,11 @@ def count_changes(db, snap, base_keys: int, base_counts: dict | None, changes: d
     born = [k for k, v in changes.items() if v is not None and not known[k]] if False in known.values() else []
     died = [k for k, v in changes.items() if v is None and known[k]] if None in changes.values() else []
     delta = len(born) - len(died)
-    if per is not None:
-        for k in born:
-            p = k[:PREFIX_LEN]
-            per[p] = per.get(p, 0) + 1
-        for k in died:
-            p = k[:PREFIX_LEN]
-            per[p] = per.get(p, 0) - 1
+    if per is not None:  # (counted by prefix in C: a batch's keys fall in few prefixes)
+        for p, n in Counter(map(_PREFIX, born)).items():
+            per[p] = per.get(p, 0) + n
+        for p, n in Counter(map(_PREFIX, died)).items():
+            per[p] = per.get(p, 0) - n
     rewritten = {}  # prefix -> changed keys live in the base (when ranges are counted by prefix)
     if by_counts and ranges:
         for k in changes:

@@ -77,8 +77,8 @@ from the location and the local cache (:mod:`antkv.spark.store.opening`).
 from __future__ import annotations
 
 import logging
-from itertools import repeat
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import is_, itemgetter
 
 import xxhash
 
@@ -376,6 +376,11 @@ class StateStore:
             learnt = dict.fromkeys(keys, True)
         elif missing == len(keys) and complete.issuperset(map(_PREFIX, keys)):  # all new in whole key groups
             learnt = dict.fromkeys(keys, False)
+        elif not missing or (complete and complete.issuperset(
+                map(_PREFIX, compress(keys, map(is_, found, repeat(MISSING, len(keys))))))):
+            # a mix, each key cached or in a key group held whole (a timer moved): live when
+            # cached with a value, so absent when uncached
+            learnt = dict(zip(keys, map(is_, map(type, found), repeat(bytes, len(keys)))))
         else:
             learnt = {k: v is not None for k, v in zip(keys, found) if v is not MISSING}
         if len(learnt) < len(keys) and complete:

@@ -325,13 +325,18 @@ class WorkingCopy:
         the live state.  Returns whether it compacted.  In remote mode it never does: the
         compaction would read the whole state from the location and hold it on local disk
         until the snapshot is uploaded."""
-        if self.remote is not None:
-            return False
-        entries = int(self.db.property("antkv.estimate-num-keys") or 0)
-        if entries <= _DEBT_FACTOR * live_keys + _DEBT_SLACK:
+        if not self._in_debt(live_keys):
             return False
         self.db.compact_range()
         return True
+
+    def _in_debt(self, live_keys: int) -> bool:
+        """Whether this copy keeps its state on local disk and its tables and memtable hold more
+        than :data:`_DEBT_FACTOR` entries per live key (``live_keys``)."""
+        if self.remote is not None:
+            return False
+        entries = int(self.db.property("antkv.estimate-num-keys") or 0)
+        return entries > _DEBT_FACTOR * live_keys + _DEBT_SLACK
 
     def rewrite_stacked(self, live_keys: int) -> bool:
         """Before a committed version is parked: :meth:`rewrite` the database as the live state
@@ -350,10 +355,7 @@ class WorkingCopy:
         in remote mode (the state would move to local disk).  REQUIRES: no store uses this
         copy (the row cache is read while held active, so no other cache's growth evicts
         from it meanwhile)."""
-        if self.remote is not None:
-            return False
-        entries = int(self.db.property("antkv.estimate-num-keys") or 0)
-        if entries <= _DEBT_FACTOR * live_keys + _DEBT_SLACK:
+        if not self._in_debt(live_keys):
             return False
         self.rows.activate()
         try:

@@ -196,7 +196,7 @@ def cache_capacity(workload: str, num: int) -> int:
 def child(engine: str, workload: str, d: str, num: int, jobs: int, seed: int) -> float:
     """Run one workload of one engine in this (fresh) process; return its figure."""
     __import__("antkv" if engine == "antkv" else "rocksdict")  # imported before any clock starts
-    path = os.path.join(d, f"{'antkv' if engine == FLOOR else engine}-small")  # the floor reads antkv's
+    path = os.path.join(d, f"{engine}-small")
     path1k = os.path.join(d, f"{engine}-1k")
     small_n, large_n = num, max(1000, num // 10)
     if workload == "fillrandom":
@@ -325,11 +325,10 @@ def serve_point_reads(engine: str, workload: str, d: str, num: int, seed: int) -
         keys = [k for k, _ in check]
         path = os.path.join(d, f"{'antkv' if engine == FLOOR else engine}-small")  # the floor reads antkv's
         db = OPEN[engine](path, cache_capacity(workload, num))
-        if workload == "readrandom":
-            get = db.get
-            for k in keys:
-                get(k)
     get = db.get
+    if workload == "readrandom":  # in cache: every block read once before the clock starts
+        for k in keys:
+            get(k)
     _send({"ready": True, "layout": layout})
     for line in sys.stdin:
         if line.strip() == "end":
@@ -384,6 +383,7 @@ class SliceChild:
         wrong = self._reply()["wrong"]
         self.p.stdin.close()
         self.p.wait()
+        self.err.close()
         if wrong:
             raise SystemExit(f"{self.engine} {self.workload}: {wrong} wrong answers")
 

@@ -79,13 +79,16 @@ def test_a_bottommost_flush_drops_range_tombstones_and_what_they_cover(tmp_path)
 def test_only_the_oldest_memtable_on_an_empty_database_flushes_bottommost(tmp_path, monkeypatch):
     """The older memtable's flush is held while a newer one, which deletes its keys, is flushed
     beside it: the newer one is not bottommost (the older one's table will be below it)."""
-    flags = []
+    flags = {}  # "oldest" / "newer" -> the bottommost flag its flush was given
     release = threading.Event()
     real_flush = JobRunner.flush
+    oldest = []
 
     def recording_flush(self, mem, snapshots, bottommost=False):
-        flags.append(bottommost)
-        if len(flags) == 1:
+        # the two flushes run on two background threads, in either order
+        which = "oldest" if mem is oldest[0] else "newer"
+        flags[which] = bottommost
+        if which == "oldest":
             assert release.wait(10)
         return real_flush(self, mem, snapshots, bottommost)
 
@@ -93,6 +96,7 @@ def test_only_the_oldest_memtable_on_an_empty_database_flushes_bottommost(tmp_pa
     with _open(tmp_path, max_background_jobs=2) as db:
         for i in range(50):
             db.put(b"k%04d" % i, b"first")
+        oldest.append(db._mem)
         db.flush(wait=False)  # the oldest memtable: its flush waits on `release`
         for i in range(50):
             db.delete(b"k%04d" % i)
@@ -102,7 +106,7 @@ def test_only_the_oldest_memtable_on_an_empty_database_flushes_bottommost(tmp_pa
         release.set()
         waiter.join(10)
         assert not waiter.is_alive()
-        assert flags[0] is True and flags[1:] == [False]
+        assert flags == {"oldest": True, "newer": False}
         assert list(db.keys()) == []
     with _open(tmp_path) as db:
         assert list(db.keys()) == []

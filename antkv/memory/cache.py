@@ -223,13 +223,13 @@ class Cache:
         hit entries).
         """
         s = self.shards[hash(key) & self.mask]
-        if s.lock_free_hits:  # the clock: an entry is a list [value, hit, charge, key]
+        if s.lock_free_hits:  # the clock: an entry is a tuple (value, charge, key, slot)
             find = s.find  # a slot's value, then a call: a method lookup would not be specialised
             e = find(key)
             if e is None:
                 s.count_miss()
                 return None
-            e[1] = True
+            s.bits[e[3]] = 1  # the entry's reference bit
             s.count_hit()
             return e[0]
         lock = s.lock

@@ -5,13 +5,20 @@ anything, it only sets the entry's *reference bit*; the work of telling hot from
 moves to eviction, which sweeps a clock hand over the entries.  In Python this turns a hit into
 a dictionary probe and one list store, with no lock: :meth:`antkv.memory.cache.Cache.get` (and
 the fused point-read path of :mod:`antkv.read.point_get`) probe ``shard.table`` (through
-``shard.find``, its ``get``) without the shard's lock, set ``entry[HIT] = True``, take ``entry[VALUE]`` and count the hit with
+``shard.find``, its ``get``) without the shard's lock, set the entry's bit in ``shard.bits``
+(``shard.bits[entry[SLOT]] = 1``), take ``entry[VALUE]`` and count the hit with
 ``shard.count_hit()``.
 
-An entry is a plain list ``[value, hit, charge, key]`` (fields :data:`VALUE`, :data:`HIT`,
-:data:`CHARGE`, :data:`KEY`): a block read's insert creates one list, not an object with a
-dozen attributes.  An entry that is pinned becomes a :class:`ClockHandle` -- the same list
-fields, plus the handle's ``refs``, ``in_cache`` and ``shard`` -- which replaces the plain list
+An entry is a tuple ``(value, charge, key, slot)`` (fields :data:`VALUE`, :data:`CHARGE`,
+:data:`KEY`, :data:`SLOT`): a block read's insert creates one small tuple, not an object with a
+dozen attributes.  Its reference bit is not in the entry but item ``slot`` of the shard's
+``bits``, a list of small ints (a slot is the entry's while it is in the table; freed slots
+are reused; a list, as a hit's store into it is specialised by CPython and a ``bytearray``'s
+is not), so that the entry holds only what the garbage collector can ignore: a tuple of a
+cached block, an int charge and an int key is untracked at its first collection, where a
+mutable list stays tracked, and a cache filling with blocks made every full collection walk
+one list per cached block.  An entry that is pinned becomes a :class:`ClockHandle` -- the same
+fields, plus the handle's ``refs``, ``in_cache`` and ``shard`` -- which replaces the plain tuple
 in the table and stays the entry, pinned or not, until it leaves the cache.
 
 The table is also the ring: an ``OrderedDict`` from key to entry, in the order the hand meets
@@ -40,10 +47,12 @@ the shard's lock:
 
 A lock-free hit races only with the sweep: the entry it found may be evicted a moment later
 (the value stays valid: it is a Python object), and its bit may be set just after the sweep
-cleared it, which gives it one more turn.  The counters stay exact: ``count_hit`` and
+cleared it, which gives it one more turn -- or, its slot freed and given to a newer entry,
+gives that entry one more turn.  The counters stay exact: ``count_hit`` and
 ``count_miss`` are ``itertools.count`` steps, atomic under the GIL.
 
-Invariants (checked by :func:`check_clock_shard`): ``usage`` = charges of the table's entries
+Invariants (checked by :func:`check_clock_shard`): the table's entries hold distinct slots,
+none of them free, and every slot below ``len(bits)`` is an entry's or free; ``usage`` = charges of the table's entries
 + charges of detached pinned entries; each entry is under its own key; ``pinned_usage`` =
 charges of the table's pinned entries + ``detached_usage``, so ``usage - pinned_usage`` is the
 ring's charge; ``pinned_entries`` counts the table's pinned entries; a pinned entry is a
@@ -60,8 +69,9 @@ from operator import itemgetter
 from .cache_entry import Handle, counter_value
 from .mutex import TokenMutex
 
-VALUE, HIT, CHARGE, KEY = 0, 1, 2, 3
-"""The fields of a clock entry, a list ``[value, hit, charge, key]``."""
+VALUE, CHARGE, KEY, SLOT = 0, 1, 2, 3
+"""The fields of a clock entry, a tuple ``(value, charge, key, slot)``; its reference bit is
+``shard.bits[slot]``."""
 FRESH = 2
 """The bit of an entry inserted pinned at low priority and not read since: set, so that the
 sweep passes over it while it is pinned (a pinned entry's bit is never clear), and cleared at
@@ -69,13 +79,12 @@ its last release (as if it had been inserted clear)."""
 
 
 class ClockHandle(list, Handle):
-    """A clock entry that is or was pinned: ``[value, hit, charge, key]`` with the handle's
+    """A clock entry that is or was pinned: ``[value, charge, key, slot]`` with the handle's
     fields.  ``in_cache`` (in the shard's table) is kept while the entry is pinned."""
 
     __slots__ = ("refs", "in_cache", "shard")
 
     value = property(itemgetter(VALUE))
-    hit = property(itemgetter(HIT))
     charge = property(itemgetter(CHARGE))
     key = property(itemgetter(KEY))
     # a handle is compared and hashed by identity, as every handle is, not as a list
@@ -92,7 +101,8 @@ class ClockShard:
     lock_free_hits = True  # Cache.get and the fused point read probe ``table`` without the lock
 
     __slots__ = (
-        "owner", "strict", "lock", "table", "find", "popitem", "setdefault", "capacity", "usage", "pinned_usage", "detached_usage",
+        "owner", "strict", "lock", "table", "find", "popitem", "setdefault", "bits", "free_slots", "capacity", "usage",
+        "pinned_usage", "detached_usage",
         "pinned_entries", "hit_counter", "count_hit", "miss_counter", "count_miss", "inserts",
         "removed", "rejected",
     )
@@ -110,6 +120,8 @@ class ClockShard:
         self.find = self.table.get  # the lock-free hit's probe: shard.find(key)
         self.popitem = self.table.popitem
         self.setdefault = self.table.setdefault
+        self.bits: list[int] = []  # the reference bit of the entry holding each slot: 0, 1 or FRESH
+        self.free_slots: list[int] = []  # slots below len(bits) that no entry holds
         self.capacity = capacity
         self.usage = 0  # every charged entry, pinned or not, in the table or detached
         self.pinned_usage = 0  # entries with handles, in the table or detached
@@ -130,20 +142,24 @@ class ClockShard:
         chances = len(table)  # reference bits this sweep may clear before it stops sparing entries
         limit = self.capacity - charge
         usage = self.usage
+        bits = self.bits
+        free = self.free_slots
         while usage > limit and table:
             k, e = popitem(False)  # the entry under the hand
-            if e[1]:  # e[HIT]; a pinned entry's is never clear
+            slot = e[3]  # e[SLOT]
+            if bits[slot]:  # a pinned entry's bit is never clear
                 if type(e) is ClockHandle and e.refs:  # pinned: the hand moves past it
                     table[k] = e
                     if self.pinned_entries == len(table):
                         break
                     continue
                 if chances > 0:
-                    e[1] = False
+                    bits[slot] = 0
                     chances -= 1
                     table[k] = e  # the hand moves past it
                     continue
-            usage -= e[2]  # e[CHARGE]
+            usage -= e[1]  # e[CHARGE]
+            free.append(slot)
         self.usage = usage
 
     def put(self, key, value, charge: int, high: bool) -> bool:
@@ -158,13 +174,16 @@ class ClockShard:
         try:  # try/finally is cheaper than ``with`` on CPython 3.11
             usage = self.usage + charge
             capacity = self.capacity
+            bits = self.bits
             if usage > capacity:  # evict(charge), inline
+                slot = -1  # the new entry's: the first slot the sweep frees (not through the
+                # free list: a list emptied and refilled at every insert reallocates)
                 popitem = self.popitem
                 chances = -1  # len(table) at the sweep's start, counted when first needed
                 try:
                     while usage > capacity:
                         k, e = popitem(False)  # KeyError: the table is empty
-                        if e[1]:  # (the table is loaded only on this path: most sweeps evict at once)
+                        if bits[e[3]]:  # (the table is loaded only on this path: most sweeps evict at once)
                             table = self.table
                             if type(e) is ClockHandle and e.refs:
                                 table[k] = e
@@ -174,17 +193,32 @@ class ClockShard:
                             if chances < 0:  # the entries still to sweep, this one included
                                 chances = len(table) + 1
                             if chances:
-                                e[1] = False
+                                bits[e[3]] = 0
                                 chances -= 1
                                 table[k] = e
                                 continue
-                        usage -= e[2]
+                        usage -= e[1]
+                        if slot < 0:
+                            slot = e[3]
+                        else:
+                            self.free_slots.append(e[3])
                 except KeyError:  # what is left is pinned: the entry cannot fit
                     self.usage = usage - charge
                     self.rejected += 1
+                    if slot >= 0:
+                        self.free_slots.append(slot)
                     return False
+                # (usage fell: the sweep evicted an entry, so slot is set)
+            else:
+                free = self.free_slots
+                if free:
+                    slot = free.pop()
+                else:
+                    slot = len(bits)
+                    bits.append(0)
             self.usage = usage
-            e = [value, high, charge, key]  # a high entry starts referenced
+            e = (value, charge, key, slot)
+            bits[slot] = high  # a high entry starts referenced
             setdefault = self.setdefault  # (loaded, then called: see find)
             if setdefault(key, e) is not e:  # cached meanwhile by another reader: replace
                 self.take_out(key)
@@ -199,6 +233,7 @@ class ClockShard:
         charged if pinned.  REQUIRES: ``key`` in the table."""
         old = self.table.pop(key)
         self.removed += 1
+        self.free_slots.append(old[SLOT])
         if type(old) is ClockHandle:
             old.in_cache = False
             if old.refs:
@@ -211,7 +246,9 @@ class ClockShard:
         """Insert with one handle (the caller made room or may go over capacity)."""
         if key in self.table:
             self.take_out(key)
-        h = ClockHandle((value, True if high else FRESH, charge, key))
+        slot = self.free_slots.pop() if self.free_slots else self.new_slot()
+        self.bits[slot] = 1 if high else FRESH
+        h = ClockHandle((value, charge, key, slot))
         h.refs = 1
         h.in_cache = True
         h.shard = self
@@ -235,8 +272,13 @@ class ClockShard:
             self.pinned_entries += 1
             self.pinned_usage += e[CHARGE]
         e.refs += 1
-        e[HIT] = True
+        self.bits[e[SLOT]] = 1
         return e
+
+    def new_slot(self) -> int:
+        """A slot no entry has held yet."""
+        self.bits.append(0)
+        return len(self.bits) - 1
 
     def release_last(self, h: ClockHandle, erase_if_last_ref: bool) -> bool:
         """Give back the entry's last handle; True if that freed it (no longer charged)."""
@@ -246,11 +288,12 @@ class ClockShard:
         if h.in_cache:
             self.pinned_entries -= 1
             if self.usage <= self.capacity and not erase_if_last_ref:
-                if h[HIT] == FRESH:  # inserted pinned at low priority and not read since
-                    h[HIT] = False
+                if self.bits[h[SLOT]] == FRESH:  # inserted pinned at low priority and not read since
+                    self.bits[h[SLOT]] = 0
                 self.table.move_to_end(h[KEY])
                 return False
             del self.table[h[KEY]]
+            self.free_slots.append(h[SLOT])
             self.removed += 1
             h.in_cache = False
         else:
@@ -272,7 +315,7 @@ class ClockShard:
     def listed(self) -> list:
         """The keys of the ring -- the unpinned entries -- from the one under the hand (the
         order the sweep meets them)."""
-        return [k for k, e in self.table.items() if type(e) is list or not e.refs]
+        return [k for k, e in self.table.items() if type(e) is tuple or not e.refs]
 
     def charges(self) -> list:
         """The charges of the table's entries."""
@@ -295,18 +338,22 @@ class ClockShard:
 
 def check_clock_shard(s: ClockShard) -> None:
     pinned = pinned_entries = 0
+    slots = [e[SLOT] for e in s.table.values()]
+    assert len(set(slots)) == len(slots), "two entries hold one slot"
+    assert sorted(slots + s.free_slots) == list(range(len(s.bits))), "a slot both held and free, or lost"
     for k, e in s.table.items():
-        assert type(e) in (list, ClockHandle) and len(e) == 4 and e[KEY] == k, f"bad entry {e!r}"
+        assert type(e) in (tuple, ClockHandle) and len(e) == 4 and e[KEY] == k, f"bad entry {e!r}"
+        bit = s.bits[e[SLOT]]
         if type(e) is ClockHandle:
             assert e.in_cache and e.shard is s and e.refs >= 0
             if e.refs:
-                assert e[HIT], f"{e!r} pinned with a clear bit"
+                assert bit, f"{e!r} pinned with a clear bit"
                 pinned += e[CHARGE]
                 pinned_entries += 1
             else:
-                assert e[HIT] != FRESH, f"{e!r} released, still fresh"
+                assert bit != FRESH, f"{e!r} released, still fresh"
         else:
-            assert e[HIT] != FRESH, f"{e!r} unpinned, fresh"
+            assert bit != FRESH, f"{e!r} unpinned, fresh"
     assert s.pinned_entries == pinned_entries
     assert s.detached_usage >= 0
     assert s.pinned_usage == pinned + s.detached_usage

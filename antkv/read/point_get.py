@@ -105,8 +105,8 @@ def table_get(sv, key: bytes, read_seq: int, open_table):
         s = block_shards[i]  # the shard of ckey, found when the table was opened
         find = s.find  # (a call of s.find straight away would look it up as a method, unspecialised)
         e = find(ckey)
-        if e is not None:  # a clock entry [value, hit, charge, key]
-            e[1] = True
+        if e is not None:  # a clock entry (value, charge, key, slot)
+            s.bits[e[3]] = 1  # its reference bit
             next(s.hit_counter)  # s.count_hit(), without the method-wrapper's call
             block = e[0]
         else:  # r.load_searchable(i, offset, size), inline

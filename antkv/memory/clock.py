@@ -246,8 +246,13 @@ class ClockShard:
         """Insert with one handle (the caller made room or may go over capacity)."""
         if key in self.table:
             self.take_out(key)
-        slot = self.free_slots.pop() if self.free_slots else self.new_slot()
-        self.bits[slot] = 1 if high else FRESH
+        free, bits = self.free_slots, self.bits
+        if free:
+            slot = free.pop()
+        else:
+            slot = len(bits)
+            bits.append(0)
+        bits[slot] = 1 if high else FRESH
         h = ClockHandle((value, charge, key, slot))
         h.refs = 1
         h.in_cache = True
@@ -274,11 +279,6 @@ class ClockShard:
         e.refs += 1
         self.bits[e[SLOT]] = 1
         return e
-
-    def new_slot(self) -> int:
-        """A slot no entry has held yet."""
-        self.bits.append(0)
-        return len(self.bits) - 1
 
     def release_last(self, h: ClockHandle, erase_if_last_ref: bool) -> bool:
         """Give back the entry's last handle; True if that freed it (no longer charged)."""

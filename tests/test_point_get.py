@@ -1,4 +1,4 @@
-"""The fused point read (antkv/read/point_get.py) against the general path it falls back to.
+"""The fused point read (``DB.get``, antkv/db/read_api.py) against the general path it falls back to.
 
 Each case reads the same database through a clock cache (the fused path: lock-free hit and
 inline search) and through an LRU cache (every table through ``TableReader.find``), cold and

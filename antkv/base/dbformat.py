@@ -20,7 +20,7 @@ so ``heapq.merge`` and ``bisect`` compare them in C.  A user key appears at most
 sequence number in the whole database, so two entry tuples never compare equal on their first
 two fields.  Reverse iterators yield the same tuples in exactly the opposite order.
 
-A point lookup (``MemTable.get``, ``TableReader.find`` and ``get``, ``SuperVersion.table_get``)
+A point lookup (``MemTable.get``, ``TableReader.find`` and ``get``, ``table_get_covered``)
 answers with a *found entry* ``(seq, kind, value)``: the sequence number positive.
 
 The ``Kind`` values are PART OF THE FILE FORMAT: they are written into the WAL, the SST data

@@ -4,26 +4,38 @@
 current *super version* (mutable memtable, immutable memtables, table version: replaced
 atomically, never mutated, so read without a lock) and a read sequence number (the snapshot's,
 or the last published one); search newest to oldest, stopping at the first version or covering
-range tombstone (:mod:`antkv.read` does the searching).  Reads take no lock but the snapshot
-list's.
+range tombstone (:meth:`ReadAPI.get` searches in its own frame, scans through
+:mod:`antkv.read`).  Reads take no lock but the snapshot list's.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Iterator
 
-from ..base.dbformat import DELETION, EXPIRING, MERGE, VALUE, VALUE_POINTER
+from ..base.dbformat import DELETION, EXPIRING, MAX_KIND, MERGE, VALUE, VALUE_POINTER
 from ..base.expiry import live_inner, now_ms
 from ..base.merge_operator import missing_operator
-from ..errors import InvalidArgumentError
+from ..errors import CorruptionError, InvalidArgumentError
+from ..errors import IOError as AntIOError
 from ..read.iterators import DBIterator
 from ..read.scan_arguments import scan_range, yielded_shape
 from ..read.key_versions import KeyVersion, key_versions
+from ..read.point_get import table_get_covered
 from ..read.read_view import ReadView
 from ..read.sizes import approximate_size
 from ..read.snapshot import ReadPin, Snapshot
 from ..record.batch import as_bytes
+from ..sst.block import searchable_block
+from ..sst.bloom import DIGEST_HEAD, LANE_MASK, PROBE_TABLE, digest, may_contain_probe
+from ..sst.format import BLOCK_TRAILER_SIZE, check_block
+from ..sst.reader import SEARCHABLE_CHARGE
 from .state import DBState
+
+
+_PRESENCE = object()
+"""The ``default`` of a :meth:`ReadAPI.get` that asks only whether the key is present
+(:meth:`ReadAPI.key_may_exist`): the read resolves no value pointer and merges no operands."""
 
 
 class ReadAPI(DBState):
@@ -32,7 +44,11 @@ class ReadAPI(DBState):
     def _entry_value(self, key: bytes, kind: int, value: bytes, sv, read_seq: int, default):
         """The value a point read returns for the newest visible entry of ``key`` when its kind
         is not VALUE (a DELETION never gets here): a value pointer resolved, an expiring entry
-        unwrapped (``default`` once expired), or the key's operands merged onto its base."""
+        unwrapped (``default`` once expired), or the key's operands merged onto its base.
+        With ``default`` :data:`_PRESENCE` (:meth:`key_may_exist`) it reads no value: True
+        where the entry reads as present."""
+        if default is _PRESENCE:
+            return True if kind != EXPIRING or live_inner(value, now_ms(self.options.clock)) else default
         if kind == VALUE_POINTER:
             return self._vlog_reader.get(value)
         if kind == MERGE:
@@ -56,7 +72,44 @@ class ReadAPI(DBState):
 
     def get(self, key, default=None, *, snapshot=None):
         """The value of ``key``, or ``default`` (None) when it is absent; for a list of keys,
-        the list of their values (rocksdict's list ``get``; :meth:`multi_get`)."""
+        the list of their values (rocksdict's list ``get``; :meth:`multi_get`).
+
+        One Python frame for the whole read, the common case inline (a second frame for the
+        tables, its result tuple and a list of candidate tables cost a read of a cached block
+        5% of its instructions).  The
+        tables are probed newest first: the L0 tables whose range holds the key (every L0 table
+        when their ranges all overlap: a check of each range would almost never rule one out,
+        see :class:`antkv.manifest.version_set.Version`), then at most one table per sorted
+        level.  For each, inline, what four functions would do one call each:
+
+        1. the bloom probe (:func:`antkv.sst.bloom.may_contain_probe`, on the key's hash
+           computed once);
+        2. the index search (the first index key >= the key names the only block that can
+           hold it);
+        3. the block cache hit, without a lock (the clock policy's hit:
+           :mod:`antkv.memory.clock`), or on a miss the block read, checked and cached as
+           :meth:`TableReader.load_searchable` does (through the reader's ``block_source``, the
+           file's positional read: a read of a table closed meanwhile fails, and
+           :meth:`TableReader.read_failed` reports it as closed; a short read or a bare
+           ``OSError`` is read again by :meth:`TableReader.read_checked`, which reports what the
+           file's own read finds);
+        4. the search of a cached fixed-width block (``bytes.find`` on its key column, the
+           layout cached with the block: :func:`antkv.sst.block.searchable_block`), when the
+           newest version of the key is visible.
+
+        The newest version of the key, when the key is in the table, is in the first block
+        whose index key is >= the key, so when the fast search finds it visible it is the
+        answer, whatever that index key is.  Anything else takes the general path, which gives
+        the same answers: a block fetched but decoded or of variable-width keys, or whose newest
+        version is not the one visible, is searched by :meth:`TableReader.search_cached` (the
+        block is not looked up twice, so the cache counts one hit or one miss per block a read
+        touches); when the block's index key equals the key, the key's versions may go on in
+        the next blocks (or, the index key being a separator, start there), and
+        :meth:`TableReader.find` picks the block (its lookup counts the block a second time:
+        rare, a read at an older snapshot of a key that ends a block); a cache whose hits lock
+        (the LRU policy) or no cache go to :meth:`TableReader.find` too; range tombstones in a
+        table hand the whole search to :func:`antkv.read.point_get.table_get_covered`.
+        """
         if type(key) is not bytes:
             if type(key) is list:
                 return self._get_list(key, default, snapshot)
@@ -88,13 +141,113 @@ class ReadAPI(DBState):
                     return e[2]
                 if tomb:
                     return default
-        e = sv.table_get(key, read_seq, self._open_table)
-        if e is None:
+        # --- the tables ---
+        # key_probe(key), inline: the key's hash, once for every filter probed
+        d = digest(key)
+        x, a, b = DIGEST_HEAD(d)
+        pe, pf = PROBE_TABLE[a & LANE_MASK], PROBE_TABLE[b & LANE_MASK]
+        klen = len(key) or -1  # a key column's width is never -1: an empty key takes the general search
+        version = sv.version
+        candidates = version.l0_tables  # checked against the key's range below, unless all overlap
+        for _level, files, largest in version.sorted_levels:
+            i = bisect_left(largest, key)
+            if i == len(files):
+                continue
+            f = files[i]
+            if f.largest_exclusive and f.largest == key:
+                i += 1
+                if i == len(files):
+                    continue
+                f = files[i]
+            if f.smallest <= key:  # (find_file, inline)
+                candidates += (f,)  # (onto no L0 table: the 1-tuple itself, nothing copied)
+        check = version.l0_ranges_apart  # False: every L0 table is probed (see above)
+        for f in candidates:
+            if check and not f.smallest <= key <= f.largest:
+                continue
+            p = f.point  # the reader's point-read form and the reader, once the table is open
+            if p is None:
+                r = f.reader or self._open_table(f)
+                p = f.point
+                if p is None:  # a reader without the form
+                    if r.range_tombstones:
+                        e = table_get_covered(sv, key, read_seq, self._open_table)
+                        break
+                    if may_contain_probe(r.filter, (x, pe, pf, d)):
+                        e = r.find(key, -read_seq)
+                        if e is not None:
+                            break
+                    continue
+            bits, nfb, k, ikeys, offsets, sizes, key_base, block_shards, r = p
+            if k == 6:  # the default filter (10 bits per key): its two masks, inline
+                o = (x % nfb) << 6
+                if not (bits[o + pe[0]] & pe[1] and bits[o + pe[2]] & pe[3] and bits[o + pe[4]] & pe[5]):
+                    continue
+                if not (bits[o + pf[0]] & pf[1] and bits[o + pf[2]] & pf[3] and bits[o + pf[4]] & pf[5]):
+                    continue
+            elif k and not may_contain_probe(r.filter, (x, pe, pf, d)):
+                continue
+            i = bisect_left(ikeys, key)
+            if i == len(ikeys):
+                continue
+            ckey = key_base + i  # antkv.memory.cache.Cache.new_block_keys
+            s = block_shards[i]  # the shard of ckey, found when the table was opened
+            find = s.find  # (a call of s.find straight away would look it up as a method, unspecialised)
+            e = find(ckey)
+            if e is not None:  # a clock entry (value, charge, key, slot)
+                s.bits[e[3]] = 1  # its reference bit
+                next(s.hit_counter)  # s.count_hit(), without the method-wrapper's call
+                block = e[0]
+            else:  # r.load_searchable(i, offset, size), inline
+                next(s.miss_counter)
+                offset = offsets[i]
+                size = sizes[i]
+                pread, verify, path = r.block_source
+                try:
+                    buf, size = check_block(pread(size + BLOCK_TRAILER_SIZE, offset), offset, size, verify, path)
+                except AntIOError as exc:  # the file's own read failed
+                    r.read_failed(exc)
+                except (OSError, CorruptionError):  # a bare OSError or a short read: the file's read says
+                    buf, size = r.read_checked(offset, size)
+                block = searchable_block(buf, size, path, offset)
+                s.put(ckey, block, size + SEARCHABLE_CHARGE, False)
+            try:
+                buf, _size, width, n, seqs_off, qw, kinds_off, ends, g, _r = block
+            except ValueError:  # not SEARCHABLE_FIELDS long: decoded by an iterator
+                width = 0
+            if width == klen:  # (0: not one width)
+                end = n * width
+                pos = buf.find(key, 0, end)
+                while pos > 0 and pos % width:  # a match across two keys: go on from the next key
+                    pos = buf.find(key, pos - pos % width + width, end)
+                if pos >= 0:
+                    j = pos // width
+                    at = seqs_off + j * qw
+                    seq = int.from_bytes(buf[at : at + qw], "little")
+                    kind = buf[kinds_off + j]
+                    if seq <= read_seq and kind <= MAX_KIND:  # else an older version, or damage
+                        v = g + n + j
+                        if kind == VALUE:
+                            return buf[ends[v - 1] : ends[v]]
+                        e = seq, kind, buf[ends[v - 1] : ends[v]]
+                        break
+                elif ikeys[i] != key:
+                    continue  # not in block i, so in no block of this table
+            # the general search: an index key equal to the key may have the key's versions in
+            # the next blocks too (find picks the block), else search_cached says which version
+            # or which damage
+            if ikeys[i] == key:
+                e = r.find(key, -read_seq)
+            else:
+                e = r.search_cached(block, i, key, -read_seq)
+            if e is not None:
+                break
+        else:
+            return default
+        if e is None or e[1] == DELETION:
             return default
         if e[1] == VALUE:
             return e[2]
-        if e[1] == DELETION:
-            return default
         return self._entry_value(key, e[1], e[2], sv, read_seq, default)
 
     def _await_published(self) -> None:
@@ -121,39 +274,11 @@ class ReadAPI(DBState):
         if not isinstance(fetch, bool):
             raise TypeError("fetch must be a bool")
         self._check_open()
-        read_seq = self._read_seq(snapshot)
         if fetch:
             value = self.get(key, snapshot=snapshot)
             return value is not None, value
-        e = self._newest_entry(key, read_seq, snapshot is None)
-        if e is None:
-            return False
-        if e[1] == EXPIRING:
-            return live_inner(e[2], now_ms(self.options.clock)) is not None
-        return True  # a value, a value pointer, or merge operands (onto a base or onto nothing)
-
-    def _newest_entry(self, key: bytes, read_seq: int, unpinned: bool = False):
-        """The newest ``(seq, kind, value)`` of ``key`` visible at ``read_seq``, value pointers
-        unresolved, or None where it reads as absent (deleted, range-deleted, never written).
-        :meth:`get` runs the same search fused with its value step.  ``unpinned``: ``read_seq``
-        is no snapshot's, so a later one serves as well (see :meth:`_await_published`)."""
-        sv = self._sv
-        tomb = 0
-        for mem in sv.memtables:
-            e = mem.get(key, read_seq)
-            if e is None and unpinned and mem.pruned:
-                newest = mem.versions.get(key)
-                if newest is not None and newest[0] > read_seq:
-                    self._await_published()
-                    return self._newest_entry(key, self._last_seq, True)
-            if mem.range_dels:
-                tomb = max(tomb, mem.fragments().max_covering_seq(key, read_seq))
-            if e is not None:
-                return None if tomb > e[0] or e[1] == DELETION else e
-            if tomb:
-                return None
-        e = sv.table_get(key, read_seq, self._open_table)
-        return None if e is None or e[1] == DELETION else e
+        # a value, a value pointer, or merge operands (onto a base or onto nothing): present
+        return self.get(key, _PRESENCE, snapshot=snapshot) is not _PRESENCE
 
     def _view(self, snapshot) -> ReadView:
         if snapshot is None and self._inplace:

@@ -49,7 +49,7 @@ class TranslatedTableReader(TableReader):
     def set_translation(self, seq_offset: int, vlog_map: dict[int, int]) -> None:
         self.seq_offset = seq_offset
         self.vlog_map = dict(vlog_map)
-        # the fused point read (antkv.read.point_get) returns a block's entries as stored:
+        # the fused point read (DB.get, antkv.db.read_api) returns a block's entries as stored:
         # every lookup of a translated table goes through find(), which translates them
         self.point = None
         self.range_tombstones = [(b, e, s + seq_offset) for b, e, s in self.range_tombstones]

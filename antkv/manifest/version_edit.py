@@ -81,7 +81,7 @@ class FileMetaData:
     reader: object = field(default=None, compare=False, repr=False)
     # the open reader's point-read form followed by the reader itself (``reader.point +
     # (reader,)``), set with ``reader`` by the table cache; None while the table is not open or
-    # when its reader has no such form.  A point read (antkv.read.point_get) takes it in one
+    # when its reader has no such form.  A point read (DB.get, antkv.db.read_api) takes it in one
     # step instead of two: the reader's attributes are in a dict, not a slot.
     point: tuple | None = field(default=None, compare=False, repr=False)
 

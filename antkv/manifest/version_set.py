@@ -51,7 +51,7 @@ class VlogFileState:
 class Version:
     """Tables per level; immutable once built.
 
-    ``sorted_levels`` lists ``(level, files, largest_keys)`` for every non-empty level >= 1,
+    ``l0_tables`` is ``levels[0]`` as a tuple.  ``sorted_levels`` lists ``(level, files, largest_keys)`` for every non-empty level >= 1,
     with ``largest_keys`` ready for a C-level ``bisect`` (the point-read path uses them).
     ``l0_ranges_apart`` is False when the key ranges of the L0 tables all overlap (they share a
     key, as flushes of keys written in random order do): a point read then skips checking a key
@@ -59,11 +59,12 @@ class Version:
     table's filter, or the search of its block, does the same anyway).
     """
 
-    __slots__ = ("levels", "sorted_levels", "l0_ranges_apart", "tables_by_vlog", "__weakref__")
+    __slots__ = ("levels", "l0_tables", "sorted_levels", "l0_ranges_apart", "tables_by_vlog", "__weakref__")
 
     def __init__(self, levels: list[list[FileMetaData]]):
         self.levels = levels
         l0 = levels[0] if levels else ()
+        self.l0_tables = tuple(l0)  # a point read's first candidates, a tuple it adds to
         # intervals that overlap pairwise share a point (and the reverse): the largest smallest
         # key is at most the smallest largest key
         self.l0_ranges_apart = bool(l0) and max(f.smallest for f in l0) > min(f.largest for f in l0)

@@ -2,7 +2,7 @@
 
 :func:`data_blocks` answers, for the tables of one version, the question a batched point read
 (RocksDB's ``MultiGet``) asks before it reads anything: for each key, the data block of every
-table a :func:`~antkv.read.point_get.table_get` could visit -- the level-0 tables whose range
+table a point read (:meth:`antkv.db.read_api.ReadAPI.get`) could visit -- the level-0 tables whose range
 holds the key (every level-0 table when their ranges all overlap:
 ``Version.l0_ranges_apart`` false) and at most one table per sorted level, each passed only if
 its filter may hold the key -- and the byte range of that block in the table's file (its trailer included).  A

@@ -10,7 +10,7 @@ A :class:`ReadView` is a super version plus a read sequence number; iterators an
 on one.  Sources are ordered newest first: memtable, immutable memtables, L0 tables (newest
 first), then one source per sorted level.  A key in an older source is always older than any
 range tombstone of a newer source, which is what lets :func:`antkv.read.iterators.skip_covered_forward`
-jump over covered spans and :meth:`SuperVersion.table_get` stop at the first covering tombstone.
+jump over covered spans and :func:`antkv.read.point_get.table_get_covered` stop at the first covering tombstone.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from .iterators import (
     visible_forward,
 )
 from .merge_visibility import merging_backward, merging_forward
-from .point_get import table_get as point_table_get
 from .runs import (
     entry_runs,
     entry_runs_backward,
@@ -59,9 +58,6 @@ class SuperVersion:
         self.version = version
         self.memtables = (mem,) + imms
         self._frag_cache = None  # (num_range_deletes, lo, hi, all fragments, per-source newer)
-
-    # the point read through the tables, fused into one frame (see antkv.read.point_get)
-    table_get = point_table_get
 
     # --- range tombstones for iterators ---
 

@@ -21,7 +21,7 @@ priority, a block is kept in one of two forms:
   iterator; lookups then ``bisect`` and iterators ``zip`` slices of the tuples, all in C (a
   searchable block an iterator reaches is decoded then).
 
-:attr:`TableReader.point` holds what the fused point read (:mod:`antkv.read.point_get`)
+:attr:`TableReader.point` holds what the fused point read (:meth:`antkv.db.read_api.ReadAPI.get`)
 needs of a table in one tuple, so that it can probe the filter, search the index and find the
 cached block without a call.
 
@@ -239,7 +239,7 @@ class TableReader:
         with one ``pread``, checked, in searchable form
         (:func:`~antkv.sst.block.searchable_block`) and put in the cache: a point read's cache
         miss (the caller has counted it).  The fused point read
-        (:func:`antkv.read.point_get.table_get`) does the same inline, through
+        (:meth:`antkv.db.read_api.ReadAPI.get`) does the same inline, through
         :attr:`block_source`.  REQUIRES: a cache."""
         f = self._file
         if f is None:

@@ -35,11 +35,13 @@ pass over the cached keys, the others from one scan each.
 
 from __future__ import annotations
 
+import struct
+
 from antkv import CorruptionError
 
 from antkv.spark.state.codec import decode_key
 from antkv.spark.store.keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
-from antkv.spark.processor.variables import decode_time, encode_time
+from antkv.spark.processor.variables import decode_time
 
 TIMER_BY_TIME_ID = 0xFFF0  # part of the stored layout
 TIMER_BY_KEY_ID = 0xFFF1  # the earlier layout's by-key entries (the module docstring)
@@ -53,6 +55,7 @@ _FLOORS_FROM_CACHE = 64  # unknown floors from which one pass over the row cache
 
 
 _LOW, _HIGH = -(1 << 63), 1 << 63  # _HIGH: the floor of a key group without timers
+_pack_time = struct.Struct(">Q").pack  # of ms - _LOW: encode_time(ms) for ms in [_LOW, _HIGH)
 
 
 def _time(ms) -> int:
@@ -95,7 +98,7 @@ class Timers:
         kg, key = handle.current_kg, handle.current_key
         if kg is None:
             handle.current_key_bytes()  # raises: no current key
-        return ms, kg, key, kg + _BY_TIME + encode_time(ms) + key
+        return ms, kg, key, kg + _BY_TIME + _pack_time(ms - _LOW) + key  # = encode_time(ms)
 
     def register(self, ms) -> None:
         ms, kg, key, by_time = self._entry(ms)
@@ -103,18 +106,14 @@ class Timers:
         floors = self._floors
         if ms < floors.get(kg, _LOW):
             floors[kg] = ms
-        if self._listed:
-            listed = self._listed.get(kg)
-            if listed is not None:
-                listed.setdefault(key, set()).add(ms)
+        if self._listed and kg in self._listed:
+            self._listed[kg].setdefault(key, set()).add(ms)
 
     def delete(self, ms) -> None:
         ms, kg, key, by_time = self._entry(ms)
         self._store.delete(by_time)
-        if self._listed:
-            times = self._listed.get(kg, {}).get(key)
-            if times is not None:
-                times.discard(ms)
+        if self._listed and kg in self._listed:
+            self._listed[kg].get(key, set()).discard(ms)
 
     def list(self) -> list[int]:
         """The current key's timers, earliest first."""

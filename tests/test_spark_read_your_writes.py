@@ -64,8 +64,8 @@ class Model:
 
     def keys_stored(self) -> int:
         """The stored keys this state takes (a value, a list, a map entry and a timer are one
-        each) plus the three variables' registrations."""
-        return (3 + len(self.values) + len(self.lists) + sum(len(m) for m in self.maps.values())
+        each) plus the three variables' registrations and the timers' layout version."""
+        return (4 + len(self.values) + len(self.lists) + sum(len(m) for m in self.maps.values())
                 + sum(len(t) for t in self.timers.values()))
 
 

@@ -17,11 +17,12 @@ batch and keeps them as ``{encoded key: times}`` for the rest of the batch (the 
 lifetime), kept up to date by the batch's registrations and deletions; the first listing in a
 key group costs one scan of its timers, the next ones a dict lookup.
 
-**The earlier layout** (format 1) also wrote each timer under ``TIMER_BY_KEY_ID`` as
-``key group | TIMER_BY_KEY_ID | encode_key(grouping key) | time -> b""``.  Its by-time entries
-are the same, so a store written with it is read as is; the first handle on a working copy
-deletes the by-key entries of the partition's key groups (one scan per key group, once per
-working copy: ``StateStore.memo``), and nothing reads them.
+**The layout's version** is ``TIMER_LAYOUT`` (``02``) under ``TIMER_LAYOUT_KEY`` in the
+store's metadata area.  The earlier layout (no such key) also wrote each timer under
+``TIMER_BY_KEY_ID`` as ``key group | TIMER_BY_KEY_ID | encode_key(grouping key) | time -> b""``.
+Its by-time entries are the same, so a store written with it is read as is; the first handle
+on a store without the version key deletes the by-key entries of the partition's key groups
+(one scan per key group) and writes the key, in its batch.  Nothing reads by-key entries.
 
 **Floors.**  A batch fires expired timers with one scan per key group, a seek into every
 source of the database even when nothing expired.  The working copy therefore keeps, across
@@ -40,7 +41,7 @@ import struct
 from antkv import CorruptionError
 
 from antkv.spark.state.codec import decode_key
-from antkv.spark.store.keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
+from antkv.spark.store.keygroups import KEY_GROUP_BYTES, METADATA_PREFIX, STATE_ID_BYTES, key_group_prefix, state_id_bytes
 from antkv.spark.processor.variables import decode_time
 
 TIMER_BY_TIME_ID = 0xFFF0  # part of the stored layout
@@ -51,6 +52,8 @@ _BY_TIME_END = state_id_bytes(TIMER_BY_TIME_ID + 1)  # above every by-time key o
 _HEAD = KEY_GROUP_BYTES + STATE_ID_BYTES
 _FLOORS = "timer_floors"  # StateStore.memo: key group prefix -> no live timer there is earlier
 _BY_KEY_GONE = "timer_by_key_gone"  # StateStore.memo: the owned key groups hold no by-key entry
+TIMER_LAYOUT_KEY = METADATA_PREFIX + b"timer-layout"  # part of the stored layout: -> TIMER_LAYOUT
+TIMER_LAYOUT = b"\x02"  # one entry per timer; absent: the earlier layout, or no handle yet
 _FLOORS_FROM_CACHE = 64  # unknown floors from which one pass over the row cache beats a scan each
 
 
@@ -80,12 +83,18 @@ class Timers:
         # key group prefix -> {encoded key: set of times}: the key groups listed this batch
         self._listed: dict[bytes, dict[bytes, set]] = {}
         if not memo.get(_BY_KEY_GONE):
-            self._drop_by_key_entries(handle.owned)
+            if store.get(TIMER_LAYOUT_KEY) != TIMER_LAYOUT:
+                self._drop_by_key_entries(handle.owned)
+                store.put(TIMER_LAYOUT_KEY, TIMER_LAYOUT)
             memo[_BY_KEY_GONE] = True
 
     def _drop_by_key_entries(self, key_groups) -> None:
         """Delete the earlier layout's by-key entries of ``key_groups`` (the module docstring)."""
         keys, delete = self._store.keys, self._store.delete
+        for _ in keys(stop=METADATA_PREFIX):
+            break
+        else:
+            return  # no state at all (a new store): one seek, not one per key group
         for kg in key_groups:
             for stored in list(keys(prefix=key_group_prefix(kg) + _BY_KEY)):
                 delete(stored)

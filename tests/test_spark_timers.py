@@ -121,6 +121,9 @@ def test_a_store_of_the_earlier_layout_is_read_and_loses_its_by_key_entries(tmp_
     release_idle_stores()
     store = open_store(loc, "t", 0, 1, manifest=manifest, options=opts)
     assert len(_by_key_entries(store)) == len(model) and store.get(TIMER_LAYOUT_KEY) is None
+    assert sorted((r.expiry_ms, r.key) for r in partition_records(store, 0)) == []  # by-key: not state
+    assert sorted((r.expiry_ms, r.key) for r in partition_records(store, 0, timers=True)) == \
+        sorted((t, key) for _, key, t in model)
     handle = _handle(store)
     assert _by_key_entries(store) == [] and store.get(TIMER_LAYOUT_KEY) == TIMER_LAYOUT
     for kg, key, _ in model:

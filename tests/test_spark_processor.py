@@ -303,8 +303,9 @@ def test_processing_time_timers_and_ttl_follow_the_injected_clock(spark, tmp_pat
     assert rows == [("a", "timer 1013000", 1, 1013000)]
     rows, keys_end = step([], 1030)
     assert rows == [] and keys_end < keys_after < keys_mid  # expired state is removed, not just hidden
-    # everything left is metadata: K and the three state names, in each of the 2 partitions
-    assert keys_end == 2 * 4
+    # everything left is metadata: K, the three state names and the timers' layout version, in
+    # each of the 2 partitions
+    assert keys_end == 2 * 5
 
 
 def test_event_time_survives_a_restarted_runner_and_late_rows_are_dropped(spark, tmp_path):

@@ -63,10 +63,10 @@ class Model:
         self.values, self.lists, self.maps, self.timers = {}, {}, {}, {}
 
     def keys_stored(self) -> int:
-        """The stored keys this state takes (a value, a list and a map entry are one each; a
-        timer is two) plus the three variables' registrations."""
-        return (3 + len(self.values) + len(self.lists) + sum(len(m) for m in self.maps.values())
-                + 2 * sum(len(t) for t in self.timers.values()))
+        """The stored keys this state takes (a value, a list, a map entry and a timer are one
+        each) plus the three variables' registrations and the timers' layout version."""
+        return (4 + len(self.values) + len(self.lists) + sum(len(m) for m in self.maps.values())
+                + sum(len(t) for t in self.timers.values()))
 
 
 def _check_all(handle, value, listed, mapped, model: Model) -> None:

@@ -10,8 +10,12 @@ import random
 import pytest
 
 from antkv.spark import StoreOptions, open_store, release_idle_stores
-from antkv.spark.store.keygroups import key_group_prefix, key_group_range
+from antkv.spark.state.codec import encode_key
+from antkv.spark.store.keygroups import key_group_prefix, key_group_range, state_id_bytes
 from antkv.spark.processor.handle import ProcessorHandle
+from antkv.spark.processor.timers import TIMER_BY_KEY_ID, TIMER_BY_TIME_ID, TIMER_LAYOUT, TIMER_LAYOUT_KEY
+from antkv.spark.processor.variables import encode_time
+from antkv.spark.tools.state_records import partition_records
 
 K = 128  # key groups, one partition (enough for the floors from the row cache)
 
@@ -94,5 +98,56 @@ def test_an_ingest_forgets_the_floors(tmp_path):
     assert _expired(store, _handle(store), 100) == ([], [])  # every floor is above 100
     store.ingest_version(source, key_group_prefix(3), key_group_prefix(4))
     assert _expired(store, _handle(store), 100) == ([(50, 3, ("late",))], list(range(K)))
+    store.abort()
+    release_idle_stores()
+
+
+def _by_key_entries(store) -> list[bytes]:
+    return [k for g in range(K) for k in store.keys(prefix=key_group_prefix(g) + state_id_bytes(TIMER_BY_KEY_ID))]
+
+
+def test_a_store_of_the_earlier_layout_is_read_and_loses_its_by_key_entries(tmp_path):
+    """Timers written twice (by time and by key, the earlier layout) are listed, fired and shown
+    from their by-time entries; the first handle deletes the by-key ones, which stay deleted,
+    and records the layout's version."""
+    loc, opts = f"file://{tmp_path}/loc", StoreOptions(cache_dir=str(tmp_path / "cache"))
+    model = {(kg, (f"k{i}",), t) for kg in (0, 5, 77) for i in range(3) for t in (10 * i, 10 * i + 200)}
+    store = open_store(loc, "t", 0, 0, manifest=None, options=opts)
+    for kg, key, t in model:  # as the earlier layout wrote them
+        prefix, encoded = key_group_prefix(kg), encode_key(key)
+        store.put(prefix + state_id_bytes(TIMER_BY_TIME_ID) + encode_time(t) + encoded, b"")
+        store.put(prefix + state_id_bytes(TIMER_BY_KEY_ID) + encoded + encode_time(t), b"")
+    manifest = store.commit().manifest
+    release_idle_stores()
+    store = open_store(loc, "t", 0, 1, manifest=manifest, options=opts)
+    assert len(_by_key_entries(store)) == len(model) and store.get(TIMER_LAYOUT_KEY) is None
+    assert sorted((r.expiry_ms, r.key) for r in partition_records(store, 0)) == []  # by-key: not state
+    assert sorted((r.expiry_ms, r.key) for r in partition_records(store, 0, timers=True)) == \
+        sorted((t, key) for _, key, t in model)
+    handle = _handle(store)
+    assert _by_key_entries(store) == [] and store.get(TIMER_LAYOUT_KEY) == TIMER_LAYOUT
+    for kg, key, _ in model:
+        handle.set_current_key(kg, key)
+        assert list(handle.listTimers()) == sorted(t for g, k, t in model if (g, k) == (kg, key))
+    handle.set_current_key(5, ("k1",))
+    handle.deleteTimer(210)
+    handle.registerTimer(7)
+    model = (model - {(5, ("k1",), 210)}) | {(5, ("k1",), 7)}
+    assert list(handle.listTimers()) == [7, 10]
+    handle.clear_current_key()
+    fired, _ = _expired(store, handle, 100)
+    assert sorted(fired) == sorted((t, kg, key) for kg, key, t in model if t <= 100)
+    manifest = store.commit().manifest
+    release_idle_stores()
+    store = open_store(loc, "t", 0, 2, manifest=manifest, options=opts)
+    assert _by_key_entries(store) == [] and store.get(TIMER_LAYOUT_KEY) == TIMER_LAYOUT
+    scans = []
+    keys = store.keys
+    store.keys = lambda *a, **k: (scans.append(a or k), keys(*a, **k))[1]
+    _handle(store)  # a fresh copy of a store of this layout: nothing to look for
+    del store.keys
+    assert scans == []
+    assert sorted((r.expiry_ms, r.key) for r in partition_records(store, 0, timers=True)) == \
+        sorted((t, key) for _, key, t in model)
     store.abort()
     release_idle_stores()

@@ -1,17 +1,28 @@
 """Timers of a stateful processor, stored in the partition's store, ordered by time then key.
 
 A timer is ``(grouping key, time in ms)``; a key has at most one timer per time.  Each timer
-is two empty-valued entries, in two key spaces of their own (reserved state ids), inside the
-timer's key group like every other stored key (so a rescale moves timers with their keys)::
+is one empty-valued entry, in a key space of its own (a reserved state id), inside the timer's
+key group like every other stored key (so a rescale moves timers with their keys)::
 
-    by time   key group | TIMER_BY_TIME_ID | time (8 B) | encode_key(grouping key)   -> b""
-    by key    key group | TIMER_BY_KEY_ID  | encode_key(grouping key) | time (8 B)   -> b""
+    key group | TIMER_BY_TIME_ID | time (8 B) | encode_key(grouping key)   -> b""
 
 (time: :func:`antkv.spark.processor.variables.encode_time`, whose byte order is the numeric
-order).  The *by time* space answers "which timers expired at ``t``" with one bounded scan per
-key group, ``[kg | BY_TIME, kg | BY_TIME | encode_time(t + 1))``, reading only expired timers
-and never the state; the *by key* space answers ``listTimers()`` for the current key with one
-prefix scan.  Registering, deleting and listing act on the current key of the handle.
+order).  It answers "which timers expired at ``t``" with one bounded scan per key group,
+``[kg | BY_TIME, kg | BY_TIME | encode_time(t + 1))``, reading only expired timers and never
+the state.  Registering and deleting a timer write that one entry: the key and the time name
+it.  Registering, deleting and listing act on the current key of the handle.
+
+**Listing.**  ``listTimers()`` for a key of key group ``kg`` scans ``kg``'s timers once per
+batch and keeps them as ``{encoded key: times}`` for the rest of the batch (the handle's
+lifetime), kept up to date by the batch's registrations and deletions; the first listing in a
+key group costs one scan of its timers, the next ones a dict lookup.
+
+**The layout's version** is ``TIMER_LAYOUT`` (``02``) under ``TIMER_LAYOUT_KEY`` in the
+store's metadata area.  The earlier layout (no such key) also wrote each timer under
+``TIMER_BY_KEY_ID`` as ``key group | TIMER_BY_KEY_ID | encode_key(grouping key) | time -> b""``.
+Its by-time entries are the same, so a store written with it is read as is; the first handle
+on a store without the version key deletes the by-key entries of the partition's key groups
+(one scan per key group) and writes the key, in its batch.  Nothing reads by-key entries.
 
 **Floors.**  A batch fires expired timers with one scan per key group, a seek into every
 source of the database even when nothing expired.  The working copy therefore keeps, across
@@ -25,23 +36,29 @@ pass over the cached keys, the others from one scan each.
 
 from __future__ import annotations
 
+import struct
+
 from antkv import CorruptionError
 
 from antkv.spark.state.codec import decode_key
-from antkv.spark.store.keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
-from antkv.spark.processor.variables import decode_time, encode_time
+from antkv.spark.store.keygroups import KEY_GROUP_BYTES, METADATA_PREFIX, STATE_ID_BYTES, key_group_prefix, state_id_bytes
+from antkv.spark.processor.variables import decode_time
 
 TIMER_BY_TIME_ID = 0xFFF0  # part of the stored layout
-TIMER_BY_KEY_ID = 0xFFF1  # part of the stored layout
+TIMER_BY_KEY_ID = 0xFFF1  # the earlier layout's by-key entries (the module docstring)
 _BY_TIME = state_id_bytes(TIMER_BY_TIME_ID)
 _BY_KEY = state_id_bytes(TIMER_BY_KEY_ID)
 _BY_TIME_END = state_id_bytes(TIMER_BY_TIME_ID + 1)  # above every by-time key of a key group
 _HEAD = KEY_GROUP_BYTES + STATE_ID_BYTES
 _FLOORS = "timer_floors"  # StateStore.memo: key group prefix -> no live timer there is earlier
+_BY_KEY_GONE = "timer_by_key_gone"  # StateStore.memo: the owned key groups hold no by-key entry
+TIMER_LAYOUT_KEY = METADATA_PREFIX + b"timer-layout"  # part of the stored layout: -> TIMER_LAYOUT
+TIMER_LAYOUT = b"\x02"  # one entry per timer; absent: the earlier layout, or no handle yet
 _FLOORS_FROM_CACHE = 64  # unknown floors from which one pass over the row cache beats a scan each
 
 
 _LOW, _HIGH = -(1 << 63), 1 << 63  # _HIGH: the floor of a key group without timers
+_pack_time = struct.Struct(">Q").pack  # of ms - _LOW: encode_time(ms) for ms in [_LOW, _HIGH)
 
 
 def _time(ms) -> int:
@@ -55,44 +72,69 @@ def _time(ms) -> int:
 
 
 class Timers:
-    """The timers of one partition's store; ``handle`` gives the current key."""
+    """The timers of one partition's store for one batch; ``handle`` gives the current key
+    and the partition's key groups (``handle.owned``)."""
 
     def __init__(self, store, handle):
         self._store = store
         self._handle = handle
-        self._floors = store.memo.setdefault(_FLOORS, {})
+        memo = store.memo
+        self._floors = memo.setdefault(_FLOORS, {})
+        # key group prefix -> {encoded key: set of times}: the key groups listed this batch
+        self._listed: dict[bytes, dict[bytes, set]] = {}
+        if not memo.get(_BY_KEY_GONE):
+            if store.get(TIMER_LAYOUT_KEY) != TIMER_LAYOUT:
+                self._drop_by_key_entries(handle.owned)
+                store.put(TIMER_LAYOUT_KEY, TIMER_LAYOUT)
+            memo[_BY_KEY_GONE] = True
 
-    def _entries(self, ms) -> tuple[int, bytes, bytes, bytes]:
-        """``(ms, key group prefix, by-time key, by-key key)`` of the current key's timer at ``ms``."""
+    def _drop_by_key_entries(self, key_groups) -> None:
+        """Delete the earlier layout's by-key entries of ``key_groups`` (the module docstring)."""
+        keys, delete = self._store.keys, self._store.delete
+        for _ in keys(stop=METADATA_PREFIX):
+            break
+        else:
+            return  # no state at all (a new store): one seek, not one per key group
+        for kg in key_groups:
+            for stored in list(keys(prefix=key_group_prefix(kg) + _BY_KEY)):
+                delete(stored)
+
+    def _entry(self, ms) -> tuple[int, bytes, bytes, bytes]:
+        """``(ms, key group prefix, encoded key, by-time key)`` of the current key's timer at ``ms``."""
         if type(ms) is not int or not _LOW <= ms < _HIGH:
             ms = _time(ms)
-        t = encode_time(ms)
         handle = self._handle
         kg, key = handle.current_kg, handle.current_key
         if kg is None:
             handle.current_key_bytes()  # raises: no current key
-        return ms, kg, kg + _BY_TIME + t + key, kg + _BY_KEY + key + t
+        return ms, kg, key, kg + _BY_TIME + _pack_time(ms - _LOW) + key  # = encode_time(ms)
 
     def register(self, ms) -> None:
-        ms, kg, by_time, by_key = self._entries(ms)
-        put = self._store.put
-        put(by_time, b"")
-        put(by_key, b"")
+        ms, kg, key, by_time = self._entry(ms)
+        self._store.put(by_time, b"")
         floors = self._floors
         if ms < floors.get(kg, _LOW):
             floors[kg] = ms
+        if self._listed and kg in self._listed:
+            self._listed[kg].setdefault(key, set()).add(ms)
 
     def delete(self, ms) -> None:
-        _, _, by_time, by_key = self._entries(ms)
-        delete = self._store.delete
-        delete(by_time)
-        delete(by_key)
+        ms, kg, key, by_time = self._entry(ms)
+        self._store.delete(by_time)
+        if self._listed and kg in self._listed:
+            self._listed[kg].get(key, set()).discard(ms)
 
     def list(self) -> list[int]:
         """The current key's timers, earliest first."""
         kg, key = self._handle.current_key_bytes()
-        prefix = kg + _BY_KEY + key
-        return [decode_time(stored, len(prefix)) for stored in self._store.keys(prefix=prefix)]
+        listed = self._listed.get(kg)
+        if listed is None:
+            listed = self._listed[kg] = {}
+            for stored in self._store.keys(kg + _BY_TIME, kg + _BY_TIME_END):
+                if len(stored) < _HEAD + 8:
+                    raise CorruptionError(f"timer entry {stored.hex()} is too short")
+                listed.setdefault(stored[_HEAD + 8:], set()).add(decode_time(stored, _HEAD))
+        return sorted(listed.get(key, ()))
 
     def expired(self, key_groups, threshold: int) -> list[tuple[int, bytes, int, tuple]]:
         """Every timer of ``key_groups`` with time ``<= threshold``, as ``(time, encoded key,

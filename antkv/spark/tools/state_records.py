@@ -7,15 +7,15 @@ recording ``kind | name`` per state id in the metadata area:
   (:data:`antkv.spark.state.views.STATE_NAME_PREFIX`): a value is the row itself;
 * a ``StatefulProcessor``'s (:data:`antkv.spark.processor.handle.PROCESSOR_STATE_PREFIX`):
   every value, list element and map value is stored as ``(expiry ms or None, row)``
-  (:mod:`antkv.spark.processor.variables`), and the timers live in two key spaces of reserved
-  state ids (:mod:`antkv.spark.processor.timers`).
+  (:mod:`antkv.spark.processor.variables`), and the timers live in a key space of a reserved
+  state id (:mod:`antkv.spark.processor.timers`).
 
 :func:`partition_records` scans the partition once, in key order, and yields
 :class:`StateRecord` s: per state variable and grouping key, one record per value, list element
 or map entry (``flatten=True``, the default of Spark's ``flattenCollectionTypes``), or one
 record holding the whole list or map (``flatten=False``); with ``timers=True``, one record per
-registered timer instead.  The TTL index and the timers' by-time space are internal and never
-shown.  :func:`antkv.spark.tools.state_reader.read_state` (on the driver) and the
+registered timer instead (in key group order, then time, then key).  The TTL index is
+internal and never shown, and neither are the by-key timer entries of the earlier layout.  :func:`antkv.spark.tools.state_reader.read_state` (on the driver) and the
 ``antkv-state`` data source (:mod:`antkv.spark.tools.state_source`, in the executors) are both
 built on it, so they always agree.
 """
@@ -36,8 +36,8 @@ from antkv.spark.store.keygroups import KEY_GROUP_BYTES, METADATA_PREFIX, STATE_
 KIND_NAMES = {VALUE: "value", LIST: "list", MAP: "map"}
 TIMER = "timer"  # the kind of a timer record
 _HEAD = KEY_GROUP_BYTES + STATE_ID_BYTES
-_BY_KEY = state_id_bytes(TIMER_BY_KEY_ID)
-_INTERNAL = {state_id_bytes(TIMER_BY_TIME_ID), state_id_bytes(TTL_INDEX_ID)}
+_BY_TIME = state_id_bytes(TIMER_BY_TIME_ID)
+_INTERNAL = {state_id_bytes(TIMER_BY_KEY_ID), state_id_bytes(TTL_INDEX_ID)}
 
 
 class StateRecord(NamedTuple):
@@ -97,13 +97,15 @@ def partition_records(store, partition: int, *, state_var: str | None = None, ti
     for stored, raw in store.items(stop=METADATA_PREFIX):
         sid = stored[KEY_GROUP_BYTES:_HEAD]
         if timers:
-            if sid == _BY_KEY:
-                key, end = decode_key(stored, _HEAD)
-                if end + 8 != len(stored):
-                    raise CorruptionError(f"timer entry {stored.hex()} has a malformed time")
-                yield StateRecord(partition, None, TIMER, key, None, None, decode_time(stored, end))
+            if sid == _BY_TIME:
+                if len(stored) < _HEAD + 8:
+                    raise CorruptionError(f"timer entry {stored.hex()} is too short")
+                key, end = decode_key(stored, _HEAD + 8)
+                if end != len(stored):
+                    raise CorruptionError(f"timer entry {stored.hex()} has a malformed key")
+                yield StateRecord(partition, None, TIMER, key, None, None, decode_time(stored, _HEAD))
             continue
-        if sid in _INTERNAL or sid == _BY_KEY or (wanted is not None and sid not in wanted):
+        if sid in _INTERNAL or sid == _BY_TIME or (wanted is not None and sid not in wanted):
             continue
         variable = variables.get(sid)
         if variable is None:

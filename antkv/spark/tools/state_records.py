@@ -15,7 +15,8 @@ recording ``kind | name`` per state id in the metadata area:
 or map entry (``flatten=True``, the default of Spark's ``flattenCollectionTypes``), or one
 record holding the whole list or map (``flatten=False``); with ``timers=True``, one record per
 registered timer instead (in key group order, then time, then key).  The TTL index is
-internal and never shown, and neither are the by-key timer entries of the earlier layout.  :func:`antkv.spark.tools.state_reader.read_state` (on the driver) and the
+internal and never shown, and neither are the by-key timer entries of the earlier layout.
+:func:`antkv.spark.tools.state_reader.read_state` (on the driver) and the
 ``antkv-state`` data source (:mod:`antkv.spark.tools.state_source`, in the executors) are both
 built on it, so they always agree.
 """

@@ -36,13 +36,11 @@ pass over the cached keys, the others from one scan each.
 
 from __future__ import annotations
 
-import struct
-
 from antkv import CorruptionError
 
 from antkv.spark.state.codec import decode_key
 from antkv.spark.store.keygroups import KEY_GROUP_BYTES, METADATA_PREFIX, STATE_ID_BYTES, key_group_prefix, state_id_bytes
-from antkv.spark.processor.variables import decode_time
+from antkv.spark.processor.variables import TIME_BIAS, decode_time, pack_time_field
 
 TIMER_BY_TIME_ID = 0xFFF0  # part of the stored layout
 TIMER_BY_KEY_ID = 0xFFF1  # the earlier layout's by-key entries (the module docstring)
@@ -58,7 +56,6 @@ _FLOORS_FROM_CACHE = 64  # unknown floors from which one pass over the row cache
 
 
 _LOW, _HIGH = -(1 << 63), 1 << 63  # _HIGH: the floor of a key group without timers
-_pack_time = struct.Struct(">Q").pack  # of ms - _LOW: encode_time(ms) for ms in [_LOW, _HIGH)
 
 
 def _time(ms) -> int:
@@ -69,6 +66,13 @@ def _time(ms) -> int:
     if not _LOW <= ms < _HIGH:
         raise OverflowError(f"timer time {ms} is outside the 64-bit range")
     return ms
+
+
+def _expiry(stored: bytes) -> int:
+    """The time of the stored timer entry ``stored`` (its encoded key follows at ``_HEAD + 8``)."""
+    if len(stored) < _HEAD + 8:
+        raise CorruptionError(f"timer entry {stored.hex()} is too short")
+    return decode_time(stored, _HEAD)
 
 
 class Timers:
@@ -107,7 +111,7 @@ class Timers:
         kg, key = handle.current_kg, handle.current_key
         if kg is None:
             handle.current_key_bytes()  # raises: no current key
-        return ms, kg, key, kg + _BY_TIME + _pack_time(ms - _LOW) + key  # = encode_time(ms)
+        return ms, kg, key, kg + _BY_TIME + pack_time_field(ms + TIME_BIAS) + key  # = encode_time(ms)
 
     def register(self, ms) -> None:
         ms, kg, key, by_time = self._entry(ms)
@@ -131,9 +135,7 @@ class Timers:
         if listed is None:
             listed = self._listed[kg] = {}
             for stored in self._store.keys(kg + _BY_TIME, kg + _BY_TIME_END):
-                if len(stored) < _HEAD + 8:
-                    raise CorruptionError(f"timer entry {stored.hex()} is too short")
-                listed.setdefault(stored[_HEAD + 8:], set()).add(decode_time(stored, _HEAD))
+                listed.setdefault(stored[_HEAD + 8:], set()).add(_expiry(stored))
         return sorted(listed.get(key, ()))
 
     def expired(self, key_groups, threshold: int) -> list[tuple[int, bytes, int, tuple]]:
@@ -150,9 +152,7 @@ class Timers:
                 continue  # nothing there expired (the module docstring: floors)
             floor, before = _HIGH, len(out)
             for stored in self._store.keys(prefix + _BY_TIME, prefix + _BY_TIME_END):
-                if len(stored) < _HEAD + 8:
-                    raise CorruptionError(f"timer entry {stored.hex()} is too short")
-                expiry = decode_time(stored, _HEAD)
+                expiry = _expiry(stored)
                 if expiry > threshold:
                     floor = expiry
                     break

@@ -55,6 +55,10 @@ from antkv.spark.store.keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_gro
 TTL_INDEX_ID = 0xFFF2  # part of the stored layout: the state id of the TTL index
 _TIME = struct.Struct(">Q")
 _SIGN = 1 << 63
+pack_time_field = _TIME.pack
+"""``encode_time(ms)`` is ``pack_time_field(ms + TIME_BIAS)`` for an int ``ms`` in
+``[-2**63, 2**63)``: a caller that checked the range packs without the call."""
+TIME_BIAS = _SIGN
 
 
 def encode_time(ms: int) -> bytes:

@@ -175,6 +175,7 @@ class ClockMachine(RuleBasedStateMachine):
         self.refs: list[ClockReference] = []
         self.handles: list[tuple[Handle, dict]] = []
         self.version = 0
+        self.home: list = [None] * 12  # the keys' home items, as a table keeps its blocks' entries
 
     @precondition(lambda self: self.cache is None)
     @rule(capacity=st.integers(0, 800), strict=st.booleans(), bits=st.sampled_from([0, 1]))
@@ -188,12 +189,16 @@ class ClockMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.cache is not None)
     @rule(key=st.integers(0, 11), charge=st.sampled_from([0, 1, 7, 30, 64, 100, 250]),
-          high=st.booleans(), pin=st.booleans())
-    def insert(self, key, charge, high, pin):
+          high=st.booleans(), pin=st.booleans(), homed=st.booleans())
+    def insert(self, key, charge, high, pin, homed):
         self.version += 1
         priority = "high" if high else "low"
         expected = self.ref(key).insert(key, self.version, charge, high, pin)
-        if not pin:
+        if not pin and homed and not high:  # a table's data block: its entry kept in home[key]
+            assert self.cache.put_block(key, self.version, charge, self.home, key) == (expected != "full")
+            if expected != "full":
+                assert self.home[key][0] == self.version
+        elif not pin:
             assert self.cache.put(key, self.version, charge, priority) == (expected != "full")
         elif expected == "full":
             with pytest.raises(MemoryLimitError):
@@ -247,6 +252,10 @@ class ClockMachine(RuleBasedStateMachine):
             assert ring(self.cache, i) == keys[r.h :] + keys[: r.h]
             assert [bool(s.bits[s.table[k][SLOT]]) for k in keys] == [bool(e["hit"]) for e in r.ring]
             assert s.usage == r.usage and sorted(s.table) == sorted(r.table)
+        for k, item in enumerate(self.home):  # an entry that left the cache left its home
+            if item is not None:
+                e = self.cache.shards[hash(k) & self.mask].table.get(k)
+                assert e is not None and (e is item or tuple(e) == item), (k, item, e)
 
     def teardown(self):
         for h, e in self.handles:
@@ -338,3 +347,40 @@ def test_cached_blocks_add_nothing_the_garbage_collector_walks(tmp_path):
         assert len(gc.get_objects()) - before < len(entries) // 4
     finally:
         db.close()
+
+
+# --------------------------------------------------------------------------- homes
+def test_a_table_finds_its_cached_blocks_by_index_and_the_cache_empties_what_it_drops(tmp_path):
+    """The fused point read finds a table's cached block in the table's list of its blocks'
+    entries; every block the cache evicts, and every block of a closed table, leaves that list,
+    so the list never keeps a block the cache no longer charges."""
+    import antkv
+
+    cache = Cache(40 * 4096, num_shard_bits=2, policy="clock")  # room for ~36 of the table's blocks
+    db = antkv.open(str(tmp_path / "db"), antkv.Options(block_cache=cache))
+    try:
+        keys = [b"k%07d" % i for i in range(20_000)]
+        for k in keys:
+            db.put(k, b"v" * 100)
+        db.flush()
+        rnd = random.Random(7)
+        for k in rnd.sample(keys, 5_000):
+            assert db.get(k) == b"v" * 100
+        (f,) = db._sv.version.levels[0]
+        reader = f.reader
+        held = [(i, e) for i, e in enumerate(reader._cached) if e is not None]
+        cached = {k: e for s in cache.shards for k, e in s.table.items()}
+        assert 20 < len(held) == len(cached) < len(reader._cached) // 4  # evictions emptied the rest
+        for i, e in held:
+            assert cached[reader._key_base + i] is e
+        i, e = held[0]
+        last_key = reader.index()[0][i]  # the block's index key is its last key
+        key = b"k%07d" % (int(last_key[1:]) - 1)  # in the same block (an index key's read looks twice)
+        hits = cache.stats()["hits"]
+        assert db.get(key) == b"v" * 100
+        assert cache.stats()["hits"] == hits + 1  # found through the table's list, counted as a hit
+        cache._check()
+    finally:
+        db.close()
+    assert all(e is None for e in reader._cached)
+    assert len(cache) == 0

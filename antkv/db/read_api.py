@@ -87,7 +87,8 @@ class ReadAPI(DBState):
         2. the index search (the first index key >= the key names the only block that can
            hold it);
         3. the block cache hit, without a lock (the clock policy's hit:
-           :mod:`antkv.memory.clock`), or on a miss the block read, checked and cached as
+           :mod:`antkv.memory.clock`; the entry found by index in the table's list of its
+           blocks' entries, which every insert of one of its blocks fills), or on a miss the block read, checked and cached as
            :meth:`TableReader.load_searchable` does (through the reader's ``block_source``, the
            file's positional read: a read of a table closed meanwhile fails, and
            :meth:`TableReader.read_failed` reports it as closed; a short read or a bare
@@ -178,7 +179,7 @@ class ReadAPI(DBState):
                         if e is not None:
                             break
                     continue
-            bits, nfb, k, ikeys, offsets, sizes, key_base, block_shards, r = p
+            bits, nfb, k, ikeys, offsets, sizes, key_base, block_shards, cached, r = p
             if k == 6:  # the default filter (10 bits per key): its two masks, inline
                 o = (x % nfb) << 6
                 if not (bits[o + pe[0]] & pe[1] and bits[o + pe[2]] & pe[3] and bits[o + pe[4]] & pe[5]):
@@ -190,11 +191,11 @@ class ReadAPI(DBState):
             i = bisect_left(ikeys, key)
             if i == len(ikeys):
                 continue
-            ckey = key_base + i  # antkv.memory.cache.Cache.new_block_keys
-            s = block_shards[i]  # the shard of ckey, found when the table was opened
-            find = s.find  # (a call of s.find straight away would look it up as a method, unspecialised)
-            e = find(ckey)
-            if e is not None:  # a clock entry (value, charge, key, slot)
+            # block i's cache entry (value, charge, key, slot), or None when the block is not
+            # cached: every insert of a table's data block gives the entry its home in cached
+            e = cached[i]
+            s = block_shards[i]  # the shard of its key, found when the table was opened
+            if e is not None:
                 s.bits[e[3]] = 1  # its reference bit
                 next(s.hit_counter)  # s.count_hit(), without the method-wrapper's call
                 block = e[0]
@@ -210,7 +211,7 @@ class ReadAPI(DBState):
                 except (OSError, CorruptionError):  # a bare OSError or a short read: the file's read says
                     buf, size = r.read_checked(offset, size)
                 block = searchable_block(buf, size, path, offset)
-                s.put(ckey, block, size + SEARCHABLE_CHARGE, False)
+                s.put(key_base + i, block, size + SEARCHABLE_CHARGE, False, cached, i)
             try:
                 buf, _size, width, n, seqs_off, qw, kinds_off, ends, g, _r = block
             except ValueError:  # not SEARCHABLE_FIELDS long: decoded by an iterator

@@ -289,6 +289,12 @@ class Cache:
             high = _priority(priority)
         return self.shards[hash(key) & self.mask].put(key, value, charge, high)
 
+    def put_block(self, key: int, value: Any, charge: int, home: list | None, index: int) -> bool:
+        """:meth:`put` of a table's data block (low priority) under its key from
+        :meth:`new_block_keys`; under the clock policy ``home[index]`` holds the entry while
+        it is cached (:mod:`antkv.memory.clock`), so that a point read finds it by index."""
+        return self.shards[hash(key) & self.mask].put(key, value, charge, False, home, index)
+
     # ----------------------------------------------------------------- handles
     def insert(self, key: Hashable, value: Any, charge: int, priority: str = "low") -> Handle:
         """Insert and return a pinned handle (``release`` it).

@@ -3,11 +3,12 @@
 RocksDB's direction for a cache whose hits scale (``HyperClockCache``): a hit does not reorder
 anything, it only sets the entry's *reference bit*; the work of telling hot from cold entries
 moves to eviction, which sweeps a clock hand over the entries.  In Python this turns a hit into
-a dictionary probe and one list store, with no lock: :meth:`antkv.memory.cache.Cache.get` (and
-the fused point-read path of :mod:`antkv.read.point_get`) probe ``shard.table`` (through
-``shard.find``, its ``get``) without the shard's lock, set the entry's bit in ``shard.bits``
-(``shard.bits[entry[SLOT]] = 1``), take ``entry[VALUE]`` and count the hit with
-``shard.count_hit()``.
+a dictionary probe (or a list index, below) and one list store, with no lock:
+:meth:`antkv.memory.cache.Cache.get` probes ``shard.table`` (through ``shard.find``, its
+``get``) without the shard's lock, sets the entry's bit in ``shard.bits``
+(``shard.bits[entry[SLOT]] = 1``), takes ``entry[VALUE]`` and counts the hit with
+``shard.count_hit()``; the fused point read (:meth:`antkv.db.read_api.ReadAPI.get`) does the
+same with the entry it finds in the entry's home.
 
 An entry is a tuple ``(value, charge, key, slot)`` (fields :data:`VALUE`, :data:`CHARGE`,
 :data:`KEY`, :data:`SLOT`): a block read's insert creates one small tuple, not an object with a
@@ -20,6 +21,17 @@ mutable list stays tracked, and a cache filling with blocks made every full coll
 one list per cached block.  An entry that is pinned becomes a :class:`ClockHandle` -- the same
 fields, plus the handle's ``refs``, ``in_cache`` and ``shard`` -- which replaces the plain tuple
 in the table and stays the entry, pinned or not, until it leaves the cache.
+
+An entry may also have a *home*: item ``index`` of a list its inserter keeps (a table keeps one
+item per data block, :attr:`antkv.sst.reader.TableReader.point`), which holds the entry while
+it is in the table, so that a point read finds a cached block by a list index instead of a
+dictionary probe.  The home is recorded by slot (``homes[slot]`` and ``home_index[slot]``, lists
+beside ``bits``), not in the entry, which stays a tuple the collector ignores.  Whenever an
+entry leaves the table its home item is set to None, under the lock, so a home never keeps a
+block the cache no longer charges; a home item may still hold the tuple of an entry since
+pinned (its handle took the tuple's place in the table), which has the same slot and value.
+A table inserts its data blocks only with their home (:meth:`antkv.memory.cache.Cache.put_block`),
+so its point read takes an empty home item for a block that is not cached.
 
 The table is also the ring: an ``OrderedDict`` from key to entry, in the order the hand meets
 them, whose first entry is the one under the hand.  Moving the hand past an entry moves that
@@ -52,7 +64,8 @@ gives that entry one more turn.  The counters stay exact: ``count_hit`` and
 ``count_miss`` are ``itertools.count`` steps, atomic under the GIL.
 
 Invariants (checked by :func:`check_clock_shard`): the table's entries hold distinct slots,
-none of them free, and every slot below ``len(bits)`` is an entry's or free; ``usage`` = charges of the table's entries
+none of them free, and every slot below ``len(bits)`` is an entry's or free; a free slot has no
+home, and an entry's home item is the entry (or the tuple it replaced when pinned); ``usage`` = charges of the table's entries
 + charges of detached pinned entries; each entry is under its own key; ``pinned_usage`` =
 charges of the table's pinned entries + ``detached_usage``, so ``usage - pinned_usage`` is the
 ring's charge; ``pinned_entries`` counts the table's pinned entries; a pinned entry is a
@@ -101,7 +114,8 @@ class ClockShard:
     lock_free_hits = True  # Cache.get and the fused point read probe ``table`` without the lock
 
     __slots__ = (
-        "owner", "strict", "lock", "table", "find", "popitem", "setdefault", "bits", "free_slots", "capacity", "usage",
+        "owner", "strict", "lock", "table", "find", "popitem", "setdefault", "bits", "homes", "home_index", "free_slots",
+        "capacity", "usage",
         "pinned_usage", "detached_usage",
         "pinned_entries", "hit_counter", "count_hit", "miss_counter", "count_miss", "inserts",
         "removed", "rejected",
@@ -121,6 +135,8 @@ class ClockShard:
         self.popitem = self.table.popitem
         self.setdefault = self.table.setdefault
         self.bits: list[int] = []  # the reference bit of the entry holding each slot: 0, 1 or FRESH
+        self.homes: list = []  # the home list of the entry holding each slot, or None
+        self.home_index: list[int] = []  # the entry's item in its home list
         self.free_slots: list[int] = []  # slots below len(bits) that no entry holds
         self.capacity = capacity
         self.usage = 0  # every charged entry, pinned or not, in the table or detached
@@ -142,7 +158,7 @@ class ClockShard:
         chances = len(table)  # reference bits this sweep may clear before it stops sparing entries
         limit = self.capacity - charge
         usage = self.usage
-        bits = self.bits
+        bits, homes = self.bits, self.homes
         free = self.free_slots
         while usage > limit and table:
             k, e = popitem(False)  # the entry under the hand
@@ -159,13 +175,17 @@ class ClockShard:
                     table[k] = e  # the hand moves past it
                     continue
             usage -= e[1]  # e[CHARGE]
+            home = homes[slot]
+            if home is not None:
+                home[self.home_index[slot]] = homes[slot] = None
             free.append(slot)
         self.usage = usage
 
-    def put(self, key, value, charge: int, high: bool) -> bool:
+    def put(self, key, value, charge: int, high: bool, home: list | None = None, index: int = 0) -> bool:
         """Insert an unpinned entry, taking the lock; False, and nothing kept, when it cannot
-        fit.  Every block read that misses the cache runs this, so it is one frame: the sweep
-        of :meth:`evict` and the entry inline."""
+        fit.  ``home[index]`` (a list's item) holds the entry while it is in the table.  Every
+        block read that misses the cache runs this, so it is one frame: the sweep of
+        :meth:`evict` and the entry inline."""
         tokens = self.lock.tokens  # TokenMutex.acquire, inline
         try:
             tokens.pop()
@@ -174,7 +194,7 @@ class ClockShard:
         try:  # try/finally is cheaper than ``with`` on CPython 3.11
             usage = self.usage + charge
             capacity = self.capacity
-            bits = self.bits
+            bits, homes = self.bits, self.homes
             if usage > capacity:  # evict(charge), inline
                 slot = -1  # the new entry's: the first slot the sweep frees (not through the
                 # free list: a list emptied and refilled at every insert reallocates)
@@ -198,10 +218,13 @@ class ClockShard:
                                 table[k] = e
                                 continue
                         usage -= e[1]
+                        k = e[3]  # the evicted entry's slot
+                        if homes[k] is not None:
+                            homes[k][self.home_index[k]] = homes[k] = None
                         if slot < 0:
-                            slot = e[3]
+                            slot = k
                         else:
-                            self.free_slots.append(e[3])
+                            self.free_slots.append(k)
                 except KeyError:  # what is left is pinned: the entry cannot fit
                     self.usage = usage - charge
                     self.rejected += 1
@@ -216,6 +239,8 @@ class ClockShard:
                 else:
                     slot = len(bits)
                     bits.append(0)
+                    homes.append(None)
+                    self.home_index.append(0)
             self.usage = usage
             e = (value, charge, key, slot)
             bits[slot] = high  # a high entry starts referenced
@@ -223,6 +248,10 @@ class ClockShard:
             if setdefault(key, e) is not e:  # cached meanwhile by another reader: replace
                 self.take_out(key)
                 self.table[key] = e
+            if home is not None:  # (after take_out, which empties the home item of the entry replaced)
+                homes[slot] = home
+                self.home_index[slot] = index
+                home[index] = e
             self.inserts += 1
             return True
         finally:
@@ -233,7 +262,7 @@ class ClockShard:
         charged if pinned.  REQUIRES: ``key`` in the table."""
         old = self.table.pop(key)
         self.removed += 1
-        self.free_slots.append(old[SLOT])
+        self._free(old[SLOT])
         if type(old) is ClockHandle:
             old.in_cache = False
             if old.refs:
@@ -241,6 +270,13 @@ class ClockShard:
                 self.detached_usage += old[CHARGE]
                 return
         self.usage -= old[CHARGE]
+
+    def _free(self, slot: int) -> None:
+        """Give back ``slot``, whose entry left the table, emptying its home item."""
+        home = self.homes[slot]
+        if home is not None:
+            home[self.home_index[slot]] = self.homes[slot] = None
+        self.free_slots.append(slot)
 
     def insert_pinned(self, key, value, charge: int, high: bool) -> ClockHandle:
         """Insert with one handle (the caller made room or may go over capacity)."""
@@ -252,6 +288,8 @@ class ClockShard:
         else:
             slot = len(bits)
             bits.append(0)
+            self.homes.append(None)
+            self.home_index.append(0)
         bits[slot] = 1 if high else FRESH
         h = ClockHandle((value, charge, key, slot))
         h.refs = 1
@@ -293,7 +331,7 @@ class ClockShard:
                 self.table.move_to_end(h[KEY])
                 return False
             del self.table[h[KEY]]
-            self.free_slots.append(h[SLOT])
+            self._free(h[SLOT])
             self.removed += 1
             h.in_cache = False
         else:
@@ -341,6 +379,13 @@ def check_clock_shard(s: ClockShard) -> None:
     slots = [e[SLOT] for e in s.table.values()]
     assert len(set(slots)) == len(slots), "two entries hold one slot"
     assert sorted(slots + s.free_slots) == list(range(len(s.bits))), "a slot both held and free, or lost"
+    assert len(s.homes) == len(s.home_index) == len(s.bits)
+    assert all(s.homes[slot] is None for slot in s.free_slots), "a free slot with a home"
+    for e in s.table.values():
+        home = s.homes[e[SLOT]]
+        if home is not None:
+            held = home[s.home_index[e[SLOT]]]
+            assert held is e or (type(e) is ClockHandle and held == tuple(e)), f"{e!r} not in its home"
     for k, e in s.table.items():
         assert type(e) in (tuple, ClockHandle) and len(e) == 4 and e[KEY] == k, f"bad entry {e!r}"
         bit = s.bits[e[SLOT]]

@@ -183,8 +183,10 @@ class LRUShard:
         e.refs = 1
         return e
 
-    def put(self, key, value, charge: int, high: bool) -> bool:
-        """Insert an unpinned entry, taking the lock; False (and nothing kept) if it cannot fit."""
+    def put(self, key, value, charge: int, high: bool, home: list | None = None, index: int = 0) -> bool:
+        """Insert an unpinned entry, taking the lock; False (and nothing kept) if it cannot fit.
+        ``home`` is the clock policy's (:meth:`antkv.memory.clock.ClockShard.put`): a shard
+        whose hits take the lock keeps none."""
         with self.lock:
             if self.usage + charge > self.capacity:
                 self.evict(charge)

@@ -23,7 +23,9 @@ priority, a block is kept in one of two forms:
 
 :attr:`TableReader.point` holds what the fused point read (:meth:`antkv.db.read_api.ReadAPI.get`)
 needs of a table in one tuple, so that it can probe the filter, search the index and find the
-cached block without a call.
+cached block without a call: under the clock policy a list with one item per data block, the
+block's cache entry while it is cached, else None (the entry's *home*, :mod:`antkv.memory.clock`,
+which the cache empties when the entry leaves it), and the cache shard of each block.
 
 Index invariant (see ``builder.py``): entries of block ``i`` <= index key ``i`` < entries of
 block ``i + 1``.  A lookup therefore bisects the index for the first index key >= the target
@@ -83,10 +85,12 @@ class TableReader:
         self._handles: list = []
         self._cache_id: int | None = None  # set once the index is loaded and the table cached
         self._key_base = 0  # block i of the table is cached under _key_base + i
+        self._cached: list | None = None  # under the clock policy, item i: block i's cache entry or None
         self._fragments: FragmentedRangeTombstones | None = None  # built on first use
         self.memory_outside_cache = 0  # set by open
         # (filter bits, filter blocks, k, index keys, block offsets, block sizes, cache id, the
-        # cache shard of each block) for the fused point read; None when it must take find():
+        # cache shard of each block, the cache entry of each block or None) for the fused point
+        # read; None when it must take find():
         # a table with range tombstones, no cache or a cache whose hits lock, or a closed table
         self.point: tuple | None = None
         # (the file's positional read, whether to verify checksums, the path): what the fused
@@ -146,8 +150,9 @@ class TableReader:
                 # block to its shard without hashing the key (one pointer per block, charged)
                 shards, mask = cache.shards, cache.mask
                 block_shards = [shards[hash(base + i) & mask] for i in range(len(index[2]))]
-                index_charge += 8 * len(block_shards)
-                self.point = (bits, m >> 9, k, index[0], index[2], index[3], base, block_shards)
+                self._cached = cached = [None] * len(block_shards)
+                index_charge += 16 * len(block_shards)
+                self.point = (bits, m >> 9, k, index[0], index[2], index[3], base, block_shards, cached)
         if cache is not None and cache_meta:
             self._handles.append(cache.insert((self._cache_id, self._index_handle[0]), index, index_charge, "high"))
             self._handles.append(cache.insert((self._cache_id, self._filter_handle[0]), filt, filter_charge, "high"))
@@ -249,7 +254,7 @@ class TableReader:
         except (AntIOError, CorruptionError) as e:
             self.read_failed(e)
         block = searchable_block(buf, size, self.path, offset)
-        self._cache.put(self._key_base + i, block, size + SEARCHABLE_CHARGE)
+        self._cache.put_block(self._key_base + i, block, size + SEARCHABLE_CHARGE, self._cached, i)
         return block
 
     def _data_block(self, i: int):
@@ -270,7 +275,7 @@ class TableReader:
         from the file when None -- and leave the decoded form in the cache under ``key``."""
         buf, n = self.read_checked(offset, size) if raw is None else raw[:2]
         block = decode_block(buf, n, self.path, offset)
-        self._cache.put(key, block, _block_charge(n, len(block[0])))
+        self._cache.put_block(key, block, _block_charge(n, len(block[0])), self._cached, key - self._key_base)
         return block
 
     def _scan_blocks(self, order: range) -> Iterator[tuple[list, list, list, list]]:

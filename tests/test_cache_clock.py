@@ -166,6 +166,9 @@ class ClockReference:
         self._evict(0)
 
 
+HOMED = 100  # keys HOMED.. are a table's data blocks: inserted only with their home (put_block)
+
+
 class ClockMachine(RuleBasedStateMachine):
     """Random operations on a 2-shard clock cache, compared step by step with the reference."""
 
@@ -175,7 +178,7 @@ class ClockMachine(RuleBasedStateMachine):
         self.refs: list[ClockReference] = []
         self.handles: list[tuple[Handle, dict]] = []
         self.version = 0
-        self.home: list = [None] * 12  # the keys' home items, as a table keeps its blocks' entries
+        self.home: list = [None] * 6  # the home items of keys HOMED.., as a table keeps its blocks' entries
 
     @precondition(lambda self: self.cache is None)
     @rule(capacity=st.integers(0, 800), strict=st.booleans(), bits=st.sampled_from([0, 1]))
@@ -189,16 +192,12 @@ class ClockMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.cache is not None)
     @rule(key=st.integers(0, 11), charge=st.sampled_from([0, 1, 7, 30, 64, 100, 250]),
-          high=st.booleans(), pin=st.booleans(), homed=st.booleans())
-    def insert(self, key, charge, high, pin, homed):
+          high=st.booleans(), pin=st.booleans())
+    def insert(self, key, charge, high, pin):
         self.version += 1
         priority = "high" if high else "low"
         expected = self.ref(key).insert(key, self.version, charge, high, pin)
-        if not pin and homed and not high:  # a table's data block: its entry kept in home[key]
-            assert self.cache.put_block(key, self.version, charge, self.home, key) == (expected != "full")
-            if expected != "full":
-                assert self.home[key][0] == self.version
-        elif not pin:
+        if not pin:
             assert self.cache.put(key, self.version, charge, priority) == (expected != "full")
         elif expected == "full":
             with pytest.raises(MemoryLimitError):
@@ -208,7 +207,18 @@ class ClockMachine(RuleBasedStateMachine):
             self.handles.append((h, expected))
 
     @precondition(lambda self: self.cache is not None)
-    @rule(key=st.integers(0, 11), pin=st.booleans())
+    @rule(i=st.integers(0, 5), charge=st.sampled_from([0, 1, 7, 30, 64, 100, 250]))
+    def insert_block(self, i, charge):
+        """A table's data block: its key is the table's own, always inserted with its home."""
+        self.version += 1
+        key = HOMED + i
+        expected = self.ref(key).insert(key, self.version, charge, False, False)
+        assert self.cache.put_block(key, self.version, charge, self.home, i) == (expected != "full")
+        if expected != "full":
+            assert self.home[i][0] == self.version
+
+    @precondition(lambda self: self.cache is not None)
+    @rule(key=st.integers(0, 11) | st.integers(HOMED, HOMED + 5), pin=st.booleans())
     def lookup(self, key, pin):
         e = self.ref(key).lookup(key, pin)
         if pin:
@@ -228,7 +238,7 @@ class ClockMachine(RuleBasedStateMachine):
         self.cache.release(h)
 
     @precondition(lambda self: self.cache is not None)
-    @rule(key=st.integers(0, 11))
+    @rule(key=st.integers(0, 11) | st.integers(HOMED, HOMED + 5))
     def erase(self, key):
         expected = key in self.ref(key).table
         self.ref(key).erase(key)
@@ -252,10 +262,10 @@ class ClockMachine(RuleBasedStateMachine):
             assert ring(self.cache, i) == keys[r.h :] + keys[: r.h]
             assert [bool(s.bits[s.table[k][SLOT]]) for k in keys] == [bool(e["hit"]) for e in r.ring]
             assert s.usage == r.usage and sorted(s.table) == sorted(r.table)
-        for k, item in enumerate(self.home):  # an entry that left the cache left its home
-            if item is not None:
-                e = self.cache.shards[hash(k) & self.mask].table.get(k)
-                assert e is not None and (e is item or tuple(e) == item), (k, item, e)
+        for i, item in enumerate(self.home):  # a homed key is cached exactly when its home item is set
+            e = self.cache.shards[hash(HOMED + i) & self.mask].table.get(HOMED + i)
+            assert (e is None) == (item is None), (i, item, e)
+            assert item is None or e is item or tuple(e) == item, (i, item, e)
 
     def teardown(self):
         for h, e in self.handles:

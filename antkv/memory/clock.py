@@ -31,7 +31,9 @@ entry leaves the table its home item is set to None, under the lock, so a home n
 block the cache no longer charges; a home item may still hold the tuple of an entry since
 pinned (its handle took the tuple's place in the table), which has the same slot and value.
 A table inserts its data blocks only with their home (:meth:`antkv.memory.cache.Cache.put_block`),
-so its point read takes an empty home item for a block that is not cached.
+so a key with a home is in the table exactly when its home item is set: the point read takes an
+empty item for a block that is not cached, and an insert with a home replaces an entry only when
+the item is set (two readers that missed the same block), without probing the table.
 
 The table is also the ring: an ``OrderedDict`` from key to entry, in the order the hand meets
 them, whose first entry is the one under the hand.  Moving the hand past an entry moves that
@@ -114,7 +116,7 @@ class ClockShard:
     lock_free_hits = True  # Cache.get and the fused point read probe ``table`` without the lock
 
     __slots__ = (
-        "owner", "strict", "lock", "table", "find", "popitem", "setdefault", "bits", "homes", "home_index", "free_slots",
+        "owner", "strict", "lock", "tokens", "table", "find", "popitem", "setdefault", "bits", "homes", "home_index", "free_slots",
         "capacity", "usage",
         "pinned_usage", "detached_usage",
         "pinned_entries", "hit_counter", "count_hit", "miss_counter", "count_miss", "inserts",
@@ -125,6 +127,7 @@ class ClockShard:
         self.owner = owner
         self.strict = strict
         self.lock = TokenMutex()  # an insert's lock is most of its bookkeeping: the cheapest one
+        self.tokens = self.lock.tokens  # (put takes it inline)
         # every entry, in the order the hand meets them (the first is under the hand); the
         # pinned ones are passed over
         self.table: OrderedDict = OrderedDict()
@@ -186,7 +189,7 @@ class ClockShard:
         fit.  ``home[index]`` (a list's item) holds the entry while it is in the table.  Every
         block read that misses the cache runs this, so it is one frame: the sweep of
         :meth:`evict` and the entry inline."""
-        tokens = self.lock.tokens  # TokenMutex.acquire, inline
+        tokens = self.tokens  # TokenMutex.acquire, inline
         try:
             tokens.pop()
         except IndexError:
@@ -244,11 +247,15 @@ class ClockShard:
             self.usage = usage
             e = (value, charge, key, slot)
             bits[slot] = high  # a high entry starts referenced
-            setdefault = self.setdefault  # (loaded, then called: see find)
-            if setdefault(key, e) is not e:  # cached meanwhile by another reader: replace
-                self.take_out(key)
+            if home is None:
+                setdefault = self.setdefault  # (loaded, then called: see find)
+                if setdefault(key, e) is not e:  # cached meanwhile by another reader: replace
+                    self.take_out(key)
+                    self.table[key] = e
+            else:  # a key with a home has an entry only when its home item is set (the class docstring)
+                if home[index] is not None:  # cached meanwhile by another reader: replace
+                    self.take_out(key)  # (which empties the home item)
                 self.table[key] = e
-            if home is not None:  # (after take_out, which empties the home item of the entry replaced)
                 homes[slot] = home
                 self.home_index[slot] = index
                 home[index] = e

@@ -71,6 +71,8 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import struct
+from itertools import chain, repeat
+from operator import itemgetter
 
 from antkv import CorruptionError, InvalidArgumentError
 
@@ -182,17 +184,24 @@ def _encode_key_element(value, out: bytearray) -> None:
         _encode_key_element(plain, out)
 
 
+_ONE_INT_HEADS = [bytes((K_INT_ZERO + n,)) for n in range(9)]  # a positive int of n bytes
+_END = bytes((K_END,))
 _ONE_STR_HEAD = bytes((K_STR,))
 _ONE_STR_TAIL = b"\x00" + bytes((K_END,))
 
 
 def encode_key(key: tuple) -> bytes:
     """The order-preserving, prefix-free encoding of a grouping-key tuple."""
-    if type(key) is tuple and len(key) == 1 and type(key[0]) is str:  # the commonest key, inlined
-        raw = key[0].encode("utf-8")
-        if b"\x00" in raw:
-            raw = raw.replace(b"\x00", b"\x00\xff")
-        return _ONE_STR_HEAD + raw + _ONE_STR_TAIL
+    if type(key) is tuple and len(key) == 1:
+        element = key[0]
+        if type(element) is str:  # the commonest key, inlined
+            raw = element.encode("utf-8")
+            if b"\x00" in raw:
+                raw = raw.replace(b"\x00", b"\x00\xff")
+            return _ONE_STR_HEAD + raw + _ONE_STR_TAIL
+        if type(element) is int and 0 < element <= _MASK64:  # as common (a map's user key), inlined
+            n = (element.bit_length() + 7) >> 3
+            return _ONE_INT_HEADS[n] + element.to_bytes(n, "big") + _END
     if not isinstance(key, tuple):
         raise TypeError(f"a grouping key must be a tuple, not {type(key).__name__}")
     out = bytearray()
@@ -322,54 +331,167 @@ def _encode_value(value, out: bytearray) -> None:
         _encode_value(plain, out)
 
 
-def _encode_row_into(row, out: bytearray) -> None:
+# The pieces the commonest values encode as, made once: an int of one varint byte (-64..63), a
+# row's count below 0x80, None and a nested row's tag.  A row is encoded as a list of pieces
+# joined once (``_row_parts``): a lookup per value instead of a tag, a zigzag and a varint loop.
+_INT_PARTS = {v: bytes((R_INT, _zigzag(v))) for v in range(-64, 64)}
+_COUNT_PARTS = [bytes((n,)) for n in range(0x80)]
+_NONE_PART = bytes((R_NONE,))
+_ROW_PART = bytes((R_ROW,))
+
+
+def _int_part(value: int) -> bytearray:
+    """``R_INT`` and the zigzag LEB128 varint of ``value``."""
+    out = bytearray((R_INT,))
+    z = value << 1 if value >= 0 else ((-value) << 1) - 1
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return out
+
+
+def _row_parts(row, parts: list) -> None:
+    """Append the encoding of ``row`` (a tuple or list) to ``parts`` as pieces to be joined."""
     count = len(row)
-    if count > 0x7F:
-        _put_varint(count, out)
+    if count < 0x80:
+        parts.append(_COUNT_PARTS[count])
     else:
-        out.append(count)
+        out = bytearray()
+        _put_varint(count, out)
+        parts.append(out)
+    small_int = _INT_PARTS.get
     for value in row:
-        if type(value) is int:  # the commonest value, inlined: zigzag then LEB128
-            out.append(R_INT)
-            z = value << 1 if value >= 0 else ((-value) << 1) - 1
-            while z > 0x7F:
-                out.append((z & 0x7F) | 0x80)
-                z >>= 7
-            out.append(z)
-        elif type(value) is bytes:  # as common, inlined: the length (LEB128), then the bytes
-            out.append(R_BYTES)
-            n = len(value)
-            while n > 0x7F:
-                out.append((n & 0x7F) | 0x80)
-                n >>= 7
-            out.append(n)
-            out += value
+        if type(value) is int:  # the commonest value (bool is not int here)
+            parts.append(small_int(value) or _int_part(value))
         elif value is None:
-            out.append(R_NONE)
+            parts.append(_NONE_PART)
         elif type(value) is tuple:  # a nested row (a value state's row inside its TTL pair)
-            out.append(R_ROW)
-            _encode_row_into(value, out)
+            parts.append(_ROW_PART)
+            _row_parts(value, parts)
+        elif type(value) is bytes and len(value) < 0x80:  # as common: tag, one length byte, bytes
+            parts.append(bytes((R_BYTES, len(value))))
+            parts.append(value)
         else:
+            out = bytearray()
             _encode_value(value, out)
+            parts.append(out)
+
+
+def _encode_row_into(row, out: bytearray) -> None:
+    parts: list = []
+    _row_parts(row, parts)
+    out += b"".join(parts)
 
 
 def encode_row(row) -> bytes:
     """The compact encoding of one row (a tuple or list of values)."""
     if not isinstance(row, (tuple, list)):
         raise TypeError(f"a state row must be a tuple, not {type(row).__name__}")
-    out = bytearray()
-    _encode_row_into(row, out)
-    return bytes(out)
+    parts: list = []
+    _row_parts(row, parts)
+    return b"".join(parts)
 
 
 def encode_rows(rows) -> bytes:
     """The concatenated encodings of ``rows`` (how a list of rows is stored)."""
-    out = bytearray()
+    parts: list = []
     for row in rows:
-        if not isinstance(row, (tuple, list)):
+        if type(row) is not tuple and not isinstance(row, (tuple, list)):
             raise TypeError(f"a state row must be a tuple, not {type(row).__name__}")
-        _encode_row_into(row, out)
-    return bytes(out)
+        _row_parts(row, parts)
+    return b"".join(parts)
+
+
+# --------------------------------------------------------------------------- rows of ints
+
+
+class _IntPieces(dict):
+    """An int (exactly ``int``: a bool or a float equal to a key would find the int's piece) or
+    None -> its piece of a row's encoding; ints outside -64..63 are encoded when asked, not kept."""
+
+    __slots__ = ()
+
+    def __missing__(self, value: int) -> bytearray:
+        return _int_part(value)
+
+
+_PIECES = _IntPieces(_INT_PARTS)
+_PIECES[None] = _NONE_PART
+_piece = _PIECES.__getitem__
+_INT_ROW_TYPES = frozenset((int, type(None)))
+_PAIR_PART = _COUNT_PARTS[2]
+
+
+def int_row(row) -> bool:
+    """Whether ``row`` is a tuple of exact ints and Nones (what :func:`encode_int_row` takes)."""
+    return type(row) is tuple and _INT_ROW_TYPES.issuperset(map(type, row))
+
+
+def encode_int_row(row: tuple) -> bytes:
+    """:func:`encode_row` of a row of exact ints and Nones, one table lookup per value (a schema
+    whose fields are all integers gives such rows).  REQUIRES: :func:`int_row` (row)."""
+    count = len(row)
+    if count >= 0x80:
+        return encode_row(row)
+    return b"".join([_COUNT_PARTS[count], *map(_piece, row)])
+
+
+def encode_expiring_int_row(expiry, row: tuple) -> bytes:
+    """:func:`encode_row` ``((expiry, row))`` -- an element with its expiry, as the processor's
+    state stores it -- for ``expiry`` an int or None and ``row`` as :func:`encode_int_row` takes."""
+    count = len(row)
+    if count >= 0x80:
+        return encode_row((expiry, row))
+    return b"".join([_PAIR_PART, _piece(expiry), _ROW_PART, _COUNT_PARTS[count], *map(_piece, row)])
+
+
+# --------------------------------------------------------------------------- many values at once
+
+_BULK_VALUES = 32  # values encoded by encode_values' bulk paths at least (fewer: one call each)
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_TUPLES = frozenset((tuple,))
+_ONE, _TWO = frozenset((1,)), frozenset((2,))
+
+
+def _int_rows_width(rows: list) -> int:
+    """The width of every row of ``rows`` when they are all tuples of that one width (1 to
+    0x7F) of exact ints and Nones, else 0."""
+    if not _TUPLES.issuperset(map(type, rows)):
+        return 0
+    widths = set(map(len, rows))
+    if len(widths) != 1:
+        return 0
+    width = widths.pop()
+    if not 0 < width < 0x80 or not _INT_ROW_TYPES.issuperset(map(type, chain.from_iterable(rows))):
+        return 0
+    return width
+
+
+def encode_values(values: list) -> list:
+    """``[encode_rows(v) for v in values]`` for the decoded values of a batch (tuples of rows).
+
+    The batch's values of one state variable share a shape, and two shapes are encoded in
+    bulk, with no Python step per value: every value one row of ints and Nones of one width
+    (a view's value or map entry), or one ``(expiry, row)`` pair with such a row (the
+    processor's).  Each encoding is then joined from table pieces: the head its shape fixes,
+    the expiry's piece, and the row's values' pieces taken ``width`` at a time.  Any other
+    list is encoded value by value."""
+    if len(values) >= _BULK_VALUES and _TUPLES.issuperset(map(type, values)) and _ONE.issuperset(map(len, values)):
+        rows = list(map(_FIRST, values))
+        width = _int_rows_width(rows)
+        if width:  # a view's: count | pieces
+            pieces = map(_piece, chain.from_iterable(rows))
+            return list(map(b"".join, zip(repeat(_COUNT_PARTS[width]), *[pieces] * width)))
+        if _TUPLES.issuperset(map(type, rows)) and _TWO.issuperset(map(len, rows)) \
+                and _INT_ROW_TYPES.issuperset(map(type, map(_FIRST, rows))):
+            inner = list(map(_SECOND, rows))
+            width = _int_rows_width(inner)
+            if width:  # the processor's: 2 | expiry | R_ROW | count | pieces
+                pieces = map(_piece, chain.from_iterable(inner))
+                return list(map(b"".join, zip(repeat(_PAIR_PART), map(_piece, map(_FIRST, rows)),
+                                              repeat(_ROW_PART + _COUNT_PARTS[width]), *[pieces] * width)))
+    return list(map(encode_rows, values))
 
 
 _MALFORMED = (IndexError, struct.error, ValueError, OverflowError, UnicodeDecodeError)  # what bad row bytes raise
@@ -468,6 +590,11 @@ class RowsCodec:
     @staticmethod
     def decode(data: bytes) -> tuple:
         return tuple(decode_rows(data))
+
+    @staticmethod
+    def encode_many(values: list) -> list:
+        """``[encode(v) for v in values]``: :func:`encode_values`."""
+        return encode_values(values)
 
 
 ROWS = RowsCodec()

@@ -384,15 +384,26 @@ def _compressed_ratio(sample: bytes) -> float:
     return len(zstandard.ZstdCompressor(level=1).compress(sample)) / max(1, len(sample))
 
 
-def encode_changelog(ranges, changes) -> bytes:
+def encode_changelog(ranges, changes, refuse=None) -> bytes | None:
     """``ranges``: ``[(begin, end)]``; ``changes``: ``{key: value or None}`` (None = deleted).
 
     Ranges are replayed first, so a point change must be newer than every range it falls in
     (the store keeps it that way: a range deletion turns earlier changes in it into deletes).
     Compressed with zstd unless its first 256 KiB do not compress (random values).
+
+    ``refuse(floor)``, if given, is asked before the payload is compressed, with
+    :func:`changelog_size_floor`'s bound (from the records built and the head's ratio, sampled
+    once for both): True means a changelog that large is not wanted (a snapshot replaces it),
+    and None is returned.  A payload no larger than the sample is encoded without asking.
     """
     payload = _changelog_payload(ranges, list(changes), list(changes.values()))
-    return seal(KIND_CHANGELOG, payload, compress=_worth_compressing(payload[:_ESTIMATE_SAMPLE])[0])
+    compress, ratio = _worth_compressing(payload[:_ESTIMATE_SAMPLE])
+    if refuse is not None and len(payload) > _ESTIMATE_SAMPLE:
+        floor = int(len(payload) * ratio * _COMPRESSED_MARGIN) if compress else \
+            _HEADER_LEN + len(payload) + _TRAILER.size
+        if refuse(floor):
+            return None
+    return seal(KIND_CHANGELOG, payload, compress=compress)
 
 
 def _worth_compressing(head: bytes) -> tuple[bool, float]:

@@ -183,7 +183,11 @@ class _StateVariable:
         self._sid = sid
 
     def _key(self) -> bytes:
-        return self._keyed._prefix(self._sid)
+        keyed = self._keyed
+        prefix = keyed._key_group_bytes  # (KeyedState._prefix, inlined: once per call)
+        if prefix is None:
+            keyed._prefix(self._sid)  # raises: no current key
+        return prefix + self._sid + keyed._encoded_key
 
 
 class ValueState(_StateVariable):
@@ -228,7 +232,7 @@ class ListState(_StateVariable):
         self._keyed.store.put(self._key(), self._encode_list(new_state))
 
     def appendValue(self, new_state: tuple) -> None:  # noqa: N802 - Spark's name
-        self._append(encode_int_row(new_state) if int_row(new_state) else encode_row(new_state))
+        self._keyed._append(self._key(), encode_int_row(new_state) if int_row(new_state) else encode_row(new_state))
 
     def appendList(self, new_state) -> None:  # noqa: N802 - Spark's name
         """Append the rows of ``new_state`` (not empty, as in Spark)."""

@@ -302,9 +302,10 @@ class StateStore:
         pending = self._pending
         old = pending.get(key, MISSING)
         if old is MISSING:
-            old = self._rows.lookup(key)
+            rows = self._rows
+            old = rows.rows.get(key, MISSING)  # (RowCache.lookup, inlined)
             if old is MISSING:
-                old = self._read_through(key)
+                old = None if key[:PREFIX_LEN] in rows.complete else self._read_through(key)
         elif old is not None and type(old) is not bytes:
             old = self._codec.encode(old)  # decoded, not encoded yet
         value = suffix if old is None else old + suffix
@@ -364,7 +365,7 @@ class StateStore:
         else:
             changes = self._changes
             fresh = not changes  # every pending key is new to the change set (one settle a batch: all)
-            new = list(pending) if fresh else [k for k in pending if k not in changes]
+            new = pending if fresh else [k for k in pending if k not in changes]  # (keys, iterated in order)
             # what the row cache holds for them, before the writes: what the base holds, if anything
             found = list(map(self._rows.rows.get, new, repeat(MISSING, len(new))))
             if new and not self._ranges and not self._learn_base_live(new, found) and self._base_snapshot is None:
@@ -405,7 +406,7 @@ class StateStore:
         such key is the base's."""
         self._base_snapshot = self._db.snapshot()
 
-    def _learn_base_live(self, keys: list, found: list) -> bool:
+    def _learn_base_live(self, keys, found: list) -> bool:
         """Before the first writes of ``keys`` in the batch settle: whether each is live in the
         base, for those the row cache knows (``found``: the cache's value of each, or
         ``MISSING``).  Whether every key of ``keys`` is now known."""

@@ -22,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import antkv
-from antkv.spark.state.codec import ROWS as ROWS_CODEC
 from antkv.spark.state.codec import decode_key, decode_row, decode_rows, encode_key, encode_row, encode_rows
-from antkv.spark.state.row_pieces import encode_expiring_int_row, encode_int_row, encode_values, int_row
+from antkv.spark.state.rows_codec import ROWS as ROWS_CODEC
+from antkv.spark.state.rows_codec import encode_expiring_int_row, encode_int_row, encode_values, int_row
 from antkv.spark.runtime.routing import route
 from antkv.spark.store.keygroups import KeyGroupError, KeyGroupRange, key_group_range
 from antkv.spark.state.views import KeyedState, group_batch, iter_groups, row_slicer

@@ -48,8 +48,8 @@ from pyspark.sql import Row
 
 from antkv import CorruptionError, InvalidArgumentError
 
-from antkv.spark.state.codec import ROWS, decode_key, decode_row, encode_key, encode_row
-from antkv.spark.state.row_pieces import encode_expiring_int_row
+from antkv.spark.state.codec import decode_key, decode_row, encode_key, encode_row
+from antkv.spark.state.rows_codec import ROWS, encode_expiring_int_row
 from antkv.spark.state.schema import StateSchema
 from antkv.spark.store.keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
 

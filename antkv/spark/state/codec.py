@@ -332,13 +332,14 @@ def _encode_value(value, out: bytearray) -> None:
 # The pieces the commonest values encode as, made once: an int of one varint byte (-64..63), a
 # row's count below 0x80, None and a nested row's tag.  A row is encoded as a list of pieces
 # joined once (``_row_parts``): a lookup per value instead of a tag, a zigzag and a varint loop.
-_INT_PARTS = {v: bytes((R_INT, _zigzag(v))) for v in range(-64, 64)}
-_COUNT_PARTS = [bytes((n,)) for n in range(0x80)]
-_NONE_PART = bytes((R_NONE,))
-_ROW_PART = bytes((R_ROW,))
+# (Shared with :mod:`antkv.spark.state.rows_codec`, whose encoders join the same pieces.)
+INT_PIECES = {v: bytes((R_INT, _zigzag(v))) for v in range(-64, 64)}
+COUNT_PIECES = [bytes((n,)) for n in range(0x80)]
+NONE_PIECE = bytes((R_NONE,))
+ROW_PIECE = bytes((R_ROW,))
 
 
-def _int_part(value: int) -> bytearray:
+def int_piece(value: int) -> bytearray:
     """``R_INT`` and the zigzag LEB128 varint of ``value``."""
     out = bytearray((R_INT,))
     z = value << 1 if value >= 0 else ((-value) << 1) - 1
@@ -353,19 +354,19 @@ def _row_parts(row, parts: list) -> None:
     """Append the encoding of ``row`` (a tuple or list) to ``parts`` as pieces to be joined."""
     count = len(row)
     if count < 0x80:
-        parts.append(_COUNT_PARTS[count])
+        parts.append(COUNT_PIECES[count])
     else:
         out = bytearray()
         _put_varint(count, out)
         parts.append(out)
-    small_int = _INT_PARTS.get
+    small_int = INT_PIECES.get
     for value in row:
         if type(value) is int:  # the commonest value (bool is not int here)
-            parts.append(small_int(value) or _int_part(value))
+            parts.append(small_int(value) or int_piece(value))
         elif value is None:
-            parts.append(_NONE_PART)
+            parts.append(NONE_PIECE)
         elif type(value) is tuple:  # a nested row (a value state's row inside its TTL pair)
-            parts.append(_ROW_PART)
+            parts.append(ROW_PIECE)
             _row_parts(value, parts)
         elif type(value) is bytes and len(value) < 0x80:  # as common: tag, one length byte, bytes
             parts.append(bytes((R_BYTES, len(value))))
@@ -476,42 +477,3 @@ def decode_rows(data: bytes) -> list[tuple]:
     except _MALFORMED as e:
         raise CorruptionError(f"malformed encoded row at {pos}: {e}") from None
     return rows
-
-
-# --------------------------------------------------------------------------- decoded values
-
-
-class RowsCodec:
-    """A stored value as the tuple of its rows (``decode_rows``; a value state's or map entry's
-    value is one row, a list's its elements): the codec of the state store's decoded values
-    (``StateStore.get_decoded`` / ``put_decoded``).  Values given to ``encode`` must be what
-    ``decode`` returns for their encoding -- tuples of rows whose elements are
-    :func:`plain_row` s' types or such rows -- so that the store may keep them as decoded."""
-
-    __slots__ = ()
-
-    @staticmethod
-    def encode(rows) -> bytes:
-        return encode_rows(rows)
-
-    @staticmethod
-    def decode(data: bytes) -> tuple:
-        return tuple(decode_rows(data))
-
-    @staticmethod
-    def encode_many(values: list) -> list:
-        """``[encode(v) for v in values]``: :func:`antkv.spark.state.row_pieces.encode_values`."""
-        from antkv.spark.state.row_pieces import encode_values  # (which builds on this module)
-
-        return encode_values(values)
-
-
-ROWS = RowsCodec()
-_PLAIN_TYPES = frozenset((int, str, float, bool, bytes, type(None)))
-
-
-def plain_row(row) -> bool:
-    """Whether ``row`` is a tuple of values that decode as themselves (``int``, ``str``,
-    ``float``, ``bool``, ``bytes`` or None, exactly those types): such a row may be kept as its
-    own decoded form."""
-    return type(row) is tuple and _PLAIN_TYPES.issuperset(map(type, row))

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from antkv import CorruptionError, InvalidArgumentError
 
-from antkv.spark.state.codec import ROWS, decode_key, decode_row, encode_key, encode_row, encode_rows, plain_row
-from antkv.spark.state.row_pieces import encode_int_row, int_row
+from antkv.spark.state.codec import decode_key, decode_row, encode_key, encode_row, encode_rows
+from antkv.spark.state.rows_codec import ROWS, encode_int_row, int_row, plain_row
 from antkv.spark.store.keygroups import (
     METADATA_PREFIX,
     KeyGroupError,

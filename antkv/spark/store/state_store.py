@@ -12,16 +12,17 @@ Version 8 becomes *the* version 8 only when the driver publishes the batch marke
 ``msg.manifest`` (``commit_protocol.py``); until then it is one candidate among the attempts.
 
 **Writes** cost a dict store each: ``put``, ``append``, ``delete`` and ``put_decoded`` record
-the key's newest value in the batch's *pending* writes, which every read consults first.  They *settle*
-in bulk -- into the batch's net change set ``{key: value or None}`` (plus its list of range
-deletions), the working copy's database (one engine write batch) and its row cache
+the key's newest value in the batch's *pending* writes, which every read consults first.  They
+*settle* in bulk -- into the batch's net change set ``{key: value or None}`` (plus its list of
+range deletions), the working copy's database (one engine write batch) and its row cache
 (:mod:`antkv.spark.store.row_cache`) -- when anything reads the database (a scan, a range
 deletion, the key count, a commit) or when ``_SETTLE_EVERY`` of them (or ``_SETTLE_BYTES`` of
 values), at most a quarter of the change set's bound, gathered.  So scans and prefix scans are
 the engine's own, and a point read is the pending writes', the row cache's or the database's.
 ``put_decoded`` takes a Python value and its codec: the value is encoded when it settles (the
-batch's values at once, ``codec.encode_many``), and kept decoded in the row cache, as ``get_decoded`` keeps what it decodes, so a value written
-or read in one batch is read in the next without decoding.  The change set is bounded: each
+batch's values at once, ``codec.encode_many``), and kept decoded in the row cache, as
+``get_decoded`` keeps what it decodes, so a value written or read in one batch is read in the
+next without decoding.  The change set is bounded: each
 changed key counts its bytes plus ``_ENTRY_BYTES`` (the Python objects that hold it) against
 ``max_changelog_bytes``.  A batch that outgrows it keeps no change set at all
 (``_drop_changes``): from then on its writes settle into the database alone, it commits a
@@ -388,7 +389,8 @@ class StateStore:
             if self._change_bytes > self._max_change_bytes:
                 self._drop_changes()
 
-    def _write(self, changes: dict, keep: dict | None = None, olds: list | None = None, size: int | None = None) -> None:
+    def _write(self, changes: dict, keep: dict | None = None, olds: list | None = None,
+               size: int | None = None) -> None:
         """``changes`` (key -> value or None) into the database, as one batch, and the row
         cache, which keeps ``keep`` (key -> the decoded value of ``changes[key]``) too;
         ``olds``, if known: what the row cache held for each key (:meth:`RowCache.write_many`);

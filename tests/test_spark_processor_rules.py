@@ -300,3 +300,28 @@ def test_output_columns_are_checked_naming_column_expected_and_found():
     ]:
         with pytest.raises(antkv.InvalidArgumentError, match=words):
             check.fit(frame)
+
+
+def test_a_schema_of_integers_fits_as_the_general_rules_do():
+    """A schema whose fields are all nullable integers of one type checks a row with one loop
+    (``StateSchema._int_bound``): it takes and refuses exactly what the field-by-field rules do."""
+    import re
+
+    from antkv.spark.state.schema import StateSchema
+
+    for ddl in ("a long, b long, c long", "a int", "a short, b short"):
+        fast, general = StateSchema(ddl, "x"), StateSchema(ddl, "x")
+        assert fast._int_bound
+        general._int_bound = 0
+        width = fast.width
+        bound = fast._int_bound
+        for row in [(1,) * width, (None,) * width, (bound - 1,) * width, (-bound,) * width, (bound,) * width,
+                    (-bound - 1,) * width, (True,) * width, (1.0,) * width, ("1",) * width, (1,) * (width + 1),
+                    [1] * width, (0,) * (width - 1) + (bound,)]:
+            try:
+                expected = general.fit(row)
+            except antkv.InvalidArgumentError as e:
+                with pytest.raises(antkv.InvalidArgumentError, match=re.escape(str(e))):
+                    fast.fit(row)
+            else:
+                assert fast.fit(row) == expected and type(fast.fit(row)) is type(expected)

@@ -351,7 +351,7 @@ class _CountingCodec:
     """The state layer's codec (rows), counting its decodes."""
 
     def __init__(self):
-        from antkv.spark.state.codec import ROWS
+        from antkv.spark.state.rows_codec import ROWS
 
         self.rows, self.decodes = ROWS, 0
 
@@ -407,7 +407,7 @@ def test_a_batch_written_in_bulk_equals_each_entry_written_then_its_decoded_valu
     bytes, decoded values and charge, whatever the batch's shape and what the cache held."""
     import random
 
-    from antkv.spark.state.codec import ROWS
+    from antkv.spark.state.rows_codec import ROWS
     from antkv.spark.store.row_cache import DECODED_OVERHEAD, DECODED_PER_BYTE
 
     rng = random.Random(seed)

@@ -627,6 +627,14 @@ def test_a_changelog_is_sized_before_it_is_encoded(tmp_path):
     encoded = len(encode_changelog([], text))
     assert encoded < 0.5 * sum(map(len, text.values())) and 0 < changelog_size_floor([], text) <= encoded
     assert changelog_size_floor([], {b"a": b"1", b"b": None}) == 0  # under the sample: encoded, then sized
+    # encode_changelog answers the same bound itself, from the head it samples once, and gives
+    # no changelog when refuse(bound) says a snapshot replaces it
+    for changes, ranges in ((rnd, [(b"a", b"b")]), (text, [])):
+        asked = []
+        assert encode_changelog(ranges, changes, lambda floor: asked.append(floor) or True) is None
+        assert asked == [changelog_size_floor(ranges, changes)]
+        assert encode_changelog(ranges, changes, lambda floor: False) == encode_changelog(ranges, changes)
+    assert encode_changelog([], {b"a": b"1"}, lambda floor: True) is not None  # under the sample: not asked
     loc, options = f"file://{tmp_path}/state", StoreOptions(cache_dir=str(tmp_path / "cache"), snapshot_ratio=0.5)
     coord = CommitCoordinator(loc, "op", 1, query_id="q")
     for version in (1, 2):

@@ -49,6 +49,14 @@ def as_bytes(x: object, what: str) -> bytes:
 _BYTES_OR_NONE = frozenset((bytes, type(None)))
 
 
+def batch_of_changes(changes: dict, size: int) -> "WriteBatch":
+    """``WriteBatch().update(changes)`` for a caller that holds ``changes`` as bytes already
+    and has counted them (the Spark state store settling its buffered writes): no pass over
+    them checks a type or adds a length.  REQUIRES: every key is bytes, every value bytes or
+    None (deleted), and ``size`` is the sum of the keys' lengths and the values' (None: 0)."""
+    return WriteBatch()._update_checked(changes, size)
+
+
 class WriteBatch:
     """Updates applied together by ``DB.write``: all of them or none, also across a crash."""
 
@@ -87,6 +95,12 @@ class WriteBatch:
                 else:
                     self.put(key, value)
             return self
+        return self._update_checked(changes, sum(map(len, changes)) + sum(map(len, filter(None, changes.values()))))
+
+    def _update_checked(self, changes: dict, size: int) -> "WriteBatch":
+        """:meth:`update` for a caller that checked the types: REQUIRES every key of ``changes``
+        bytes, every value bytes or None, and ``size`` their lengths' sum (keys, and values
+        not None).  See :func:`batch_of_changes`."""
         deleted = list(changes.values()).count(None)
         if not deleted:  # (puts only, or deletions only: the entries made in C)
             self._ops += zip(repeat(VALUE), changes, changes.values())
@@ -94,7 +108,7 @@ class WriteBatch:
             self._ops += zip(repeat(DELETION), changes, repeat(b""))
         else:
             self._ops += [(DELETION, k, b"") if v is None else (VALUE, k, v) for k, v in changes.items()]
-        self._size += sum(map(len, changes)) + sum(map(len, filter(None, changes.values())))  # (None: deleted)
+        self._size += size
         return self
 
     def merge(self, key, operand) -> "WriteBatch":

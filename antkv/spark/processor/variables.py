@@ -48,7 +48,8 @@ from pyspark.sql import Row
 
 from antkv import CorruptionError, InvalidArgumentError
 
-from antkv.spark.state.codec import ROWS, decode_key, decode_row, encode_key, encode_row
+from antkv.spark.state.codec import decode_key, decode_row, encode_key, encode_row
+from antkv.spark.state.rows_codec import ROWS, encode_expiring_int_row
 from antkv.spark.state.schema import StateSchema
 from antkv.spark.store.keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
 
@@ -264,10 +265,11 @@ class ListState(StateVariable):
         key = self._key("appendValue")
         ttl = self._ttl
         expiry = None if ttl is None else self._handle.batch_timestamp_ms + ttl
-        encoded = encode_row((expiry, self._schema.fit(newState)))  # bytes appended: no decoding
-        store = self._handle.store
-        old = store.get(key)
-        store.put(key, encoded if old is None else old + encoded)
+        schema = self._schema
+        row = schema.fit(newState)
+        # bytes appended: no decoding
+        encoded = encode_expiring_int_row(expiry, row) if schema.ints else encode_row((expiry, row))
+        self._handle.store.append(key, encoded)
         if expiry is not None:
             self._index(key, expiry)
 
@@ -275,8 +277,7 @@ class ListState(StateVariable):
         self._append(self._key("appendList"), self._encode(newState, "appendList"))
 
     def _append(self, key: bytes, encoded: bytes) -> None:
-        old = self._handle.store.get(key)
-        self._handle.store.put(key, encoded if old is None else old + encoded)
+        self._handle.store.append(key, encoded)
         self._index(key, self._expiry())
 
     def clear(self) -> None:
@@ -339,7 +340,7 @@ class MapState(StateVariable):
         entry = self._entry(key, "updateValue")
         schema = self._schema
         row = schema.fit(value)
-        expiry = self._expiry()
+        expiry = None if self._ttl is None else self._expiry()
         if schema.plain:  # as ValueState.update
             self._handle.store.put_decoded(entry, ((expiry, row),), ROWS)
         else:

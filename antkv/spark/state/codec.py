@@ -182,17 +182,24 @@ def _encode_key_element(value, out: bytearray) -> None:
         _encode_key_element(plain, out)
 
 
+_ONE_INT_HEADS = [bytes((K_INT_ZERO + n,)) for n in range(9)]  # a positive int of n bytes
+_END = bytes((K_END,))
 _ONE_STR_HEAD = bytes((K_STR,))
 _ONE_STR_TAIL = b"\x00" + bytes((K_END,))
 
 
 def encode_key(key: tuple) -> bytes:
     """The order-preserving, prefix-free encoding of a grouping-key tuple."""
-    if type(key) is tuple and len(key) == 1 and type(key[0]) is str:  # the commonest key, inlined
-        raw = key[0].encode("utf-8")
-        if b"\x00" in raw:
-            raw = raw.replace(b"\x00", b"\x00\xff")
-        return _ONE_STR_HEAD + raw + _ONE_STR_TAIL
+    if type(key) is tuple and len(key) == 1:
+        element = key[0]
+        if type(element) is str:  # the commonest key, inlined
+            raw = element.encode("utf-8")
+            if b"\x00" in raw:
+                raw = raw.replace(b"\x00", b"\x00\xff")
+            return _ONE_STR_HEAD + raw + _ONE_STR_TAIL
+        if type(element) is int and 0 < element <= _MASK64:  # as common (a map's user key), inlined
+            n = (element.bit_length() + 7) >> 3
+            return _ONE_INT_HEADS[n] + element.to_bytes(n, "big") + _END
     if not isinstance(key, tuple):
         raise TypeError(f"a grouping key must be a tuple, not {type(key).__name__}")
     out = bytearray()
@@ -322,54 +329,77 @@ def _encode_value(value, out: bytearray) -> None:
         _encode_value(plain, out)
 
 
-def _encode_row_into(row, out: bytearray) -> None:
+# The pieces the commonest values encode as, made once: an int of one varint byte (-64..63), a
+# row's count below 0x80, None and a nested row's tag.  A row is encoded as a list of pieces
+# joined once (``_row_parts``): a lookup per value instead of a tag, a zigzag and a varint loop.
+# (Shared with :mod:`antkv.spark.state.rows_codec`, whose encoders join the same pieces.)
+INT_PIECES = {v: bytes((R_INT, _zigzag(v))) for v in range(-64, 64)}
+COUNT_PIECES = [bytes((n,)) for n in range(0x80)]
+NONE_PIECE = bytes((R_NONE,))
+ROW_PIECE = bytes((R_ROW,))
+
+
+def int_piece(value: int) -> bytearray:
+    """``R_INT`` and the zigzag LEB128 varint of ``value``."""
+    out = bytearray((R_INT,))
+    z = value << 1 if value >= 0 else ((-value) << 1) - 1
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return out
+
+
+def _row_parts(row, parts: list) -> None:
+    """Append the encoding of ``row`` (a tuple or list) to ``parts`` as pieces to be joined."""
     count = len(row)
-    if count > 0x7F:
-        _put_varint(count, out)
+    if count < 0x80:
+        parts.append(COUNT_PIECES[count])
     else:
-        out.append(count)
+        out = bytearray()
+        _put_varint(count, out)
+        parts.append(out)
+    small_int = INT_PIECES.get
     for value in row:
-        if type(value) is int:  # the commonest value, inlined: zigzag then LEB128
-            out.append(R_INT)
-            z = value << 1 if value >= 0 else ((-value) << 1) - 1
-            while z > 0x7F:
-                out.append((z & 0x7F) | 0x80)
-                z >>= 7
-            out.append(z)
-        elif type(value) is bytes:  # as common, inlined: the length (LEB128), then the bytes
-            out.append(R_BYTES)
-            n = len(value)
-            while n > 0x7F:
-                out.append((n & 0x7F) | 0x80)
-                n >>= 7
-            out.append(n)
-            out += value
+        if type(value) is int:  # the commonest value (bool is not int here)
+            parts.append(small_int(value) or int_piece(value))
         elif value is None:
-            out.append(R_NONE)
+            parts.append(NONE_PIECE)
         elif type(value) is tuple:  # a nested row (a value state's row inside its TTL pair)
-            out.append(R_ROW)
-            _encode_row_into(value, out)
+            parts.append(ROW_PIECE)
+            _row_parts(value, parts)
+        elif type(value) is bytes and len(value) < 0x80:  # as common: tag, one length byte, bytes
+            parts.append(bytes((R_BYTES, len(value))))
+            parts.append(value)
         else:
+            out = bytearray()
             _encode_value(value, out)
+            parts.append(out)
+
+
+def _encode_row_into(row, out: bytearray) -> None:
+    parts: list = []
+    _row_parts(row, parts)
+    out += b"".join(parts)
 
 
 def encode_row(row) -> bytes:
     """The compact encoding of one row (a tuple or list of values)."""
     if not isinstance(row, (tuple, list)):
         raise TypeError(f"a state row must be a tuple, not {type(row).__name__}")
-    out = bytearray()
-    _encode_row_into(row, out)
-    return bytes(out)
+    parts: list = []
+    _row_parts(row, parts)
+    return b"".join(parts)
 
 
 def encode_rows(rows) -> bytes:
     """The concatenated encodings of ``rows`` (how a list of rows is stored)."""
-    out = bytearray()
+    parts: list = []
     for row in rows:
-        if not isinstance(row, (tuple, list)):
+        if type(row) is not tuple and not isinstance(row, (tuple, list)):
             raise TypeError(f"a state row must be a tuple, not {type(row).__name__}")
-        _encode_row_into(row, out)
-    return bytes(out)
+        _row_parts(row, parts)
+    return b"".join(parts)
 
 
 _MALFORMED = (IndexError, struct.error, ValueError, OverflowError, UnicodeDecodeError)  # what bad row bytes raise
@@ -447,35 +477,3 @@ def decode_rows(data: bytes) -> list[tuple]:
     except _MALFORMED as e:
         raise CorruptionError(f"malformed encoded row at {pos}: {e}") from None
     return rows
-
-
-# --------------------------------------------------------------------------- decoded values
-
-
-class RowsCodec:
-    """A stored value as the tuple of its rows (``decode_rows``; a value state's or map entry's
-    value is one row, a list's its elements): the codec of the state store's decoded values
-    (``StateStore.get_decoded`` / ``put_decoded``).  Values given to ``encode`` must be what
-    ``decode`` returns for their encoding -- tuples of rows whose elements are
-    :func:`plain_row` s' types or such rows -- so that the store may keep them as decoded."""
-
-    __slots__ = ()
-
-    @staticmethod
-    def encode(rows) -> bytes:
-        return encode_rows(rows)
-
-    @staticmethod
-    def decode(data: bytes) -> tuple:
-        return tuple(decode_rows(data))
-
-
-ROWS = RowsCodec()
-_PLAIN_TYPES = frozenset((int, str, float, bool, bytes, type(None)))
-
-
-def plain_row(row) -> bool:
-    """Whether ``row`` is a tuple of values that decode as themselves (``int``, ``str``,
-    ``float``, ``bool``, ``bytes`` or None, exactly those types): such a row may be kept as its
-    own decoded form."""
-    return type(row) is tuple and _PLAIN_TYPES.issuperset(map(type, row))

@@ -365,9 +365,26 @@ class StateSchema:
         self.flat = all(isinstance(t, str) and t != "timestamp" for _, t, _ in self.fields)
         # fit gives rows of exact int, str, float, bool, bytes or None: they decode as themselves
         self.plain = all(isinstance(t, str) and (t in _PLAIN or t in ("float", "binary")) for _, t, _ in self.fields)
+        # fit gives rows of exact ints and Nones: rows_codec.encode_int_row encodes them
+        self.ints = all(isinstance(t, str) and t in _INT_RANGES for _, t, _ in self.fields)
+        # the bound of every field's magnitude when all are nullable integers of one type (the
+        # commonest schema: all long): fit's first test is then one loop over the values
+        bounds = {bound for _, bound in plain} if self.ints and self._plain is not None else ()
+        self._int_bound = bounds.pop() if len(bounds) == 1 else 0
 
     def fit(self, value) -> tuple:
         """The stored row of ``value``; InvalidArgumentError naming the variable and the field."""
+        bound = self._int_bound
+        if bound and type(value) is tuple and len(value) == self.width:
+            for v in value:
+                if type(v) is int:
+                    if -bound <= v < bound:
+                        continue
+                    break
+                if v is not None:
+                    break
+            else:
+                return value  # ints in range and Nones: stored as given
         plain = self._plain
         if plain is not None and type(value) is tuple and len(value) == self.width:
             for v, (types, bound) in zip(value, plain):

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 from antkv import CorruptionError, InvalidArgumentError
 
-from antkv.spark.state.codec import ROWS, decode_key, decode_row, encode_key, encode_row, encode_rows, plain_row
+from antkv.spark.state.codec import decode_key, decode_row, encode_key, encode_row, encode_rows
+from antkv.spark.state.rows_codec import ROWS, encode_int_row, int_row, plain_row
 from antkv.spark.store.keygroups import (
     METADATA_PREFIX,
     KeyGroupError,
@@ -67,6 +68,7 @@ class KeyedState:
         # store without decoded values (a plain antkv.DB) decodes and encodes at each call
         self._get_decoded = getattr(store, "get_decoded", None) or _decoding_get(store)
         self._put_decoded = getattr(store, "put_decoded", None) or _encoding_put(store)
+        self._append = getattr(store, "append", None) or _appending(store)
         self._names: dict[str, tuple[int, bytes]] = {}
         self._key_group_bytes: bytes | None = None
         self._key_group = None  # the key group _key_group_bytes encodes
@@ -159,6 +161,13 @@ def _encoding_put(store):
     return put_decoded
 
 
+def _appending(store):
+    def append(key: bytes, suffix: bytes) -> None:
+        old = store.get(key)
+        store.put(key, suffix if old is None else old + suffix)
+    return append
+
+
 def _one_row(stored: tuple | None, what: str):
     """The row of a value or map entry read as decoded rows (None: absent)."""
     if stored is None:
@@ -174,7 +183,11 @@ class _StateVariable:
         self._sid = sid
 
     def _key(self) -> bytes:
-        return self._keyed._prefix(self._sid)
+        keyed = self._keyed
+        prefix = keyed._key_group_bytes  # (KeyedState._prefix, inlined: once per call)
+        if prefix is None:
+            keyed._prefix(self._sid)  # raises: no current key
+        return prefix + self._sid + keyed._encoded_key
 
 
 class ValueState(_StateVariable):
@@ -219,7 +232,7 @@ class ListState(_StateVariable):
         self._keyed.store.put(self._key(), self._encode_list(new_state))
 
     def appendValue(self, new_state: tuple) -> None:  # noqa: N802 - Spark's name
-        self._append(encode_row(new_state))
+        self._keyed._append(self._key(), encode_int_row(new_state) if int_row(new_state) else encode_row(new_state))
 
     def appendList(self, new_state) -> None:  # noqa: N802 - Spark's name
         """Append the rows of ``new_state`` (not empty, as in Spark)."""
@@ -233,9 +246,7 @@ class ListState(_StateVariable):
         return encoded
 
     def _append(self, encoded: bytes) -> None:
-        key = self._key()
-        old = self._keyed.store.get(key)
-        self._keyed.store.put(key, encoded if old is None else old + encoded)
+        self._keyed._append(self._key(), encoded)
 
     def clear(self) -> None:
         self._keyed.store.delete(self._key())

@@ -59,7 +59,7 @@ def count_changes(db, snap, base_keys: int, base_counts: dict | None, changes: d
                     p = k[:PREFIX_LEN]
                     per[p] = per.get(p, 0) + 1
         return total, _limited(per)
-    unknown = [k for k in changes if k not in known]
+    unknown = [] if known.keys() >= changes.keys() else [k for k in changes if k not in known]
     if unknown:
         known = dict(known)
         if len(unknown) * scan_factor > base_keys:

@@ -384,15 +384,26 @@ def _compressed_ratio(sample: bytes) -> float:
     return len(zstandard.ZstdCompressor(level=1).compress(sample)) / max(1, len(sample))
 
 
-def encode_changelog(ranges, changes) -> bytes:
+def encode_changelog(ranges, changes, refuse=None) -> bytes | None:
     """``ranges``: ``[(begin, end)]``; ``changes``: ``{key: value or None}`` (None = deleted).
 
     Ranges are replayed first, so a point change must be newer than every range it falls in
     (the store keeps it that way: a range deletion turns earlier changes in it into deletes).
     Compressed with zstd unless its first 256 KiB do not compress (random values).
+
+    ``refuse(floor)``, if given, is asked before the payload is compressed, with
+    :func:`changelog_size_floor`'s bound (from the records built and the head's ratio, sampled
+    once for both): True means a changelog that large is not wanted (a snapshot replaces it),
+    and None is returned.  A payload no larger than the sample is encoded without asking.
     """
     payload = _changelog_payload(ranges, list(changes), list(changes.values()))
-    return seal(KIND_CHANGELOG, payload, compress=_worth_compressing(payload[:_ESTIMATE_SAMPLE])[0])
+    compress, ratio = _worth_compressing(payload[:_ESTIMATE_SAMPLE])
+    if refuse is not None and len(payload) > _ESTIMATE_SAMPLE:
+        floor = int(len(payload) * ratio * _COMPRESSED_MARGIN) if compress else \
+            _HEADER_LEN + len(payload) + _TRAILER.size
+        if refuse(floor):
+            return None
+    return seal(KIND_CHANGELOG, payload, compress=compress)
 
 
 def _worth_compressing(head: bytes) -> tuple[bool, float]:
@@ -406,23 +417,37 @@ def _changelog_payload(ranges, keys: list, values: list) -> bytes:
 
     A batch of puts only, or of deletions only, is joined from its parts with no Python step
     per record: a record's head depends only on its key's (and value's) length, and a batch
-    has few distinct lengths, so each head is packed once."""
+    has few distinct lengths, so each head is packed once; the parts are laid out by slice
+    assignments (heads, keys, value lengths, values: every fourth item each) and joined once."""
     rec, ln, put, delete = _REC.pack, _LEN.pack, CHANGE_PUT, CHANGE_DELETE
     parts = [b"".join((rec(CHANGE_DELETE_RANGE, len(b)), b, ln(len(e)), e)) for b, e in ranges]
     deleted = values.count(None)
-    klens = list(map(len, keys))
+    n = len(keys)
     if not deleted:
-        heads = {n: rec(put, n) for n in set(klens)}
-        vlens = list(map(len, values))
-        vheads = {n: ln(n) for n in set(vlens)}
-        parts += chain.from_iterable(zip(map(heads.__getitem__, klens), keys, map(vheads.__getitem__, vlens), values))
-    elif deleted == len(values):
-        heads = {n: rec(delete, n) for n in set(klens)}
-        parts += chain.from_iterable(zip(map(heads.__getitem__, klens), keys))
+        points = [b""] * (4 * n)
+        points[0::4] = _heads(lambda size: rec(put, size), keys)
+        points[1::4] = keys
+        points[2::4] = _heads(ln, values)
+        points[3::4] = values
+        parts += points
+    elif deleted == n:
+        points = [b""] * (2 * n)
+        points[0::2] = _heads(lambda size: rec(delete, size), keys)
+        points[1::2] = keys
+        parts += points
     else:  # one bytes object per record, made in a comprehension: fewer interpreter steps per change
         parts += [rec(delete, len(k)) + k if v is None else b"".join((rec(put, len(k)), k, ln(len(v)), v))
                   for k, v in zip(keys, values)]
     return b"".join(parts)
+
+
+def _heads(pack, items: list) -> list:
+    """``[pack(len(item)) for item in items]``, packing each distinct length once."""
+    sizes = set(map(len, items))
+    if len(sizes) == 1:
+        return [pack(sizes.pop())] * len(items)
+    packed = {size: pack(size) for size in sizes}
+    return list(map(packed.__getitem__, map(len, items)))
 
 
 _COMPRESSED_MARGIN = 0.8  # a compressed changelog is taken to shrink at most this much more than its head

@@ -271,17 +271,19 @@ class RowCache:
         self.used += charge
         return True
 
-    def write_many(self, changes, keep=None, codec=None) -> None:
+    def write_many(self, changes, keep=None, codec=None, olds=None) -> None:
         """:meth:`put` every ``(key, value)`` of ``changes`` (pairs, or a dict), :meth:`discard`
         those whose value is None: the store's batched writes, with ``put``'s common case
         (room left) inlined, and for a dict done in bulk when the cache has room for it all.
         Then :meth:`keep_decoded` ``keep`` (a dict ``key -> value``, REQUIRES: ``codec.decode(
-        changes[key]) == value``), which for a dict that fits is done in the same bulk step."""
+        changes[key]) == value``), which for a dict that fits is done in the same bulk step.
+        ``olds``, for a dict: what :attr:`rows` held for each of its keys, in order (``MISSING``
+        where none), if the caller looked them up already."""
         rows = self.rows
         if type(changes) is dict:
             if keep and codec is not self.codec:
                 self.use_codec(codec)
-            if self._write_dict(changes, keep or {}):  # (it dropped the keys' decoded values)
+            if self._write_dict(changes, keep or {}, olds):  # (it dropped the keys' decoded values)
                 return
             raws = changes
             changes = changes.items()
@@ -313,22 +315,26 @@ class RowCache:
             raws = dict(raws)
             self.keep_decoded(list(keep), list(map(raws.__getitem__, keep)), list(keep.values()), codec)
 
-    def _write_dict(self, changes: dict, keep: dict) -> bool:
+    def _write_dict(self, changes: dict, keep: dict, olds: list | None = None) -> bool:
         """:meth:`write_many` of a dict in bulk, ``keep``'s decoded values with it (of
         :attr:`codec`), if what it adds fits the budget (taking more of it as :meth:`put`
         would); False if it does not, having changed nothing but dropped the keys' decoded
         values (as :meth:`write_many` does first)."""
         rows, decoded = self.rows, self.decoded
         n = len(changes)
-        olds = list(map(rows.get, changes, repeat(MISSING, n)))
-        if decoded:  # the keys' decoded values go first (the module docstring's invariant)
-            dropped = list(map(decoded.pop, changes, repeat(MISSING, n)))
-            if dropped.count(MISSING) < n:
-                self.used -= sum([DECODED_OVERHEAD + DECODED_PER_BYTE * len(old)
-                                  for old, d in zip(olds, dropped) if d is not MISSING])
+        if olds is None:
+            olds = list(map(rows.get, changes, repeat(MISSING, n)))
         values = changes.values()
         deleted = list(values).count(None)
         missing = olds.count(MISSING)
+        if decoded:  # the keys' decoded values go first (the module docstring's invariant)
+            dropped = list(map(decoded.pop, changes, repeat(MISSING, n)))
+            undecoded = dropped.count(MISSING)
+            if not undecoded:  # (every key held decoded, so with bytes: summed in C)
+                self.used -= DECODED_OVERHEAD * n + DECODED_PER_BYTE * sum(map(len, olds))
+            elif undecoded < n:
+                self.used -= sum([DECODED_OVERHEAD + DECODED_PER_BYTE * len(old)
+                                  for old, d in zip(olds, dropped) if d is not MISSING])
         # the commonest batches charged with sums in C: every key held with a value and
         # rewritten, every key new, every key held with a value and deleted
         if not deleted and not missing and None not in olds:
@@ -348,7 +354,8 @@ class RowCache:
                 else:
                     charge += len(value) - (0 if old is None else len(old))
         if keep:
-            charge += DECODED_OVERHEAD * len(keep) + DECODED_PER_BYTE * sum(map(len, map(changes.__getitem__, keep)))
+            kept = sum(map(len, values)) if len(keep) == n else sum(map(len, map(changes.__getitem__, keep)))
+            charge += DECODED_OVERHEAD * len(keep) + DECODED_PER_BYTE * kept
         while self.used + charge > self.chunks * CHUNK and charge <= self._budget.limit \
                 and self._budget.take_chunk(self):
             pass

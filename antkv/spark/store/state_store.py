@@ -11,17 +11,18 @@ Spark's StateStore semantics::
 Version 8 becomes *the* version 8 only when the driver publishes the batch marker naming
 ``msg.manifest`` (``commit_protocol.py``); until then it is one candidate among the attempts.
 
-**Writes** cost a dict store each: ``put``, ``delete`` and ``put_decoded`` record the key's
-newest value in the batch's *pending* writes, which every read consults first.  They *settle*
-in bulk -- into the batch's net change set ``{key: value or None}`` (plus its list of range
-deletions), the working copy's database (one engine write batch) and its row cache
+**Writes** cost a dict store each: ``put``, ``append``, ``delete`` and ``put_decoded`` record
+the key's newest value in the batch's *pending* writes, which every read consults first.  They
+*settle* in bulk -- into the batch's net change set ``{key: value or None}`` (plus its list of
+range deletions), the working copy's database (one engine write batch) and its row cache
 (:mod:`antkv.spark.store.row_cache`) -- when anything reads the database (a scan, a range
 deletion, the key count, a commit) or when ``_SETTLE_EVERY`` of them (or ``_SETTLE_BYTES`` of
 values), at most a quarter of the change set's bound, gathered.  So scans and prefix scans are
 the engine's own, and a point read is the pending writes', the row cache's or the database's.
-``put_decoded`` takes a Python value and its codec: the value is encoded when it settles, and
-kept decoded in the row cache, as ``get_decoded`` keeps what it decodes, so a value written
-or read in one batch is read in the next without decoding.  The change set is bounded: each
+``put_decoded`` takes a Python value and its codec: the value is encoded when it settles (the
+batch's values at once, ``codec.encode_many``), and kept decoded in the row cache, as
+``get_decoded`` keeps what it decodes, so a value written or read in one batch is read in the
+next without decoding.  The change set is bounded: each
 changed key counts its bytes plus ``_ENTRY_BYTES`` (the Python objects that hold it) against
 ``max_changelog_bytes``.  A batch that outgrows it keeps no change set at all
 (``_drop_changes``): from then on its writes settle into the database alone, it commits a
@@ -83,7 +84,7 @@ from operator import is_, itemgetter
 import xxhash
 
 import antkv
-from antkv.record.batch import as_bytes
+from antkv.record.batch import as_bytes, batch_of_changes
 
 from antkv.spark.store.commit_message import CommitMessage
 from antkv.spark.store.idle_copies import background_parking, held
@@ -95,7 +96,6 @@ from antkv.spark.store.objects import (
     FileRef,
     Manifest,
     Marker,
-    changelog_size_floor,
     encode_changelog,
     merge_ranges,
 )
@@ -104,6 +104,7 @@ from antkv.spark.store.working_copy import WorkingCopy
 
 _SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base instead of reading each
 _LIVE = object()  # a changed key whose new value is not kept (the batch commits a snapshot)
+_ENCODED_TYPES = frozenset((bytes, type(None)))  # a pending write's value that is not a decoded one
 _NO_WAL = antkv.WriteOptions(disable_wal=True)  # a working copy's writes (module docstring)
 _ENTRY_BYTES = 160  # a change set entry's Python objects: its dict slot and two bytes headers
 _SETTLE_EVERY = 65536  # pending writes gathered before they settle (go to the database as one batch) ...
@@ -161,6 +162,7 @@ class StateStore:
         # so the batch's writes do not turn into full collections.)
         self._pending: dict[bytes, object] = {}
         self._codec = None  # the codec of the decoded values in _pending
+        self._unencoded = 0  # put_decoded calls since the last settle: 0 when _pending holds no decoded value
         self._pending_bytes = 0  # bytes of the values put in _pending (not counting overwrites)
         # pending writes settle at these counts: a quarter of the change set's bound at most
         self._settle_every = max(1, min(_SETTLE_EVERY, options.max_changelog_bytes // (4 * _ENTRY_BYTES)))
@@ -222,8 +224,9 @@ class StateStore:
         kept decoded in the row cache, so that the next read (in this batch or a later one) does
         not decode again.  ``codec`` has ``encode(value) -> bytes`` and ``decode(bytes) ->
         value``, each the other's inverse on the values it is given, which are immutable (the
-        caller gets the very object the cache keeps), never bytes nor None; a store's reads use
-        one codec.  REQUIRES: ``key`` is bytes."""
+        caller gets the very object the cache keeps), never bytes nor None, and may have
+        ``encode_many(values: list) -> list`` (``encode`` of each, the batch's writes encoded in
+        bulk when they settle); a store's reads use one codec.  REQUIRES: ``key`` is bytes."""
         if self._done:
             self._check_active()
         value = self._pending.get(key, MISSING)
@@ -292,6 +295,26 @@ class StateStore:
         if len(pending) >= self._settle_every or self._pending_bytes >= self._settle_bytes:
             self._settle()
 
+    def append(self, key: bytes, suffix: bytes) -> None:
+        """``put(key, get(key, b"") + suffix)`` -- a list state's append -- with one lookup of
+        the key's value.  REQUIRES: ``key`` and ``suffix`` are bytes."""
+        if self._done:
+            self._check_active()
+        pending = self._pending
+        old = pending.get(key, MISSING)
+        if old is MISSING:
+            rows = self._rows
+            old = rows.rows.get(key, MISSING)  # (RowCache.lookup, inlined)
+            if old is MISSING:
+                old = None if key[:PREFIX_LEN] in rows.complete else self._read_through(key)
+        elif old is not None and type(old) is not bytes:
+            old = self._codec.encode(old)  # decoded, not encoded yet
+        value = suffix if old is None else old + suffix
+        pending[key] = value
+        self._pending_bytes += len(value)
+        if len(pending) >= self._settle_every or self._pending_bytes >= self._settle_bytes:
+            self._settle()
+
     def put_decoded(self, key: bytes, value, codec) -> None:
         """Write ``codec.encode(value)`` at ``key``, encoded when the write settles, and keep
         ``value`` as the key's decoded value (:meth:`get_decoded`, whose contract ``codec`` and
@@ -303,6 +326,7 @@ class StateStore:
             self._codec = codec
         pending = self._pending
         pending[key] = value
+        self._unencoded += 1
         if len(pending) >= self._settle_every:
             self._settle()
 
@@ -323,21 +347,31 @@ class StateStore:
         pending = self._pending
         if not pending:
             return
-        self._pending, self._pending_bytes = {}, 0
-        # (keys and values in lists of their own, no tuple per entry: as _pending's comment says)
-        decoded = [k for k, v in pending.items() if v is not None and type(v) is not bytes]
         keep = None  # the decoded values, kept in the row cache beside their bytes
-        if decoded:
-            keep = dict(zip(decoded, map(pending.__getitem__, decoded)))
-            pending.update(zip(decoded, map(self._codec.encode, keep.values())))
+        unencoded = self._unencoded
+        self._pending, self._pending_bytes, self._unencoded = {}, 0, 0
+        if unencoded:
+            if _ENCODED_TYPES.isdisjoint(map(type, pending.values())):  # every value decoded (tested in C)
+                keep = pending.copy()
+            else:  # (keys and values in lists of their own, no tuple per entry: as _pending's comment says)
+                decoded = [k for k, v in pending.items() if v is not None and type(v) is not bytes]
+                keep = dict(zip(decoded, map(pending.__getitem__, decoded)))
+            codec = self._codec
+            encode_many = getattr(codec, "encode_many", None)
+            pending.update(zip(keep, encode_many(list(keep.values())) if encode_many is not None
+                               else map(codec.encode, keep.values())))
+            keep = keep or None
         if self._untracked:
             self._write(pending, keep)
         else:
             changes = self._changes
-            new = [k for k in pending if k not in changes] if changes else list(pending)
-            if new and not self._ranges and not self._learn_base_live(new) and self._base_snapshot is None:
+            fresh = not changes  # every pending key is new to the change set (one settle a batch: all)
+            new = pending if fresh else [k for k in pending if k not in changes]  # (keys, iterated in order)
+            # what the row cache holds for them, before the writes: what the base holds, if anything
+            found = list(map(self._rows.rows.get, new, repeat(MISSING, len(new))))
+            if new and not self._ranges and not self._learn_base_live(new, found) and self._base_snapshot is None:
                 self._pin_base()  # (before the write: the snapshot reads the base's value of new keys)
-            if not changes:
+            if fresh:
                 old_bytes = 0
             elif self._overflow:  # (its values are None or _LIVE)
                 old_bytes = sum([len(v) for v in map(changes.get, pending) if type(v) is bytes])
@@ -347,17 +381,26 @@ class StateStore:
             self._change_bytes += _ENTRY_BYTES * len(new) + added - old_bytes
             if self._overflow:
                 changes.update({k: None if v is None else _LIVE for k, v in pending.items()})
+            elif fresh:
+                self._changes = pending  # (no copy: nothing changes pending from here on)
             else:
                 changes.update(pending)
-            self._write(pending, keep)
+            self._write(pending, keep, found if fresh else None, added)
             if self._change_bytes > self._max_change_bytes:
                 self._drop_changes()
 
-    def _write(self, changes: dict, keep: dict | None = None) -> None:
+    def _write(self, changes: dict, keep: dict | None = None, olds: list | None = None,
+               size: int | None = None) -> None:
         """``changes`` (key -> value or None) into the database, as one batch, and the row
-        cache, which keeps ``keep`` (key -> the decoded value of ``changes[key]``) too."""
-        self._db.write(antkv.WriteBatch().update(changes), write_options=_NO_WAL)
-        self._rows.write_many(changes, keep, self._codec)
+        cache, which keeps ``keep`` (key -> the decoded value of ``changes[key]``) too;
+        ``olds``, if known: what the row cache held for each key (:meth:`RowCache.write_many`);
+        ``size``, if known: the keys' and values' bytes.  (The store's keys and values are
+        bytes, or None for a deletion: ``put``, ``append`` and ``delete`` checked or require
+        them, ``put_decoded`` requires its keys bytes, and its codec encodes to bytes.)"""
+        if size is None:
+            size = sum(map(len, changes)) + sum(map(len, filter(None, changes.values())))
+        self._db.write(batch_of_changes(changes, size), write_options=_NO_WAL)
+        self._rows.write_many(changes, keep, self._codec, olds)
 
     def _pin_base(self) -> None:
         """Take the snapshot the key count reads the base at, before the batch writes a key it
@@ -365,12 +408,11 @@ class StateStore:
         such key is the base's."""
         self._base_snapshot = self._db.snapshot()
 
-    def _learn_base_live(self, keys) -> bool:
+    def _learn_base_live(self, keys, found: list) -> bool:
         """Before the first writes of ``keys`` in the batch settle: whether each is live in the
-        base, for those the row cache knows.  Whether every key of ``keys`` is now known."""
-        rows = self._rows
-        cached, complete, base_live = rows.rows, rows.complete, self._base_live
-        found = list(map(cached.get, keys, repeat(MISSING, len(keys))))
+        base, for those the row cache knows (``found``: the cache's value of each, or
+        ``MISSING``).  Whether every key of ``keys`` is now known."""
+        complete, base_live = self._rows.complete, self._base_live
         missing = found.count(MISSING)
         if not missing and None not in found:  # all cached live (a rewrite of warm keys)
             learnt = dict.fromkeys(keys, True)
@@ -386,7 +428,10 @@ class StateStore:
         if len(learnt) < len(keys) and complete:
             learnt.update({k: False for k, v in zip(keys, found) if v is MISSING and k[:PREFIX_LEN] in complete})
         before = len(base_live)
-        base_live.update(learnt)  # (a key read before holds the same: the cache holds the base's value)
+        if before:
+            base_live.update(learnt)  # (a key read before holds the same: the cache holds the base's value)
+        else:
+            self._base_live = base_live = learnt
         self._change_bytes += _ENTRY_BYTES * (len(base_live) - before)  # as a read's entry is
         return len(learnt) == len(keys) or all([k in base_live for k in keys])
 
@@ -593,10 +638,12 @@ class StateStore:
                 ranges = merge_ranges(self._ranges)
                 # the floor is counted only when the change set's charge (at least its records'
                 # size) could reach a snapshot: a common batch's changelog is far from one
-                if not (self._overflow or self._needs_snapshot(snapshot, chain, 0) or (
-                        self._needs_snapshot(snapshot, chain, self._change_bytes) and self._needs_snapshot(
-                            snapshot, chain, changelog_size_floor(ranges, self._changes)))):
-                    log = encode_changelog(ranges, self._changes)
+                if not (self._overflow or self._needs_snapshot(snapshot, chain, 0)):
+                    refuse = None
+                    if self._needs_snapshot(snapshot, chain, self._change_bytes):
+                        def refuse(floor: int) -> bool:
+                            return self._needs_snapshot(snapshot, chain, floor)
+                    log = encode_changelog(ranges, self._changes, refuse)
                 if log is None or self._needs_snapshot(snapshot, chain, len(log)):
                     if not self._rewrite_if_state_rewritten(num_keys, chain) and not self._ingested:
                         copy.settle_debt(num_keys)

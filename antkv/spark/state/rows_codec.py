@@ -1,0 +1,153 @@
+"""The codec of the rows the state store keeps decoded (:data:`ROWS`), and its encoders
+specialised to rows of integers: one row at a time, and a batch's values in bulk.
+
+A value state's row and a map entry's value are kept by the store as the Python rows
+themselves (``StateStore.put_decoded`` / ``get_decoded``), a tuple of rows per stored value,
+and encoded when the batch's writes settle: all of a batch's values at once
+(:meth:`RowsCodec.encode_many`).  The bytes are :mod:`antkv.spark.state.codec`'s, byte for
+byte (``tests/test_spark_views.py`` pins them); what differs is the work.  An int of -64..63,
+a row's count below 0x80, None and a nested row's tag each encode as one fixed piece, made once
+(``codec``'s tables); any other int is encoded when asked.  A row of ints and Nones is then its
+count's piece followed by one lookup per value, joined once -- where the general encoder tests
+each value's type and runs a varint loop -- and a batch's values of one state variable, which
+share a shape, are joined with loops in C only (:func:`encode_values`).
+"""
+
+from __future__ import annotations
+
+from itertools import chain, repeat
+from operator import itemgetter
+
+from antkv.spark.state.codec import (
+    COUNT_PIECES,
+    INT_PIECES,
+    NONE_PIECE,
+    ROW_PIECE,
+    int_piece,
+    decode_rows,
+    encode_row,
+    encode_rows,
+)
+
+
+class _IntPieces(dict):
+    """An int (exactly ``int``: a bool or a float equal to a key would find the int's piece) or
+    None -> its piece of a row's encoding; ints outside -64..63 are encoded when asked, not kept."""
+
+    __slots__ = ()
+
+    def __missing__(self, value: int) -> bytearray:
+        return int_piece(value)
+
+
+_PIECES = _IntPieces(INT_PIECES)
+_PIECES[None] = NONE_PIECE
+_piece = _PIECES.__getitem__
+_INT_ROW_TYPES = frozenset((int, type(None)))
+_PAIR_PIECE = COUNT_PIECES[2]
+
+
+def int_row(row) -> bool:
+    """Whether ``row`` is a tuple of exact ints and Nones (what :func:`encode_int_row` takes)."""
+    return type(row) is tuple and _INT_ROW_TYPES.issuperset(map(type, row))
+
+
+def encode_int_row(row: tuple) -> bytes:
+    """:func:`encode_row` of a row of exact ints and Nones, one table lookup per value (a schema
+    whose fields are all integers gives such rows).  REQUIRES: :func:`int_row` (row)."""
+    count = len(row)
+    if count >= 0x80:
+        return encode_row(row)
+    return b"".join([COUNT_PIECES[count], *map(_piece, row)])
+
+
+def encode_expiring_int_row(expiry, row: tuple) -> bytes:
+    """:func:`encode_row` ``((expiry, row))`` -- an element with its expiry, as the processor's
+    state stores it -- for ``expiry`` an int or None and ``row`` as :func:`encode_int_row` takes."""
+    count = len(row)
+    if count >= 0x80:
+        return encode_row((expiry, row))
+    return b"".join([_PAIR_PIECE, _piece(expiry), ROW_PIECE, COUNT_PIECES[count], *map(_piece, row)])
+
+
+_BULK_VALUES = 32  # values encoded by encode_values' bulk paths at least (fewer: one call each)
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_TUPLES = frozenset((tuple,))
+_ONE, _TWO = frozenset((1,)), frozenset((2,))
+
+
+def _int_rows_width(rows: list) -> int:
+    """The width of every row of ``rows`` when they are all tuples of that one width (1 to
+    0x7F) of exact ints and Nones, else 0."""
+    if not _TUPLES.issuperset(map(type, rows)):
+        return 0
+    widths = set(map(len, rows))
+    if len(widths) != 1:
+        return 0
+    width = widths.pop()
+    if not 0 < width < 0x80 or not _INT_ROW_TYPES.issuperset(map(type, chain.from_iterable(rows))):
+        return 0
+    return width
+
+
+def encode_values(values: list) -> list:
+    """``[encode_rows(v) for v in values]`` for the decoded values of a batch (tuples of rows).
+
+    The batch's values of one state variable share a shape, and two shapes are encoded in
+    bulk, with no Python step per value: every value one row of ints and Nones of one width
+    (a view's value or map entry), or one ``(expiry, row)`` pair with such a row (the
+    processor's).  Each encoding is then joined from table pieces: the head its shape fixes,
+    the expiry's piece, and the row's values' pieces taken ``width`` at a time.  Any other
+    list is encoded value by value."""
+    if len(values) >= _BULK_VALUES and _TUPLES.issuperset(map(type, values)) and _ONE.issuperset(map(len, values)):
+        rows = list(map(_FIRST, values))
+        width = _int_rows_width(rows)
+        if width:  # a view's: count | pieces
+            pieces = map(_piece, chain.from_iterable(rows))
+            return list(map(b"".join, zip(repeat(COUNT_PIECES[width]), *[pieces] * width)))
+        if _TUPLES.issuperset(map(type, rows)) and _TWO.issuperset(map(len, rows)) \
+                and _INT_ROW_TYPES.issuperset(map(type, map(_FIRST, rows))):
+            inner = list(map(_SECOND, rows))
+            width = _int_rows_width(inner)
+            if width:  # the processor's: 2 | expiry | R_ROW | count | pieces
+                pieces = map(_piece, chain.from_iterable(inner))
+                return list(map(b"".join, zip(repeat(_PAIR_PIECE), map(_piece, map(_FIRST, rows)),
+                                              repeat(ROW_PIECE + COUNT_PIECES[width]), *[pieces] * width)))
+    return list(map(encode_rows, values))
+
+
+# --------------------------------------------------------------------------- the codec
+
+
+class RowsCodec:
+    """A stored value as the tuple of its rows (``decode_rows``; a value state's or map entry's
+    value is one row, a list's its elements): the codec of the state store's decoded values
+    (``StateStore.get_decoded`` / ``put_decoded``).  Values given to ``encode`` must be what
+    ``decode`` returns for their encoding -- tuples of rows whose elements are
+    :func:`plain_row` s' types or such rows -- so that the store may keep them as decoded."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def encode(rows) -> bytes:
+        return encode_rows(rows)
+
+    @staticmethod
+    def decode(data: bytes) -> tuple:
+        return tuple(decode_rows(data))
+
+    @staticmethod
+    def encode_many(values: list) -> list:
+        """``[encode(v) for v in values]``: :func:`encode_values`."""
+        return encode_values(values)
+
+
+ROWS = RowsCodec()
+_PLAIN_TYPES = frozenset((int, str, float, bool, bytes, type(None)))
+
+
+def plain_row(row) -> bool:
+    """Whether ``row`` is a tuple of values that decode as themselves (``int``, ``str``,
+    ``float``, ``bool``, ``bytes`` or None, exactly those types): such a row may be kept as its
+    own decoded form."""
+    return type(row) is tuple and _PLAIN_TYPES.issuperset(map(type, row))

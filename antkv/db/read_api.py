@@ -88,8 +88,9 @@ class ReadAPI(DBState):
            hold it);
         3. the block cache hit, without a lock (the clock policy's hit:
            :mod:`antkv.memory.clock`; the entry found by index in the table's list of its
-           blocks' entries, which every insert of one of its blocks fills), or on a miss the block read, checked and cached as
-           :meth:`TableReader.load_searchable` does (through the reader's ``block_source``, the
+           blocks' entries, which every insert of one of its blocks fills), or on a miss the
+           block read, checked and cached as :meth:`TableReader.load_searchable` does
+           (through the reader's ``block_source``, the
            file's positional read: a read of a table closed meanwhile fails, and
            :meth:`TableReader.read_failed` reports it as closed; a short read or a bare
            ``OSError`` is read again by :meth:`TableReader.read_checked`, which reports what the

@@ -161,8 +161,7 @@ class ClockShard:
         chances = len(table)  # reference bits this sweep may clear before it stops sparing entries
         limit = self.capacity - charge
         usage = self.usage
-        bits, homes = self.bits, self.homes
-        free = self.free_slots
+        bits = self.bits
         while usage > limit and table:
             k, e = popitem(False)  # the entry under the hand
             slot = e[3]  # e[SLOT]
@@ -178,10 +177,7 @@ class ClockShard:
                     table[k] = e  # the hand moves past it
                     continue
             usage -= e[1]  # e[CHARGE]
-            home = homes[slot]
-            if home is not None:
-                home[self.home_index[slot]] = homes[slot] = None
-            free.append(slot)
+            self._free(slot)
         self.usage = usage
 
     def put(self, key, value, charge: int, high: bool, home: list | None = None, index: int = 0) -> bool:
@@ -221,7 +217,7 @@ class ClockShard:
                                 table[k] = e
                                 continue
                         usage -= e[1]
-                        k = e[3]  # the evicted entry's slot
+                        k = e[3]  # the evicted entry's slot: _free(k), inline
                         if homes[k] is not None:
                             homes[k][self.home_index[k]] = homes[k] = None
                         if slot < 0:

@@ -32,7 +32,6 @@ from antkv.spark.store.memory import worker_memory
 from antkv.spark.store.objects import (
     KIND_CHANGELOG,
     _changelog_payload,
-    changelog_size_floor,
     decode_changelog,
     encode_changelog,
     file_digest,
@@ -620,21 +619,21 @@ def test_a_changelog_is_sized_before_it_is_encoded(tmp_path):
     bound is the exact size of a changelog of incompressible values -- the commit then never
     encodes one only to find it too large -- and below the size of a compressible one; with a
     snapshot ratio of 0.5, a batch that rewrote its state with random values commits a snapshot."""
+    def floor(ranges, changes):  # the bound encode_changelog asks refuse about, or None if it does not ask
+        asked = []
+        out = encode_changelog(ranges, changes, lambda floor: asked.append(floor) or True)
+        assert (out is None) == bool(asked)  # refused: no changelog
+        return asked[0] if asked else None
+
     rnd = {b"k%06d" % i: os.urandom(1024) for i in range(2000)}
     rnd.update({b"gone%03d" % i: None for i in range(50)})
-    assert changelog_size_floor([(b"a", b"b")], rnd) == len(encode_changelog([(b"a", b"b")], rnd))
+    assert floor([(b"a", b"b")], rnd) == len(encode_changelog([(b"a", b"b")], rnd))
     text = {b"k%06d" % i: b"%06d the same words again and again " % i * 20 for i in range(2000)}
     encoded = len(encode_changelog([], text))
-    assert encoded < 0.5 * sum(map(len, text.values())) and 0 < changelog_size_floor([], text) <= encoded
-    assert changelog_size_floor([], {b"a": b"1", b"b": None}) == 0  # under the sample: encoded, then sized
-    # encode_changelog answers the same bound itself, from the head it samples once, and gives
-    # no changelog when refuse(bound) says a snapshot replaces it
-    for changes, ranges in ((rnd, [(b"a", b"b")]), (text, [])):
-        asked = []
-        assert encode_changelog(ranges, changes, lambda floor: asked.append(floor) or True) is None
-        assert asked == [changelog_size_floor(ranges, changes)]
+    assert encoded < 0.5 * sum(map(len, text.values())) and 0 < floor([], text) <= encoded
+    assert floor([], {b"a": b"1", b"b": None}) is None  # under the sample: encoded without asking
+    for changes, ranges in ((rnd, [(b"a", b"b")]), (text, [])):  # not refused: the same changelog
         assert encode_changelog(ranges, changes, lambda floor: False) == encode_changelog(ranges, changes)
-    assert encode_changelog([], {b"a": b"1"}, lambda floor: True) is not None  # under the sample: not asked
     loc, options = f"file://{tmp_path}/state", StoreOptions(cache_dir=str(tmp_path / "cache"), snapshot_ratio=0.5)
     coord = CommitCoordinator(loc, "op", 1, query_id="q")
     for version in (1, 2):

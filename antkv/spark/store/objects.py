@@ -391,10 +391,12 @@ def encode_changelog(ranges, changes, refuse=None) -> bytes | None:
     (the store keeps it that way: a range deletion turns earlier changes in it into deletes).
     Compressed with zstd unless its first 256 KiB do not compress (random values).
 
-    ``refuse(floor)``, if given, is asked before the payload is compressed, with
-    :func:`changelog_size_floor`'s bound (from the records built and the head's ratio, sampled
-    once for both): True means a changelog that large is not wanted (a snapshot replaces it),
-    and None is returned.  A payload no larger than the sample is encoded without asking.
+    ``refuse(floor)``, if given, is asked before the payload is compressed, with a lower bound
+    of the changelog's size (from the records built and the head's ratio, sampled once for
+    both: the exact size when the head does not compress, else the payload's size times the
+    ratio times :data:`_COMPRESSED_MARGIN`): True means a changelog that large is not wanted
+    (a snapshot replaces it), and None is returned.  A payload no larger than the sample is
+    encoded without asking.
     """
     payload = _changelog_payload(ranges, list(changes), list(changes.values()))
     compress, ratio = _worth_compressing(payload[:_ESTIMATE_SAMPLE])
@@ -451,34 +453,6 @@ def _heads(pack, items: list) -> list:
 
 
 _COMPRESSED_MARGIN = 0.8  # a compressed changelog is taken to shrink at most this much more than its head
-
-
-def changelog_size_floor(ranges, changes) -> int:
-    """A lower bound of ``len(encode_changelog(ranges, changes))``, found without encoding:
-    what a commit checks first, so that a batch whose changelog a snapshot would replace anyway
-    (it rewrote much of the state) does not encode it for nothing.
-
-    From the records' exact size and the same head ``encode_changelog`` samples: a changelog
-    whose head does not compress is stored as it is, so the bound is its exact size; one that
-    compresses is bounded by its size times its head's ratio, times a margin.  0 for one no
-    larger than the sample (encoding it costs little)."""
-    keys, values = list(changes), list(changes.values())
-    puts = len(values) - values.count(None)
-    sampled = sum(_REC.size + _LEN.size + len(b) + len(e) for b, e in ranges)
-    # (filter drops the deletions' None, and empty values, which add nothing)
-    raw = sampled + _REC.size * len(keys) + sum(map(len, keys)) + _LEN.size * puts + sum(map(len, filter(None, values)))
-    if raw <= _ESTIMATE_SAMPLE:
-        return 0
-    n = 0
-    for k, v in zip(keys, values):  # the records of the head (up to the sample's size)
-        if sampled >= _ESTIMATE_SAMPLE:
-            break
-        sampled += _REC.size + len(k) + (0 if v is None else _LEN.size + len(v))
-        n += 1
-    compress, ratio = _worth_compressing(_changelog_payload(ranges, keys[:n], values[:n])[:_ESTIMATE_SAMPLE])
-    if not compress:
-        return _HEADER_LEN + raw + _TRAILER.size
-    return int(raw * ratio * _COMPRESSED_MARGIN)
 
 
 def decode_changelog(data: bytes, name: str) -> tuple[list, list, list, int]:

@@ -293,7 +293,7 @@ def _unzigzag(z: int) -> int:
 
 
 def _encode_value(value, out: bytearray) -> None:
-    """One value of a row (``_encode_row_into`` writes exact ints, None and tuples itself)."""
+    """One value of a row (``_row_parts`` writes exact ints, None, tuples and short bytes itself)."""
     if value is None:  # a NumPy NaT's item()
         out.append(R_NONE)
     elif value is True or value is False:

@@ -20,6 +20,7 @@ from antkv.errors import InvalidArgumentError, MemoryLimitError
 
 KiB = 1024
 MiB = 1024 * KiB
+GiB = 1024 * MiB
 
 
 @pytest.fixture(params=sorted(POLICIES))
@@ -101,14 +102,21 @@ def test_one_default_policy_for_every_cache():
 
 
 def test_default_shard_bits_follow_rocksdb():
-    assert default_shard_bits(0) == 0
-    assert default_shard_bits(512 * KiB) == 0
-    assert default_shard_bits(1 * MiB) == 1
-    assert default_shard_bits(4 * MiB) == 3
-    assert default_shard_bits(16 * MiB) == 5
-    assert default_shard_bits(32 * MiB) == 6
-    assert default_shard_bits(1 << 40) == 6
-    assert Cache(8 * MiB).num_shards == 16
+    """One shard per 512 KiB for the LRU (RocksDB's ``LRUCache``), per 32 MiB for the clock
+    (its ``HyperClockCache``), at most 64."""
+    lru = POLICIES["lru"].min_shard_size
+    assert lru == 512 * KiB and POLICIES["clock"].min_shard_size == 32 * MiB
+    assert default_shard_bits(0, lru) == 0
+    assert default_shard_bits(512 * KiB, lru) == 0
+    assert default_shard_bits(1 * MiB, lru) == 1
+    assert default_shard_bits(4 * MiB, lru) == 3
+    assert default_shard_bits(16 * MiB, lru) == 5
+    assert default_shard_bits(32 * MiB, lru) == 6
+    assert default_shard_bits(1 << 40, lru) == 6
+    assert Cache(8 * MiB, policy="lru").num_shards == 16
+    assert Cache(8 * MiB).num_shards == 1 and Cache(31 * MiB).num_shards == 1
+    assert Cache(64 * MiB).num_shards == 2 and Cache(256 * MiB).num_shards == 8
+    assert Cache(8 * GiB).num_shards == 64
     assert Cache(8 * MiB, num_shard_bits=2).num_shards == 4
 
 

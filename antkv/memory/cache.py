@@ -24,7 +24,8 @@ Which entry goes when a shard is full is the *policy*, one module each:
 A policy's shard supplies ``evict(charge)``, ``put`` (which takes the shard's lock) and, under
 the lock, ``insert_pinned``, ``pin``, ``release_last`` and ``erase``, with the fields ``owner``,
 ``lock``, ``table``, ``usage``, ``capacity``, ``strict``, ``rejected``, ``count_hit``,
-``count_miss`` and ``lock_free_hits`` (and, when that is true, ``find``: the table's ``get``,
+``count_miss``, ``min_shard_size`` (the capacity per shard ``num_shard_bits=-1`` aims at) and
+``lock_free_hits`` (and, when that is true, ``find``: the table's ``get``,
 probed without the lock).  :class:`Cache` routes a key to its shard, takes the lock, and does what is
 the same under every policy: making room for a pinned insert (or refusing it), and counting a
 handle back until the last one.
@@ -73,18 +74,17 @@ DEFAULT_POLICY = "clock"
 
 __all__ = ["Cache", "Handle", "POLICIES", "DEFAULT_POLICY", "default_shard_bits"]
 
-MIN_SHARD_SIZE = 512 * 1024
-"""``num_shard_bits=-1`` gives one shard per 512 KiB of capacity (RocksDB's rule)."""
 MAX_DEFAULT_SHARD_BITS = 6
-"""... and at most 2**6 = 64 shards."""
+"""``num_shard_bits=-1`` gives at most 2**6 = 64 shards."""
 MAX_SHARD_BITS = 19
 """RocksDB refuses ``num_shard_bits >= 20``."""
 
 
-def default_shard_bits(capacity: int) -> int:
-    """RocksDB's ``GetDefaultCacheShardBits``: one shard per 512 KiB, at most 64 shards."""
+def default_shard_bits(capacity: int, min_shard_size: int) -> int:
+    """RocksDB's ``GetDefaultCacheShardBits``: one shard per ``min_shard_size`` bytes of
+    capacity (a policy's ``min_shard_size``), at most 64 shards."""
     bits = 0
-    num_shards = capacity // MIN_SHARD_SIZE
+    num_shards = capacity // min_shard_size
     while True:
         num_shards >>= 1
         if not num_shards:
@@ -116,8 +116,8 @@ def _priority(priority: Any) -> bool:
 class Cache:
     """A sharded cache of ``capacity`` bytes (see the module docstring for the rules).
 
-    ``num_shard_bits=-1`` picks one shard per 512 KiB of capacity, at most 64 shards.
-    ``strict_capacity_limit`` makes an insert that cannot fit raise ``MemoryLimitError``.
+    ``num_shard_bits=-1`` picks one shard per ``min_shard_size`` of the policy's shard (32 MiB
+    for the clock, 512 KiB for the LRU: RocksDB's rules), at most 64 shards.  ``strict_capacity_limit`` makes an insert that cannot fit raise ``MemoryLimitError``.
     ``high_pri_pool_ratio`` (0..1) is the share of each shard reserved for high-priority (index
     and filter) and re-read entries (LRU policy only).  ``policy`` is ``"lru"`` or ``"clock"``.
     Thread-safe: one lock per shard; under the clock policy a hit takes none.
@@ -148,7 +148,7 @@ class Cache:
                 raise TypeError(f"policy must be a str, not {type(policy).__name__}")
             raise InvalidArgumentError(f"policy must be one of {', '.join(map(repr, POLICIES))}, got {policy!r}")
         if num_shard_bits < 0:
-            num_shard_bits = default_shard_bits(capacity)
+            num_shard_bits = default_shard_bits(capacity, shard_class.min_shard_size)
         n = 1 << num_shard_bits
         self.mask = n - 1
         self._strict = strict_capacity_limit

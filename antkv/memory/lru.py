@@ -70,6 +70,7 @@ class LRUShard:
     """
 
     lock_free_hits = False  # a hit moves the entry in the list: Cache.get takes the lock
+    min_shard_size = 512 * 1024  # Cache(num_shard_bits=-1): RocksDB's rule for its LRUCache
 
     __slots__ = (
         "owner", "strict", "lock", "table", "lru", "low_pri", "capacity", "high_capacity", "ratio",

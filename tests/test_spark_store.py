@@ -729,6 +729,54 @@ def test_a_snapshot_after_the_state_was_rewritten_holds_it_once_in_one_table(tmp
     store.abort()
 
 
+def _snapshots_beyond_the_row_cache(args):
+    """In a new process whose row caches hold nothing: snapshot commits of a state of 5,000
+    keys of 1 KiB, the batches writing every key, all but 3, then 80% of them; per batch the
+    snapshot's tables and bytes, and the compaction bytes the copy's database read before the
+    next batch; finally the state rebuilt."""
+    loc, cache_dir = args
+    options = StoreOptions(cache_dir=cache_dir, snapshot_ratio=0.5, max_changelog_chain=1, row_cache_bytes=1)
+    coord = CommitCoordinator(loc, "op", 1, query_id="q")
+    every = [b"k%04d" % i for i in range(5000)]
+    model, batches = {}, []
+    for version, keys in ((1, every), (2, every[3:]), (3, every[: len(every) * 4 // 5])):
+        store = open_store(loc, "op", 0, version - 1, manifest=coord.base_manifests(version - 1)[0], options=options)
+        if version > 1:
+            batches[-1].append(store.engine_stats()["compaction_bytes_read"])
+        for k in keys:
+            model[k] = os.urandom(1024)
+            store.put(k, model[k])
+        msg = store.commit()
+        coord.publish(version, [msg])
+        snapshot = read_manifest(as_location(loc), msg.manifest).snapshot
+        batches.append([msg.snapshot, len([f for f in snapshot.files if f.local.endswith(".sst")]), snapshot.bytes])
+    store = open_store(loc, "op", 0, 3, manifest=coord.base_manifests(3)[0], options=options)
+    batches[-1].append(store.engine_stats()["compaction_bytes_read"])
+    store.abort()
+    release_idle_stores()
+    store = open_store(loc, "op", 0, 3, manifest=coord.base_manifests(3)[0], options=options)
+    rebuilt = dict(store.items()) == model
+    store.abort()
+    return batches, rebuilt
+
+
+def test_a_batch_that_rewrote_nearly_every_key_snapshots_one_table_whatever_the_row_cache_holds(tmp_path):
+    """A snapshot after a batch that rewrote the state is the state in one table, written from
+    memory (no compaction), even when the row cache could keep none of it: the batch's
+    change set holds the values it wrote, and the few keys it left (records a batch never
+    rewrites) are read from the database.  A batch that left more than an eighth of the keys
+    is compacted instead (its tables hold the state 1.8 times).  The state reads back
+    exactly, rebuilt."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # (a process's first store fixes its budget)
+        batches, rebuilt = pool.apply(_snapshots_beyond_the_row_cache, ((f"file://{tmp_path}/state", str(tmp_path / "cache")),))
+    state_bytes = 5000 * (5 + 1024)
+    for snapshot, tables, nbytes, compacted in batches[:2]:
+        assert snapshot and tables == 1 and nbytes < 1.3 * state_bytes and compacted == 0
+    snapshot, tables, nbytes, compacted = batches[2]
+    assert snapshot and nbytes < 1.3 * state_bytes and compacted > state_bytes
+    assert rebuilt
+
+
 def test_a_state_rewritten_to_nothing_snapshots_an_empty_database(tmp_path):
     """A batch that deletes every key, committed as a rewritten snapshot, leaves an empty
     state that reads back empty, rebuilt too, and takes new keys."""

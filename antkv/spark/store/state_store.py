@@ -705,15 +705,20 @@ class StateStore:
 
     def _rewrite_if_state_rewritten(self, num_keys: int, chain) -> bool:
         """Before a snapshot: replace the working copy's database by the live state in one
-        table (:meth:`WorkingCopy.rewrite`) when the row cache holds that state whole and
-        the changes since the last snapshot -- the ``chain``'s changelogs and this batch's --
-        reach half its bytes; returns whether it did.  A checkpoint would then upload a table about that large anyway,
-        beside older tables holding the same keys; a state that changed less keeps its
-        tables (a snapshot uploads only the new one), and so does a batch that ingested
-        ranges (its snapshot names the source partition's objects)."""
+        table (:meth:`WorkingCopy.rewrite`) when the row cache, with this batch's change set,
+        holds that state nearly whole (:meth:`WorkingCopy.whole_state`) and the changes since
+        the last snapshot -- the ``chain``'s changelogs and this batch's -- reach half its
+        bytes; returns whether it did.  A
+        checkpoint would then upload a table about that large anyway, beside older tables
+        holding the same keys; a state that changed less keeps its tables (a snapshot uploads
+        only the new one), and so does a batch that ingested ranges (its snapshot names the
+        source partition's objects)."""
         if self._ingested:
             return False
-        whole = self._rows.whole_state(num_keys)
+        # (the change set holds each changed key's value, or None, unless a range deletion,
+        # an overflow or an ingest made it drop them)
+        values_kept = not (self._ranges or self._untracked or self._overflow)
+        whole = self._copy.whole_state(num_keys, self._changes if values_kept else None)
         if whole is None:
             return False
         keys, values = whole

@@ -88,6 +88,7 @@ _APPLY_CHUNK = 4096  # changelog records per engine write batch
 _MERGE_BYTES = 64 << 20  # changelog bytes of a chain merged in memory before they are written
 _DEBT_FACTOR = 1.25  # stored entries per live key a snapshot may carry before it is compacted
 _DEBT_SLACK = 1024  # ... plus these (a small state's tombstones are not worth a compaction)
+_READ_FACTOR = 8  # whole_state reads at most one key in 8 from the database, not from memory
 _WHOLE_FACTOR = 16  # changelogs (compressed) of 1/16 of the snapshot's bytes: read the snapshot whole
 
 
@@ -316,6 +317,31 @@ class WorkingCopy:
         if keys:
             self.db.ingest([table], move=True)
         self.file_map = {}  # no engine file of the new database is in the location yet
+
+    def whole_state(self, num_keys: int, changes: dict | None = None) -> tuple[list, list] | None:
+        """``(keys, values)``: the live state of ``num_keys`` keys in key order, if the row
+        cache, with ``changes`` (a batch's change set: key -> newest value, None if deleted),
+        holds all of it but at most one key in :data:`_READ_FACTOR`, which are read from the
+        database (its keys scanned for the ones neither holds: records a batch never rewrites,
+        keys a row cache of bounded size could not keep); else None.  The cache's live entries
+        and the change set's are live keys with their newest values (the cache's invariant),
+        so as many of them as there are keys are all of them."""
+        whole = self.rows.whole_state(num_keys)
+        if whole is not None or not changes:
+            return whole
+        state = {k: v for k, v in self.rows.rows.items() if v is not None}
+        state.update(changes)
+        live = len(state) - list(state.values()).count(None)
+        if live == num_keys:
+            keys = sorted(k for k, v in state.items() if v is not None)
+            return keys, list(map(state.__getitem__, keys))
+        if not 0 < (num_keys - live) * _READ_FACTOR <= num_keys:
+            return None
+        keys = list(self.db.keys())  # the live keys now, in order
+        if len(keys) != num_keys:
+            return None
+        get = self.db.get
+        return keys, [get(k) if v is None else v for k, v in zip(keys, map(state.get, keys))]
 
     def settle_debt(self, live_keys: int) -> bool:
         """Before a snapshot: compact the database to one sorted run when its tables hold more

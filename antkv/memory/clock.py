@@ -117,7 +117,7 @@ class ClockShard:
     # Cache(num_shard_bits=-1) gives one shard per 32 MiB of capacity, RocksDB's rule for its
     # HyperClockCache.  A hit takes no lock, so shards only spread inserts, which the GIL runs
     # one at a time anyway; each shard more is another table, ring and set of lists a read
-    # touches cold (out of cache, with 16 shards instead of one, a point read took 3-4% longer).
+    # touches cold (out of cache, with 16 shards instead of one, a point read took about 5% longer).
     min_shard_size = 32 * 1024 * 1024
 
     __slots__ = (

@@ -284,7 +284,8 @@ def main(argv=None) -> None:
             print("\n".join(report))
             return
         print(f"Spark applyInPandasWithState (RocksDB): {args.batches} batches, then a restart", file=sys.stderr)
-        spark_args = argparse.Namespace(keys=args.keys, value_size=args.value_size, partitions=args.partitions)
+        spark_args = argparse.Namespace(keys=args.keys, value_size=args.value_size, partitions=args.partitions,
+                                        touched=1.0)  # every key every batch, as antkv's batches
         spark_phase = spark_child("apply", 0, args.batches, spark_args, workdir)
         spark = spark_phase["batches"]
         spark_restart = spark_child("apply", args.batches, 1, spark_args, workdir)["batches"][0]

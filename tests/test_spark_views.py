@@ -179,6 +179,9 @@ def test_row_pieces_encode_as_the_codec(rows, width, expiry, pairs):
     same = [(r + (None,) * width)[:width] for r in rows] * 2  # one width: the bulk paths' shape
     values = [((expiry, r),) for r in same] if pairs else [(r,) for r in same]
     assert encode_values(values) == [encode_rows(v) for v in values]
+    if pairs:  # expiries that differ (None beside ints): the expiry's piece per value
+        varied = [((None if i % 2 else expiry, r),) for i, r in enumerate(same)]
+        assert encode_values(varied) == [encode_rows(v) for v in varied]
     mixed = values + [((1, "x"),), ((True, (1,)),), ((1.5,),), ((1,), (2,))]
     assert encode_values(mixed) == [encode_rows(v) for v in mixed]
     assert ROWS_CODEC.encode_many(values) == [ROWS_CODEC.encode(v) for v in values]

@@ -97,21 +97,24 @@ def encode_values(values: list) -> list:
     bulk, with no Python step per value: every value one row of ints and Nones of one width
     (a view's value or map entry), or one ``(expiry, row)`` pair with such a row (the
     processor's).  Each encoding is then joined from table pieces: the head its shape fixes,
-    the expiry's piece, and the row's values' pieces taken ``width`` at a time.  Any other
-    list is encoded value by value."""
+    the expiry's piece (part of the head when no value has an expiry), and the row's values'
+    pieces taken ``width`` at a time.  Any other list is encoded value by value."""
     if len(values) >= _BULK_VALUES and _TUPLES.issuperset(map(type, values)) and _ONE.issuperset(map(len, values)):
         rows = list(map(_FIRST, values))
         width = _int_rows_width(rows)
         if width:  # a view's: count | pieces
             pieces = map(_piece, chain.from_iterable(rows))
             return list(map(b"".join, zip(repeat(COUNT_PIECES[width]), *[pieces] * width)))
-        if _TUPLES.issuperset(map(type, rows)) and _TWO.issuperset(map(len, rows)) \
-                and _INT_ROW_TYPES.issuperset(map(type, map(_FIRST, rows))):
+        if _TUPLES.issuperset(map(type, rows)) and _TWO.issuperset(map(len, rows)):
+            expiries = list(map(_FIRST, rows))
             inner = list(map(_SECOND, rows))
-            width = _int_rows_width(inner)
+            width = _int_rows_width(inner) if _INT_ROW_TYPES.issuperset(map(type, expiries)) else 0
             if width:  # the processor's: 2 | expiry | R_ROW | count | pieces
                 pieces = map(_piece, chain.from_iterable(inner))
-                return list(map(b"".join, zip(repeat(_PAIR_PIECE), map(_piece, map(_FIRST, rows)),
+                if expiries.count(None) == len(expiries):  # no time to live: one head
+                    head = _PAIR_PIECE + NONE_PIECE + ROW_PIECE + COUNT_PIECES[width]
+                    return list(map(b"".join, zip(repeat(head), *[pieces] * width)))
+                return list(map(b"".join, zip(repeat(_PAIR_PIECE), map(_piece, expiries),
                                               repeat(ROW_PIECE + COUNT_PIECES[width]), *[pieces] * width)))
     return list(map(encode_rows, values))
 

@@ -47,23 +47,18 @@ _INT_ROW_TYPES = frozenset((int, type(None)))
 _PAIR_PIECE = COUNT_PIECES[2]
 
 
-def int_row(row) -> bool:
-    """Whether ``row`` is a tuple of exact ints and Nones (what :func:`encode_int_row` takes)."""
-    return type(row) is tuple and _INT_ROW_TYPES.issuperset(map(type, row))
-
-
-def encode_int_row(row: tuple) -> bytes:
-    """:func:`encode_row` of a row of exact ints and Nones, one table lookup per value (a schema
-    whose fields are all integers gives such rows).  REQUIRES: :func:`int_row` (row)."""
-    count = len(row)
-    if count >= 0x80:
-        return encode_row(row)
-    return b"".join([COUNT_PIECES[count], *map(_piece, row)])
+def encode_any_row(row) -> bytes:
+    """:func:`encode_row` of ``row``; a tuple of exact ints and Nones (what a schema of integer
+    fields gives) is its count's piece and one table lookup per value (a list state's append
+    encodes its element at the call)."""
+    if type(row) is tuple and _INT_ROW_TYPES.issuperset(map(type, row)) and len(row) < 0x80:
+        return b"".join([COUNT_PIECES[len(row)], *map(_piece, row)])
+    return encode_row(row)
 
 
 def encode_expiring_int_row(expiry, row: tuple) -> bytes:
     """:func:`encode_row` ``((expiry, row))`` -- an element with its expiry, as the processor's
-    state stores it -- for ``expiry`` an int or None and ``row`` as :func:`encode_int_row` takes."""
+    state stores it -- for ``expiry`` an int or None and ``row`` a tuple of exact ints and Nones."""
     count = len(row)
     if count >= 0x80:
         return encode_row((expiry, row))
@@ -146,7 +141,10 @@ class RowsCodec:
 
 
 ROWS = RowsCodec()
-_PLAIN_TYPES = frozenset((int, str, float, bool, bytes, type(None)))
+PLAIN_TYPES = frozenset((int, str, float, bool, bytes, type(None)))
+"""The types of the values of a :func:`plain_row` (a caller may test ``PLAIN_TYPES.issuperset(
+map(type, row))`` inline)."""
+_PLAIN_TYPES = PLAIN_TYPES
 
 
 def plain_row(row) -> bool:

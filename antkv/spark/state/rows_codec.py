@@ -1,5 +1,6 @@
 """The codec of the rows the state store keeps decoded (:data:`ROWS`), and its encoders
-specialised to rows of integers: one row at a time, and a batch's values in bulk.
+specialised to rows of integers: one row whose ints a schema vouches for (a processor's list
+element, :func:`encode_expiring_int_row`), and a batch's values in bulk.
 
 A value state's row and a map entry's value are kept by the store as the Python rows
 themselves (``StateStore.put_decoded`` / ``get_decoded``), a tuple of rows per stored value,
@@ -45,15 +46,6 @@ _PIECES[None] = NONE_PIECE
 _piece = _PIECES.__getitem__
 _INT_ROW_TYPES = frozenset((int, type(None)))
 _PAIR_PIECE = COUNT_PIECES[2]
-
-
-def encode_any_row(row) -> bytes:
-    """:func:`encode_row` of ``row``; a tuple of exact ints and Nones (what a schema of integer
-    fields gives) is its count's piece and one table lookup per value (a list state's append
-    encodes its element at the call)."""
-    if type(row) is tuple and _INT_ROW_TYPES.issuperset(map(type, row)) and len(row) < 0x80:
-        return b"".join([COUNT_PIECES[len(row)], *map(_piece, row)])
-    return encode_row(row)
 
 
 def encode_expiring_int_row(expiry, row: tuple) -> bytes:

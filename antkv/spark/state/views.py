@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from antkv import CorruptionError, InvalidArgumentError
 
 from antkv.spark.state.codec import decode_key, decode_row, encode_key, encode_row, encode_rows
-from antkv.spark.state.rows_codec import PLAIN_TYPES, ROWS, encode_any_row
+from antkv.spark.state.rows_codec import PLAIN_TYPES, ROWS
 from antkv.spark.store.keygroups import (
     METADATA_PREFIX,
     KeyGroupError,
@@ -237,7 +237,8 @@ class ListState(_StateVariable):
         prefix = keyed._key_group_bytes  # (_key(), inlined: an append is one call per row)
         if prefix is None:
             keyed._prefix(self._sid)  # raises: no current key
-        keyed._append(prefix + self._sid + keyed._encoded_key, encode_any_row(new_state))
+        # (encode_row, with no test for a row of ints first: for one row it is the quicker)
+        keyed._append(prefix + self._sid + keyed._encoded_key, encode_row(new_state))
 
     def appendList(self, new_state) -> None:  # noqa: N802 - Spark's name
         """Append the rows of ``new_state`` (not empty, as in Spark)."""

@@ -134,3 +134,40 @@ def test_write_batch_update_is_put_and_delete_of_each_entry(mix):
             each.put(key, value)
     assert bulk.ops() == each.ops() and len(bulk) == len(changes)
     assert bulk.data_size == each.data_size and bulk.data() == each.data()
+
+
+@pytest.mark.parametrize("mix", ["puts", "deletions", "mixed"])
+def test_a_batch_of_changes_writes_what_update_writes(tmp_path, mix):
+    """``batch_of_changes`` (the Spark state store's settled writes) makes its entries only as
+    ``DB.write`` iterates them: the same entries each time, in the dict's order, as
+    ``WriteBatch.update``; the same database contents once written; and any other use of the
+    batch (another put, ``ops()``, ``data()``) sees a plain batch's list."""
+    from antkv.record.batch import batch_of_changes, updates_to_write
+
+    rng = random.Random(mix)
+    changes = {}
+    for i in range(300):
+        value = os.urandom(rng.randrange(0, 2 * MIN_BLOB))  # some to the value log
+        if mix == "deletions" or (mix == "mixed" and i % 3 == 0):
+            value = None
+        changes[b"k%05d" % rng.randrange(10_000)] = value
+    size = sum(map(len, changes)) + sum(len(v) for v in changes.values() if v is not None)
+    plain = antkv.WriteBatch().update(changes)
+    lazy = batch_of_changes(changes, size)
+    assert len(lazy) == len(changes) and lazy.data_size == plain.data_size
+    assert list(updates_to_write(lazy)) == list(updates_to_write(lazy)) == plain.ops()
+    dbs = [_open(str(tmp_path / name)) for name in ("plain", "lazy")]
+    try:
+        for db in dbs:
+            db.write(antkv.WriteBatch().put(b"k00000", b"old").put(b"k99999", b"kept"))
+        dbs[0].write(plain, disable_wal=True)
+        dbs[1].write(lazy, disable_wal=True)
+        assert list(dbs[0].items()) == list(dbs[1].items())
+    finally:
+        for db in dbs:
+            db.close()
+    lazy.put(b"extra", b"x")
+    assert lazy.ops() == plain.put(b"extra", b"x").ops() and lazy.data() == plain.data()
+    assert len(lazy) == len(changes) + 1 and lazy.data_size == plain.data_size
+    spilled = batch_of_changes(changes, size)
+    assert spilled.data() == antkv.WriteBatch().update(changes).data() and len(spilled) == len(changes)

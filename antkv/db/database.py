@@ -31,7 +31,7 @@ from ..memtable.memtable import TUPLE_VERSIONS as _TUPLE_VERSIONS
 from ..memtable.memtable import VERSION_OVERHEAD as _VERSION_OVERHEAD
 from ..options import Options, WriteOptions, resolve_open_args, resolve_write_flags
 from ..read.block_plan import data_blocks
-from ..record.batch import SINGLE_RECORD, WriteBatch, as_bytes
+from ..record.batch import SINGLE_RECORD, WriteBatch, as_bytes, updates_to_write
 from ..record.log_format import HEADER, LEN_MUL, LEN_XOR, checksum
 from .checkpoint import Checkpoints
 from .files.unaccounted import empty_lost
@@ -224,7 +224,7 @@ class DB(Recovery, Checkpoints, Ingestion, ValueLogGC, Resume, ReadAPI):
             raise TypeError("sync and disable_wal must be bools")
         if batch.num_merges and self.options.merge_operator is None:
             raise InvalidArgumentError("a batch with merges needs a merge operator: open with Options(merge_operator=...)")
-        ops = batch.ops()
+        ops = updates_to_write(batch)
         if not ops:
             self._check_writable()
             return

@@ -161,6 +161,8 @@ class MemTable:
         frees (shorter values, dropped versions) is not subtracted, so ``memory`` is the
         memtable's high-water mark, and the write buffer manager, told of each increase, gets
         back at the flush exactly what it was told."""
+        if newest < 0:
+            return self._add_unread(seq, ops)
         versions, older_of, pending = self.versions, self.older, self.pending
         own = other = 0  # memory added here, and by add_batch (which counts its own)
         for op in ops:
@@ -207,6 +209,40 @@ class MemTable:
             seq += 1
         if own < 0:
             own = 0  # (memory never shrinks: the write buffer manager was told of it, and a flush frees it whole)
+        self.memory += own
+        return own + other
+
+    def _add_unread(self, seq: int, ops) -> int:
+        """:meth:`add_batch_pruning` when no snapshot nor pinned iterator is live (``newest <
+        0``), in one loop: a value or deletion replaces a value or deletion of its key, which
+        loses its older versions too when they are all values and deletions; any other entry
+        is added as :meth:`add_batch` adds it.  :attr:`pruned` is set before the first
+        replacement a reader could meet."""
+        versions, older_of, pending = self.versions, self.older, self.pending
+        get = versions.get
+        own = other = 0  # memory added here, and by add_batch (which counts its own)
+        for op in ops:
+            kind, key, value = op
+            old = get(key) if kind <= VALUE else None  # (DELETION 0, VALUE 1)
+            if old is not None and old[1] <= VALUE:  # no reader sees old: replaced
+                if not self.pruned:
+                    self.pruned = True
+                versions[key] = (seq, kind, value)
+                own += len(value) - len(old[2])
+                if older_of:
+                    dropped = older_of.get(key)
+                    if dropped is not None and all(e[1] <= VALUE for e in dropped):
+                        del older_of[key]
+                        own -= sum([VERSION_OVERHEAD + len(e[2]) for e in dropped])
+            elif old is None and kind <= VALUE:  # a new key
+                versions[key] = (seq, kind, value)
+                pending.append(key)
+                own += NEW_KEY_OVERHEAD + len(key) + len(value)
+            else:
+                other += self.add_batch(seq, (op,))
+            seq += 1
+        if own < 0:
+            own = 0  # (as add_batch_pruning: memory never shrinks)
         self.memory += own
         return own + other
 

@@ -207,14 +207,18 @@ class ValueState(StateVariable):
         return self._read("get")
 
     def update(self, newValue) -> None:  # noqa: N803 - Spark's parameter name
-        key = self._key("update")
+        handle = self._handle
+        kg = handle.current_kg  # (_key("update"), inlined: an update is one call per key)
+        if kg is None or self._deleted:
+            self._unusable("update")
+        key = kg + self._sid + handle.current_key
         schema = self._schema
         row = schema.fit(newValue)
         expiry = None if self._ttl is None else self._expiry()
         if schema.plain:  # kept decoded, encoded when the batch's writes settle
-            self._handle.store.put_decoded(key, ((expiry, row),), ROWS)
+            handle.store.put_decoded(key, ((expiry, row),), ROWS)
         else:
-            self._handle.store.put(key, encode_row((expiry, row)))
+            handle.store.put(key, encode_row((expiry, row)))
         if expiry is not None:
             self._index(key, expiry)
 
@@ -262,14 +266,18 @@ class ListState(StateVariable):
         self._index(key, self._expiry())
 
     def appendValue(self, newState) -> None:  # noqa: N802,N803 - Spark's names
-        key = self._key("appendValue")
+        handle = self._handle
+        kg = handle.current_kg  # (_key("appendValue"), inlined: an append is one call per row)
+        if kg is None or self._deleted:
+            self._unusable("appendValue")
+        key = kg + self._sid + handle.current_key
         ttl = self._ttl
-        expiry = None if ttl is None else self._handle.batch_timestamp_ms + ttl
+        expiry = None if ttl is None else handle.batch_timestamp_ms + ttl
         schema = self._schema
         row = schema.fit(newState)
         # bytes appended: no decoding
         encoded = encode_expiring_int_row(expiry, row) if schema.ints else encode_row((expiry, row))
-        self._handle.store.append(key, encoded)
+        handle.store.append(key, encoded)
         if expiry is not None:
             self._index(key, expiry)
 
@@ -337,14 +345,18 @@ class MapState(StateVariable):
         return self._decoded(self._entry(key, "containsKey")) is not None
 
     def updateValue(self, key, value) -> None:  # noqa: N802 - Spark's name
-        entry = self._entry(key, "updateValue")
+        handle = self._handle
+        kg = handle.current_kg  # (_entry(key, "updateValue"), inlined: one call per entry written)
+        if kg is None or self._deleted:
+            self._unusable("updateValue")
+        entry = kg + self._sid + handle.current_key + encode_key(self._key_schema.fit(key))
         schema = self._schema
         row = schema.fit(value)
         expiry = None if self._ttl is None else self._expiry()
         if schema.plain:  # as ValueState.update
-            self._handle.store.put_decoded(entry, ((expiry, row),), ROWS)
+            handle.store.put_decoded(entry, ((expiry, row),), ROWS)
         else:
-            self._handle.store.put(entry, encode_row((expiry, row)))
+            handle.store.put(entry, encode_row((expiry, row)))
         if expiry is not None:
             self._index(entry, expiry)
 

@@ -1,5 +1,6 @@
 """The codec of the rows the state store keeps decoded (:data:`ROWS`), and its encoders
-specialised to rows of integers: one row at a time, and a batch's values in bulk.
+specialised to rows of integers: one row whose ints a schema vouches for (a processor's list
+element, :func:`encode_expiring_int_row`), and a batch's values in bulk.
 
 A value state's row and a map entry's value are kept by the store as the Python rows
 themselves (``StateStore.put_decoded`` / ``get_decoded``), a tuple of rows per stored value,
@@ -47,23 +48,9 @@ _INT_ROW_TYPES = frozenset((int, type(None)))
 _PAIR_PIECE = COUNT_PIECES[2]
 
 
-def int_row(row) -> bool:
-    """Whether ``row`` is a tuple of exact ints and Nones (what :func:`encode_int_row` takes)."""
-    return type(row) is tuple and _INT_ROW_TYPES.issuperset(map(type, row))
-
-
-def encode_int_row(row: tuple) -> bytes:
-    """:func:`encode_row` of a row of exact ints and Nones, one table lookup per value (a schema
-    whose fields are all integers gives such rows).  REQUIRES: :func:`int_row` (row)."""
-    count = len(row)
-    if count >= 0x80:
-        return encode_row(row)
-    return b"".join([COUNT_PIECES[count], *map(_piece, row)])
-
-
 def encode_expiring_int_row(expiry, row: tuple) -> bytes:
     """:func:`encode_row` ``((expiry, row))`` -- an element with its expiry, as the processor's
-    state stores it -- for ``expiry`` an int or None and ``row`` as :func:`encode_int_row` takes."""
+    state stores it -- for ``expiry`` an int or None and ``row`` a tuple of exact ints and Nones."""
     count = len(row)
     if count >= 0x80:
         return encode_row((expiry, row))
@@ -97,21 +84,24 @@ def encode_values(values: list) -> list:
     bulk, with no Python step per value: every value one row of ints and Nones of one width
     (a view's value or map entry), or one ``(expiry, row)`` pair with such a row (the
     processor's).  Each encoding is then joined from table pieces: the head its shape fixes,
-    the expiry's piece, and the row's values' pieces taken ``width`` at a time.  Any other
-    list is encoded value by value."""
+    the expiry's piece (part of the head when no value has an expiry), and the row's values'
+    pieces taken ``width`` at a time.  Any other list is encoded value by value."""
     if len(values) >= _BULK_VALUES and _TUPLES.issuperset(map(type, values)) and _ONE.issuperset(map(len, values)):
         rows = list(map(_FIRST, values))
         width = _int_rows_width(rows)
         if width:  # a view's: count | pieces
             pieces = map(_piece, chain.from_iterable(rows))
             return list(map(b"".join, zip(repeat(COUNT_PIECES[width]), *[pieces] * width)))
-        if _TUPLES.issuperset(map(type, rows)) and _TWO.issuperset(map(len, rows)) \
-                and _INT_ROW_TYPES.issuperset(map(type, map(_FIRST, rows))):
+        if _TUPLES.issuperset(map(type, rows)) and _TWO.issuperset(map(len, rows)):
+            expiries = list(map(_FIRST, rows))
             inner = list(map(_SECOND, rows))
-            width = _int_rows_width(inner)
+            width = _int_rows_width(inner) if _INT_ROW_TYPES.issuperset(map(type, expiries)) else 0
             if width:  # the processor's: 2 | expiry | R_ROW | count | pieces
                 pieces = map(_piece, chain.from_iterable(inner))
-                return list(map(b"".join, zip(repeat(_PAIR_PIECE), map(_piece, map(_FIRST, rows)),
+                if expiries.count(None) == len(expiries):  # no time to live: one head
+                    head = _PAIR_PIECE + NONE_PIECE + ROW_PIECE + COUNT_PIECES[width]
+                    return list(map(b"".join, zip(repeat(head), *[pieces] * width)))
+                return list(map(b"".join, zip(repeat(_PAIR_PIECE), map(_piece, expiries),
                                               repeat(ROW_PIECE + COUNT_PIECES[width]), *[pieces] * width)))
     return list(map(encode_rows, values))
 
@@ -143,7 +133,10 @@ class RowsCodec:
 
 
 ROWS = RowsCodec()
-_PLAIN_TYPES = frozenset((int, str, float, bool, bytes, type(None)))
+PLAIN_TYPES = frozenset((int, str, float, bool, bytes, type(None)))
+"""The types of the values of a :func:`plain_row` (a caller may test ``PLAIN_TYPES.issuperset(
+map(type, row))`` inline)."""
+_PLAIN_TYPES = PLAIN_TYPES
 
 
 def plain_row(row) -> bool:

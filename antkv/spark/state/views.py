@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from antkv import CorruptionError, InvalidArgumentError
 
 from antkv.spark.state.codec import decode_key, decode_row, encode_key, encode_row, encode_rows
-from antkv.spark.state.rows_codec import ROWS, encode_int_row, int_row, plain_row
+from antkv.spark.state.rows_codec import PLAIN_TYPES, ROWS
 from antkv.spark.store.keygroups import (
     METADATA_PREFIX,
     KeyGroupError,
@@ -208,7 +208,8 @@ class ValueState(_StateVariable):
         prefix = keyed._key_group_bytes
         if prefix is None:
             keyed._prefix(self._sid)
-        if plain_row(new_value):  # kept decoded, encoded when the batch's writes settle
+        # a plain row (rows_codec.plain_row, inlined) is kept decoded, encoded when the batch's writes settle
+        if type(new_value) is tuple and PLAIN_TYPES.issuperset(map(type, new_value)):
             keyed._put_decoded(prefix + self._sid + keyed._encoded_key, (new_value,), ROWS)
         else:
             keyed.store.put(prefix + self._sid + keyed._encoded_key, encode_row(new_value))
@@ -232,7 +233,12 @@ class ListState(_StateVariable):
         self._keyed.store.put(self._key(), self._encode_list(new_state))
 
     def appendValue(self, new_state: tuple) -> None:  # noqa: N802 - Spark's name
-        self._keyed._append(self._key(), encode_int_row(new_state) if int_row(new_state) else encode_row(new_state))
+        keyed = self._keyed
+        prefix = keyed._key_group_bytes  # (_key(), inlined: an append is one call per row)
+        if prefix is None:
+            keyed._prefix(self._sid)  # raises: no current key
+        # (encode_row, with no test for a row of ints first: for one row it is the quicker)
+        keyed._append(prefix + self._sid + keyed._encoded_key, encode_row(new_state))
 
     def appendList(self, new_state) -> None:  # noqa: N802 - Spark's name
         """Append the rows of ``new_state`` (not empty, as in Spark)."""
@@ -270,10 +276,15 @@ class MapState(_StateVariable):
         return self._entry(key) in self._keyed.store
 
     def updateValue(self, key: tuple, value: tuple) -> None:  # noqa: N802 - Spark's name
-        if plain_row(value):  # as ValueState.update
-            self._keyed._put_decoded(self._entry(key), (value,), ROWS)
+        keyed = self._keyed
+        prefix = keyed._key_group_bytes  # (_entry(key), inlined)
+        if prefix is None:
+            keyed._prefix(self._sid)  # raises: no current key
+        entry = prefix + self._sid + keyed._encoded_key + encode_key(key)
+        if type(value) is tuple and PLAIN_TYPES.issuperset(map(type, value)):  # as ValueState.update
+            keyed._put_decoded(entry, (value,), ROWS)
         else:
-            self._keyed.store.put(self._entry(key), encode_row(value))
+            keyed.store.put(entry, encode_row(value))
 
     def removeKey(self, key: tuple) -> None:  # noqa: N802 - Spark's name
         self._keyed.store.delete(self._entry(key))

@@ -419,19 +419,22 @@ def _changelog_payload(ranges, keys: list, values: list) -> bytes:
 
     A batch of puts only, or of deletions only, is joined from its parts with no Python step
     per record: a record's head depends only on its key's (and value's) length, and a batch
-    has few distinct lengths, so each head is packed once; the parts are laid out by slice
-    assignments (heads, keys, value lengths, values: every fourth item each) and joined once."""
+    has few distinct lengths, so each head is packed once.  Puts whose keys share one length
+    and values another (a state variable's, of one shape) have one head and one value length
+    between each key and value: each record's key and value are joined around the one, and
+    the records joined with the other; other puts are joined record by record from their four
+    parts; deletions are laid out by slice assignments (heads, keys) and joined once."""
     rec, ln, put, delete = _REC.pack, _LEN.pack, CHANGE_PUT, CHANGE_DELETE
     parts = [b"".join((rec(CHANGE_DELETE_RANGE, len(b)), b, ln(len(e)), e)) for b, e in ranges]
     deleted = values.count(None)
     n = len(keys)
     if not deleted:
-        points = [b""] * (4 * n)
-        points[0::4] = _heads(lambda size: rec(put, size), keys)
-        points[1::4] = keys
-        points[2::4] = _heads(ln, values)
-        points[3::4] = values
-        parts += points
+        key_sizes, value_sizes = set(map(len, keys)), set(map(len, values))
+        if len(key_sizes) == 1 and len(value_sizes) == 1:
+            head, between = rec(put, key_sizes.pop()), ln(value_sizes.pop())
+            parts.append(head + head.join(map(between.join, zip(keys, values))))
+        else:
+            parts += map(b"".join, zip(_heads(lambda size: rec(put, size), keys), keys, _heads(ln, values), values))
     elif deleted == n:
         points = [b""] * (2 * n)
         points[0::2] = _heads(lambda size: rec(delete, size), keys)

@@ -327,22 +327,25 @@ class RowCache:
         values = changes.values()
         deleted = list(values).count(None)
         missing = olds.count(MISSING)
+        held = not missing and None not in olds  # every key held with a value
+        old_bytes = sum(map(len, olds)) if held else 0
+        new_bytes = 0 if deleted else sum(map(len, values))
         if decoded:  # the keys' decoded values go first (the module docstring's invariant)
             dropped = list(map(decoded.pop, changes, repeat(MISSING, n)))
             undecoded = dropped.count(MISSING)
             if not undecoded:  # (every key held decoded, so with bytes: summed in C)
-                self.used -= DECODED_OVERHEAD * n + DECODED_PER_BYTE * sum(map(len, olds))
+                self.used -= DECODED_OVERHEAD * n + DECODED_PER_BYTE * old_bytes
             elif undecoded < n:
                 self.used -= sum([DECODED_OVERHEAD + DECODED_PER_BYTE * len(old)
                                   for old, d in zip(olds, dropped) if d is not MISSING])
         # the commonest batches charged with sums in C: every key held with a value and
         # rewritten, every key new, every key held with a value and deleted
-        if not deleted and not missing and None not in olds:
-            charge = sum(map(len, values)) - sum(map(len, olds))
+        if not deleted and held:
+            charge = new_bytes - old_bytes
         elif not deleted and missing == n:
-            charge = sum(map(len, changes)) + sum(map(len, values)) + ENTRY_OVERHEAD * n
-        elif deleted == n and not missing and None not in olds:
-            charge = -(sum(map(len, changes)) + sum(map(len, olds)) + ENTRY_OVERHEAD * n)
+            charge = sum(map(len, changes)) + new_bytes + ENTRY_OVERHEAD * n
+        elif deleted == n and held:
+            charge = -(sum(map(len, changes)) + old_bytes + ENTRY_OVERHEAD * n)
         else:
             charge = 0
             for key, value, old in zip(changes, values, olds):
@@ -354,7 +357,7 @@ class RowCache:
                 else:
                     charge += len(value) - (0 if old is None else len(old))
         if keep:
-            kept = sum(map(len, values)) if len(keep) == n else sum(map(len, map(changes.__getitem__, keep)))
+            kept = new_bytes if len(keep) == n else sum(map(len, map(changes.__getitem__, keep)))
             charge += DECODED_OVERHEAD * len(keep) + DECODED_PER_BYTE * kept
         while self.used + charge > self.chunks * CHUNK and charge <= self._budget.limit \
                 and self._budget.take_chunk(self):

@@ -161,8 +161,7 @@ class StateStore:
         # apart, not in a tuple per entry: an entry holds no object the garbage collector tracks,
         # so the batch's writes do not turn into full collections.)
         self._pending: dict[bytes, object] = {}
-        self._codec = None  # the codec of the decoded values in _pending
-        self._unencoded = 0  # put_decoded calls since the last settle: 0 when _pending holds no decoded value
+        self._codec = None  # the codec of the decoded values in _pending (None: no put_decoded yet, it holds none)
         self._pending_bytes = 0  # bytes of the values put in _pending (not counting overwrites)
         # pending writes settle at these counts: a quarter of the change set's bound at most
         self._settle_every = max(1, min(_SETTLE_EVERY, options.max_changelog_bytes // (4 * _ENTRY_BYTES)))
@@ -326,7 +325,6 @@ class StateStore:
             self._codec = codec
         pending = self._pending
         pending[key] = value
-        self._unencoded += 1
         if len(pending) >= self._settle_every:
             self._settle()
 
@@ -348,19 +346,20 @@ class StateStore:
         if not pending:
             return
         keep = None  # the decoded values, kept in the row cache beside their bytes
-        unencoded = self._unencoded
-        self._pending, self._pending_bytes, self._unencoded = {}, 0, 0
-        if unencoded:
-            if _ENCODED_TYPES.isdisjoint(map(type, pending.values())):  # every value decoded (tested in C)
-                keep = pending.copy()
+        self._pending, self._pending_bytes = {}, 0
+        types = () if self._codec is None else set(map(type, pending.values()))  # (in C)
+        if not _ENCODED_TYPES.issuperset(types):  # decoded values among them
+            codec = self._codec
+            encode_many = getattr(codec, "encode_many", None)
+            if _ENCODED_TYPES.isdisjoint(types):  # every value decoded: the bytes in a dict of their own
+                keep = pending
+                pending = dict(zip(keep, encode_many(list(keep.values())) if encode_many is not None
+                                   else map(codec.encode, keep.values())))
             else:  # (keys and values in lists of their own, no tuple per entry: as _pending's comment says)
                 decoded = [k for k, v in pending.items() if v is not None and type(v) is not bytes]
                 keep = dict(zip(decoded, map(pending.__getitem__, decoded)))
-            codec = self._codec
-            encode_many = getattr(codec, "encode_many", None)
-            pending.update(zip(keep, encode_many(list(keep.values())) if encode_many is not None
-                               else map(codec.encode, keep.values())))
-            keep = keep or None
+                pending.update(zip(keep, encode_many(list(keep.values())) if encode_many is not None
+                                   else map(codec.encode, keep.values())))
         if self._untracked:
             self._write(pending, keep)
         else:

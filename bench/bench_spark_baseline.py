@@ -366,7 +366,8 @@ def summarise(name: str, batches: list[dict], restart: dict | None) -> list[str]
     return lines + [""]
 
 
-def main(argv=None) -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line of this bench, and of each phase it runs in a child process."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--value-size", type=int, default=1024)
@@ -382,6 +383,11 @@ def main(argv=None) -> None:
     p.add_argument("--workload", help=argparse.SUPPRESS)
     p.add_argument("--first-batch", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv=None) -> None:
+    p = parser()
     args = p.parse_args(argv)
     if args.phase:
         print(MARKER + json.dumps(run_phase(args)), flush=True)

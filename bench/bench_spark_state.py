@@ -232,6 +232,12 @@ def steady(batches: list[dict]) -> float:
     return statistics.median(b["rows_per_s"] for b in (batches[1:] or batches))
 
 
+def spark_phase_args(args) -> argparse.Namespace:
+    """What ``bench_spark_baseline.child`` needs to run Spark's side of this workload: every key
+    every batch, as antkv's batches."""
+    return argparse.Namespace(keys=args.keys, value_size=args.value_size, partitions=args.partitions, touched=1.0)
+
+
 PHASES = {"antkv": antkv_phase, "floor": floor_phase, "rescale": rescale_phase}
 
 
@@ -284,8 +290,7 @@ def main(argv=None) -> None:
             print("\n".join(report))
             return
         print(f"Spark applyInPandasWithState (RocksDB): {args.batches} batches, then a restart", file=sys.stderr)
-        spark_args = argparse.Namespace(keys=args.keys, value_size=args.value_size, partitions=args.partitions,
-                                        touched=1.0)  # every key every batch, as antkv's batches
+        spark_args = spark_phase_args(args)
         spark_phase = spark_child("apply", 0, args.batches, spark_args, workdir)
         spark = spark_phase["batches"]
         spark_restart = spark_child("apply", args.batches, 1, spark_args, workdir)["batches"][0]

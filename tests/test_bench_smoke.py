@@ -140,3 +140,21 @@ def test_bench_small_sets_the_point_reads_beside_their_floor(tmp_path):
         assert f"round 1 {w:20} floor" in proc.stdout
         assert f"\n{w}, the floor (bench/read_floor.py, the same cache): " in proc.stdout
     assert proc.stdout.count("  by process CPU time (") == 3  # each workload's share by CPU time too
+
+
+def test_the_state_bench_runs_sparks_side_with_a_command_line_the_baseline_accepts(monkeypatch):
+    """``bench_spark_state`` runs Spark's ``applyInPandasWithState`` through
+    ``bench_spark_baseline``'s phase command: every option that command takes must come from
+    the state bench's arguments (a field it lacked stopped the full run at Spark's phase)."""
+    import argparse
+
+    from bench import bench_spark_baseline, bench_spark_state
+
+    commands = []
+    monkeypatch.setattr(bench_spark_baseline, "run_child", lambda cmd, phase, marker: commands.append(cmd))
+    ours = argparse.Namespace(keys=1234, value_size=56, partitions=3, batches=2)
+    bench_spark_baseline.child("apply", 2, 1, bench_spark_state.spark_phase_args(ours), "/tmp/work")
+    (cmd,) = commands
+    theirs = bench_spark_baseline.parser().parse_args(cmd[2:])
+    assert theirs.phase and theirs.workload == "apply" and theirs.first_batch == 2 and theirs.batches == 1
+    assert (theirs.keys, theirs.value_size, theirs.partitions, theirs.touched) == (1234, 56, 3, 1.0)

@@ -114,7 +114,7 @@ class RowsCodec:
     value is one row, a list's its elements): the codec of the state store's decoded values
     (``StateStore.get_decoded`` / ``put_decoded``).  Values given to ``encode`` must be what
     ``decode`` returns for their encoding -- tuples of rows whose elements are
-    :func:`plain_row` s' types or such rows -- so that the store may keep them as decoded."""
+    :data:`PLAIN_TYPES` values or such rows -- so that the store may keep them as decoded."""
 
     __slots__ = ()
 
@@ -134,13 +134,6 @@ class RowsCodec:
 
 ROWS = RowsCodec()
 PLAIN_TYPES = frozenset((int, str, float, bool, bytes, type(None)))
-"""The types of the values of a :func:`plain_row` (a caller may test ``PLAIN_TYPES.issuperset(
-map(type, row))`` inline)."""
-_PLAIN_TYPES = PLAIN_TYPES
-
-
-def plain_row(row) -> bool:
-    """Whether ``row`` is a tuple of values that decode as themselves (``int``, ``str``,
-    ``float``, ``bool``, ``bytes`` or None, exactly those types): such a row may be kept as its
-    own decoded form."""
-    return type(row) is tuple and _PLAIN_TYPES.issuperset(map(type, row))
+"""The types of the values that decode as themselves (exactly those types): a *plain row*, a
+tuple ``row`` with ``PLAIN_TYPES.issuperset(map(type, row))`` (tested inline by the views,
+one call per write), may be kept as its own decoded form."""

@@ -208,7 +208,7 @@ class ValueState(_StateVariable):
         prefix = keyed._key_group_bytes
         if prefix is None:
             keyed._prefix(self._sid)
-        # a plain row (rows_codec.plain_row, inlined) is kept decoded, encoded when the batch's writes settle
+        # a plain row (rows_codec.PLAIN_TYPES) is kept decoded, encoded when the batch's writes settle
         if type(new_value) is tuple and PLAIN_TYPES.issuperset(map(type, new_value)):
             keyed._put_decoded(prefix + self._sid + keyed._encoded_key, (new_value,), ROWS)
         else:

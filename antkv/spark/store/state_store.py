@@ -707,11 +707,10 @@ class StateStore:
         table (:meth:`WorkingCopy.rewrite`) when the row cache, with this batch's change set,
         holds that state nearly whole (:meth:`WorkingCopy.whole_state`) and the changes since
         the last snapshot -- the ``chain``'s changelogs and this batch's -- reach half its
-        bytes; returns whether it did.  A
-        checkpoint would then upload a table about that large anyway, beside older tables
-        holding the same keys; a state that changed less keeps its tables (a snapshot uploads
-        only the new one), and so does a batch that ingested ranges (its snapshot names the
-        source partition's objects)."""
+        bytes; returns whether it did.  A checkpoint would then upload a table about that
+        large anyway, beside older tables holding the same keys; a state that changed less
+        keeps its tables (a snapshot uploads only the new one), and so does a batch that
+        ingested ranges (its snapshot names the source partition's objects)."""
         if self._ingested:
             return False
         # (the change set holds each changed key's value, or None, unless a range deletion,

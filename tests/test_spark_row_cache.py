@@ -12,6 +12,7 @@ import pytest
 
 import antkv
 from antkv.spark import StoreOptions, open_store, release_idle_stores
+from antkv.spark.store.decoded_charge import LONG_VALUE, decoded_charge
 from antkv.spark.store.row_cache import ADMIT_EVERY, CHUNK, ENTRY_OVERHEAD, MISSING, RowBudget, RowCache
 
 
@@ -29,6 +30,39 @@ def test_entries_are_charged_what_they_take(n, key_len, value_len):
         tracemalloc.stop()
     assert rows.used == n * (key_len + value_len + ENTRY_OVERHEAD)
     assert 0.7 <= measured / rows.used <= 1.3, (measured, rows.used)
+
+
+@pytest.mark.parametrize("make", [
+    lambda i: ((i, i * 7, i << 40),),  # a row of longs: short, charged per stored byte
+    lambda i: ((i, "v%07d" % i * 128),),  # a row holding a 1 KiB string
+    lambda i: tuple((i, j, None) for j in range(100, 160)),  # a list of 60 rows of ints
+    lambda i: ((i, ("b%05d" % i).encode() * 50, 2.5, (i, "nested" * 30)),),  # bytes, a float, a nested row
+])
+def test_decoded_values_are_charged_at_least_what_they_take_and_long_ones_not_much_more(make):
+    """A decoded value is charged at least the memory its objects and dict slot take
+    (tracemalloc); a value of LONG_VALUE bytes or more is charged its measured size, so a row
+    holding a long string is not charged per stored byte what a row of numbers costs."""
+    from antkv.spark.state.rows_codec import ROWS
+
+    n = 3000
+    raws = [ROWS.encode(make(i)) for i in range(n)]
+    rows = RowCache(RowBudget(1 << 30, None))
+    keys = [b"key%06d" % i for i in range(n)]
+    rows.write_many(dict(zip(keys, raws)))
+    bare = rows.used
+    tracemalloc.start()
+    try:
+        values = list(map(ROWS.decode, raws))
+        rows.keep_decoded(keys, raws, values, ROWS)
+        del values
+        measured, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(rows.decoded) == n
+    charged = rows.used - bare
+    assert charged >= measured, (charged, measured)
+    if len(raws[0]) >= LONG_VALUE:
+        assert charged <= 1.5 * measured, (charged, measured)
 
 
 def test_a_full_cache_admits_one_new_key_in_admit_every_evicting_its_oldest_entries():
@@ -366,11 +400,9 @@ class _CountingCodec:
 def test_decoded_values_are_dropped_with_their_bytes_and_charged_while_kept():
     """Every change to a key's bytes drops its decoded value first (the module docstring's
     invariant) and gives its charge back; a codec switch drops them all."""
-    from antkv.spark.store.row_cache import DECODED_OVERHEAD, DECODED_PER_BYTE
-
     codec, other = _CountingCodec(), _CountingCodec()
     rows = RowCache(RowBudget(1 << 30, None))
-    raws = {b"k%d" % i: codec.encode((((i, "x" * i),),)[0]) for i in range(8)}
+    raws = {b"k%d" % i: codec.encode((((i, "x" * i * (1 + 40 * (i % 2))),),)[0]) for i in range(8)}  # short, long
     for k, raw in raws.items():
         rows.put(k, raw)
     bare = rows.used
@@ -381,7 +413,7 @@ def test_decoded_values_are_dropped_with_their_bytes_and_charged_while_kept():
 
     keep_all()
     assert rows.decoded == {k: codec.decode(raw) for k, raw in raws.items()}
-    assert rows.used == bare + sum(DECODED_OVERHEAD + DECODED_PER_BYTE * len(r) for r in raws.values())
+    assert rows.used == bare + sum(decoded_charge(r, codec.decode(r)) for r in raws.values())
     rows.put(b"k0", codec.encode(((9, "new"),)))  # a new value
     rows.write_many({b"k1": codec.encode(((8, "dict"),)), b"k2": None})  # the store's settle
     rows.write_many([(b"k3", codec.encode(((7, "pairs"),)))])  # a changelog's records
@@ -408,7 +440,6 @@ def test_a_batch_written_in_bulk_equals_each_entry_written_then_its_decoded_valu
     import random
 
     from antkv.spark.state.rows_codec import ROWS
-    from antkv.spark.store.row_cache import DECODED_OVERHEAD, DECODED_PER_BYTE
 
     rng = random.Random(seed)
     bulk, each = RowCache(RowBudget(1 << 30, None)), RowCache(RowBudget(1 << 30, None))
@@ -425,6 +456,8 @@ def test_a_batch_written_in_bulk_equals_each_entry_written_then_its_decoded_valu
                 changes[k] = None
             else:
                 value = ((rng.randrange(-5, 1 << 40), (rng.randrange(9),) * rng.randrange(4)),)
+                if rng.random() < 0.2:  # a value long enough to be charged its objects' measured size
+                    value = ((rng.randrange(9), "s" * rng.randrange(100, 400)),)
                 changes[k] = ROWS.encode(value)
                 if rng.random() < 0.7:
                     keep[k] = value
@@ -442,7 +475,7 @@ def test_a_batch_written_in_bulk_equals_each_entry_written_then_its_decoded_valu
         assert bulk.rows == each.rows and list(bulk.rows) == list(each.rows)
         assert bulk.decoded == each.decoded and bulk.used == each.used, (batch, shape)
         expected = sum(len(k) + (0 if v is None else len(v)) + ENTRY_OVERHEAD for k, v in bulk.rows.items())
-        expected += sum(DECODED_OVERHEAD + DECODED_PER_BYTE * len(bulk.rows[k]) for k in bulk.decoded)
+        expected += sum(decoded_charge(bulk.rows[k], v) for k, v in bulk.decoded.items())
         assert bulk.used == expected
         if bulk.decoded and chosen:
             met.add(shape)

@@ -49,17 +49,19 @@ meets the value the previous one wrote -- is not decoded again.  Invariant: ever
 ``decoded`` is in ``rows`` with a bytes value, and ``decoded[key] == codec.decode(rows[key])``,
 value and types, for the one :attr:`RowCache.codec` of the entries (a store whose reads use
 another codec empties them first).  It holds because every method that changes or drops
-``rows[key]`` drops ``decoded[key]`` first.  A decoded entry is charged
-:data:`DECODED_OVERHEAD` plus :data:`DECODED_PER_BYTE` per byte of the value: what a row of
-numbers costs as Python objects (a row of long strings costs less).
+``rows[key]`` drops ``decoded[key]`` first.  A decoded entry is charged what its objects
+hold, estimated from its length when it is short and measured when it is long
+(:mod:`~antkv.spark.store.decoded_charge`).
 """
 
 from __future__ import annotations
 
 import threading
-from itertools import islice, repeat
+from itertools import compress, islice, repeat
+from operator import is_not
 
 import antkv
+from antkv.spark.store.decoded_charge import decoded_charge, decoded_charges
 
 ENTRY_OVERHEAD = 112  # bytes per cached entry beyond its key and value (dict slot, two bytes headers)
 CHUNK = 256 * 1024  # budget taken from (and given back to) the process's RowBudget at a time
@@ -69,8 +71,6 @@ PLANNED_ENTRY_BYTES = 256  # what an entry is assumed to cost when planning to r
 _FILL_CHUNK = 4096  # entries RowCache.fill caches at a time
 _SMALL = 256  # a cache this small is searched for a range deletion's keys; a larger one is cleared
 MISSING = object()  # what RowCache.rows.get returns for a key the cache does not hold
-DECODED_OVERHEAD = 96  # bytes a decoded value is charged beyond DECODED_PER_BYTE per stored byte:
-DECODED_PER_BYTE = 10  # ... a row of three longs (20 bytes stored) measured 293 B with its dict slot
 
 
 class RowBudget:
@@ -262,8 +262,10 @@ class RowCache:
             charge = len(key) + (0 if value is None else len(value)) + ENTRY_OVERHEAD
         else:
             charge = (0 if value is None else len(value)) - (0 if old is None else len(old))
-            if self.decoded and self.decoded.pop(key, MISSING) is not MISSING:
-                self.used -= DECODED_OVERHEAD + DECODED_PER_BYTE * len(old)
+            if self.decoded:
+                dropped = self.decoded.pop(key, MISSING)
+                if dropped is not MISSING:
+                    self.used -= decoded_charge(old, dropped)
         if self.used + charge > self.chunks * CHUNK and not self._make_room(charge, key, old is MISSING):
             self._evict(key)
             return False
@@ -333,11 +335,11 @@ class RowCache:
         if decoded:  # the keys' decoded values go first (the module docstring's invariant)
             dropped = list(map(decoded.pop, changes, repeat(MISSING, n)))
             undecoded = dropped.count(MISSING)
-            if not undecoded:  # (every key held decoded, so with bytes: summed in C)
-                self.used -= DECODED_OVERHEAD * n + DECODED_PER_BYTE * old_bytes
+            if not undecoded:  # (every key held decoded, so with bytes)
+                self.used -= decoded_charges(olds, dropped)
             elif undecoded < n:
-                self.used -= sum([DECODED_OVERHEAD + DECODED_PER_BYTE * len(old)
-                                  for old, d in zip(olds, dropped) if d is not MISSING])
+                was_decoded = list(map(is_not, dropped, repeat(MISSING, n)))
+                self.used -= decoded_charges(list(compress(olds, was_decoded)), list(compress(dropped, was_decoded)))
         # the commonest batches charged with sums in C: every key held with a value and
         # rewritten, every key new, every key held with a value and deleted
         if not deleted and held:
@@ -357,8 +359,7 @@ class RowCache:
                 else:
                     charge += len(value) - (0 if old is None else len(old))
         if keep:
-            kept = new_bytes if len(keep) == n else sum(map(len, map(changes.__getitem__, keep)))
-            charge += DECODED_OVERHEAD * len(keep) + DECODED_PER_BYTE * kept
+            charge += decoded_charges(list(map(changes.__getitem__, keep)), list(keep.values()))
         while self.used + charge > self.chunks * CHUNK and charge <= self._budget.limit \
                 and self._budget.take_chunk(self):
             pass
@@ -381,16 +382,19 @@ class RowCache:
         old = self.rows.pop(key, MISSING)
         if old is not MISSING:
             self.used -= len(key) + (0 if old is None else len(old)) + ENTRY_OVERHEAD
-            if self.decoded and self.decoded.pop(key, MISSING) is not MISSING:
-                self.used -= DECODED_OVERHEAD + DECODED_PER_BYTE * len(old)
+            if self.decoded:
+                dropped = self.decoded.pop(key, MISSING)
+                if dropped is not MISSING:
+                    self.used -= decoded_charge(old, dropped)
 
     def drop_decoded(self, keys) -> None:
         """Forget the decoded values of ``keys`` (their bytes stay)."""
-        decoded, rows, pop = self.decoded, self.rows, self.decoded.pop
+        rows, pop = self.rows, self.decoded.pop
         freed = 0
         for key in keys:
-            if pop(key, MISSING) is not MISSING:
-                freed += DECODED_OVERHEAD + DECODED_PER_BYTE * len(rows[key])
+            dropped = pop(key, MISSING)
+            if dropped is not MISSING:
+                freed += decoded_charge(rows[key], dropped)
         self.used -= freed
 
     def use_codec(self, codec) -> None:
@@ -402,7 +406,7 @@ class RowCache:
     def keep_one_decoded(self, key: bytes, raw: bytes, value, codec) -> None:
         """:meth:`keep_decoded` of one key (a read's)."""
         if codec is self.codec and self.rows.get(key) is raw:
-            charge = DECODED_OVERHEAD + DECODED_PER_BYTE * len(raw)
+            charge = decoded_charge(raw, value)
             if self.used + charge <= self.chunks * CHUNK:
                 self.decoded[key] = value
                 self.used += charge
@@ -420,7 +424,7 @@ class RowCache:
         for key, raw, value in zip(keys, raws, values):
             if rows.get(key) is not raw or key in decoded:
                 continue
-            charge = DECODED_OVERHEAD + DECODED_PER_BYTE * len(raw)
+            charge = decoded_charge(raw, value)
             if used + charge > room:
                 self.used = used
                 if not take(self):

@@ -294,6 +294,31 @@ def test_bad_input_changes_nothing(tmp_path):
         assert os.path.exists(tmp_path / "u.sst")
 
 
+def test_an_unverified_ingest_still_checks_each_block_when_read(tmp_path):
+    """``verify_checksums=False`` skips the whole read before the ingest (for a table just
+    written): a damaged data block is then ingested, but a read of it is CorruptionError,
+    never a wrong answer; the default refuses the file and changes nothing."""
+    opts = antkv.Options(max_background_jobs=0, block_size=256)
+    path = str(tmp_path / "t.sst")
+    with antkv.SstFileWriter(path, opts) as w:
+        w.put_sorted([b"k%04d" % i for i in range(200)], [b"v%04d" % i * 8 for i in range(200)])
+    data = bytearray(open(path, "rb").read())
+    data[data.index(b"v0100")] ^= 0xFF  # a byte of a data block's value
+    open(path, "wb").write(bytes(data))
+    with antkv.open(str(tmp_path / "db"), opts) as db:
+        with pytest.raises(TypeError):
+            db.ingest([path], verify_checksums=1)
+        with pytest.raises(antkv.CorruptionError):
+            db.ingest([path])
+        assert list(db.keys()) == []
+        db.ingest([path], verify_checksums=False)
+        assert db.get(b"k0000") == b"v0000" * 8  # an undamaged block
+        with pytest.raises(antkv.CorruptionError):
+            db.get(b"k0100")
+        with pytest.raises(antkv.CorruptionError):
+            list(db.items())
+
+
 def test_ingest_database_damaged_value_log_footer_changes_nothing(tmp_path):
     opts = antkv.Options(max_background_jobs=0, min_blob_size=10)
     with antkv.open(str(tmp_path / "src"), opts) as src:

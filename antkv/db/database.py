@@ -301,16 +301,21 @@ class DB(Recovery, Checkpoints, Ingestion, ValueLogGC, Resume, ReadAPI):
             self._check_writable()
             self._create_checkpoint(os.fspath(directory), progress)
 
-    def ingest(self, paths, *, move: bool = False) -> dict:
+    def ingest(self, paths, *, move: bool = False, verify_checksums: bool = True) -> dict:
         """Add external tables (:class:`antkv.SstFileWriter` files) atomically, each newer than
         everything the database held (later files of the list newer still), without rewriting
         them: hard links where possible.  ``move=True`` removes the input files once ingested.
+        ``verify_checksums=False`` skips reading each table whole to check every block before
+        the ingest (RocksDB's ``verify_checksums_before_ingest``, off there by default), for a
+        table this process has just written: its blocks are still checked when read.
         Returns ``{"tables": [(level, number)], "vlog_files": [number], "sequence": int}``."""
         paths = check_paths(paths)
         if not isinstance(move, bool):
             raise TypeError("move must be a bool")
+        if not isinstance(verify_checksums, bool):
+            raise TypeError("verify_checksums must be a bool")
         self._check_writable()
-        return self._ingest_external(paths, move)
+        return self._ingest_external(paths, move, verify_checksums)
 
     def ingest_database(self, path, begin=None, end=None) -> dict:
         """Replace ``[begin, end)`` (None: unbounded) with what the antkv database at ``path``

@@ -572,6 +572,33 @@ def test_put_sorted_writes_the_files_a_put_of_each_pair_writes(tmp_path, seed):
     assert files[0] == files[1]
 
 
+def test_a_failed_call_while_writing_an_external_table_leaves_no_file():
+    """An I/O error at any file-system call of writing an external table (its blocks reach
+    the file in buffered runs) is antkv.IOError from the writer, which then removes what it
+    wrote; with no failure the table is complete and ingests."""
+    keys = [b"k%05d" % i for i in range(3000)]
+    values = [b"%05d" % i * 60 for i in range(3000)]  # 300 B: ~1 MB, several buffered writes
+    failed = 0
+    for n in range(1, 200):
+        fs = FaultInjectionFileSystem(MemoryFileSystem())
+        fs.mkdirs("ext")
+        fs.fail_at(fs.calls + n)
+        try:
+            with antkv.SstFileWriter("ext/t.sst", antkv.Options(file_system=fs)) as w:
+                w.put_sorted(keys, values)
+        except antkv.IOError:
+            failed += 1
+            fs.disarm()
+            assert not fs.exists("ext/t.sst"), n
+            continue
+        fs.disarm()
+        with antkv.open("db", antkv.Options(max_background_jobs=0, file_system=fs)) as db:
+            db.ingest(["ext/t.sst"])
+            assert db.get(b"k02999") == values[-1] and len(list(db.keys())) == 3000
+        break
+    assert failed >= 3  # the buffered writes, the sync, the directory's sync at least
+
+
 def test_put_sorted_refuses_what_put_refuses(tmp_path):
     opts = antkv.Options()
     with antkv.SstFileWriter(str(tmp_path / "a.sst"), opts) as w:

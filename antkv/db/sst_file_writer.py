@@ -28,6 +28,7 @@ from ..base.dbformat import DELETION, VALUE, VALUE_POINTER
 from ..base.filenames import external_vlog_path
 from ..errors import InvalidArgumentError
 from ..fs import default_file_system
+from ..fs.buffered import BufferedWritableFile
 from ..options import Options
 from ..record.batch import as_bytes
 from ..sst.builder import TableBuilder
@@ -71,7 +72,7 @@ class SstFileWriter:
         if fs.exists(self.path):
             raise InvalidArgumentError(f"external table {self.path} already exists")
         self._min_blob = options.min_blob_size if options.enable_blob_files else 1 << 62
-        self._file = fs.create(self.path)
+        self._file = BufferedWritableFile(fs.create(self.path))  # (nothing counts until finish syncs it)
         self._builder = TableBuilder(
             self._file,
             file_number=0,
@@ -202,7 +203,7 @@ class SstFileWriter:
             return
         self._state = "abandoned"
         self._builder.abandon()
-        self._file.close()
+        self._file.discard()
         paths = [self.path]
         if self._vlog is not None:
             self._vlog.close()

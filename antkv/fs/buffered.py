@@ -14,7 +14,8 @@ byte appended so far durable, as the plain file's does.
 What it changes: until one of those calls, up to ``capacity`` bytes live only in this process,
 so a process kill loses them.  It is therefore only for files that count for nothing until
 synced -- a flush's or a compaction's output table, which the database names in the MANIFEST
-only after its ``sync`` (an unsynced table is debris removed at the next open) -- never for
+only after its ``sync`` (an unsynced table is debris removed at the next open), and an
+external table, complete only once ``SstFileWriter.finish`` synced it -- never for
 the WAL, the value log or the MANIFEST, whose appends must reach the OS before the write that
 made them is acknowledged.
 """

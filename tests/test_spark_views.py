@@ -184,6 +184,21 @@ def test_row_pieces_encode_as_the_codec(rows, width, expiry, pairs):
     assert ROWS_CODEC.encode_many(values) == [ROWS_CODEC.encode(v) for v in values]
 
 
+@given(st.lists(st.one_of(st.binary(max_size=300), st.integers(-(2**70), 2**70), st.none()), min_size=1,
+                max_size=5), st.integers(32, 80), st.randoms(use_true_random=False))
+def test_rows_with_bytes_columns_encode_in_bulk_as_the_codec(shape, n, rnd):
+    """A batch's rows of one width whose columns hold ints and Nones or bytes (of any
+    lengths, heads of one to three bytes) encode in bulk as the codec does, one by one."""
+    def cell(example):
+        if type(example) is bytes:
+            return bytes(rnd.randrange(256) for _ in range(rnd.choice([0, 5, 127, 128, 200, len(example)])))
+        return example if example is None else rnd.randrange(-(2**40), 2**40)
+    values = [(tuple(cell(e) for e in shape),) for _ in range(n)]
+    assert encode_values(values) == [encode_rows(v) for v in values]
+    values[-1] = ((1.5,) + values[-1][0][1:],)  # a float: the batch falls back to the codec
+    assert encode_values(values) == [encode_rows(v) for v in values]
+
+
 def test_row_encoding_is_compact_and_refuses_bad_values():
     value = os.urandom(1024)
     assert len(encode_row((value, 7))) == 1 + 1 + 2 + 1024 + 2  # count, tag+len, bytes, int

@@ -23,6 +23,7 @@ from antkv.spark.state.codec import (
     COUNT_PIECES,
     INT_PIECES,
     NONE_PIECE,
+    R_BYTES,
     ROW_PIECE,
     int_piece,
     decode_rows,
@@ -44,6 +45,26 @@ class _IntPieces(dict):
 _PIECES = _IntPieces(INT_PIECES)
 _PIECES[None] = NONE_PIECE
 _piece = _PIECES.__getitem__
+
+
+class _BytesHeads(dict):
+    """A bytes value's length -> the head of its encoding: the tag and the length's varint."""
+
+    __slots__ = ()
+
+    def __missing__(self, length: int) -> bytes:
+        head, n = bytearray((R_BYTES,)), length
+        while n > 0x7F:
+            head.append((n & 0x7F) | 0x80)
+            n >>= 7
+        head.append(n)
+        if len(self) < _MAX_HEADS:  # (a batch's values have few lengths: each is made once)
+            self[length] = bytes(head)
+        return bytes(head)
+
+
+_MAX_HEADS = 4096  # lengths _BYTES_HEADS keeps the head of
+_BYTES_HEADS = _BytesHeads({n: bytes((R_BYTES, n)) for n in range(0x80)})
 _INT_ROW_TYPES = frozenset((int, type(None)))
 _PAIR_PIECE = COUNT_PIECES[2]
 
@@ -61,6 +82,7 @@ _BULK_VALUES = 32  # values encoded by encode_values' bulk paths at least (fewer
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _TUPLES = frozenset((tuple,))
 _ONE, _TWO = frozenset((1,)), frozenset((2,))
+_BYTES = {bytes}
 
 
 def _int_rows_width(rows: list) -> int:
@@ -77,13 +99,37 @@ def _int_rows_width(rows: list) -> int:
     return width
 
 
+def _columns_with_bytes(rows: list) -> list | None:
+    """The pieces of ``rows``' encodings after their count, as lists to be zipped, when they
+    are all tuples of one width (1 to 0x7F) whose every column holds either ints and Nones (a
+    piece each) or bytes (a head each, then the bytes themselves, not copied); None for any
+    other list."""
+    if not _TUPLES.issuperset(map(type, rows)):
+        return None
+    widths = set(map(len, rows))
+    if len(widths) != 1 or not 0 < min(widths) < 0x80:
+        return None
+    pieces = []
+    for j in range(min(widths)):
+        column = list(map(itemgetter(j), rows))
+        types = set(map(type, column))
+        if _INT_ROW_TYPES.issuperset(types):
+            pieces.append(list(map(_piece, column)))
+        elif types == _BYTES:
+            pieces += (list(map(_BYTES_HEADS.__getitem__, map(len, column))), column)
+        else:
+            return None
+    return pieces
+
+
 def encode_values(values: list) -> list:
     """``[encode_rows(v) for v in values]`` for the decoded values of a batch (tuples of rows).
 
-    The batch's values of one state variable share a shape, and two shapes are encoded in
+    The batch's values of one state variable share a shape, and three shapes are encoded in
     bulk, with no Python step per value: every value one row of ints and Nones of one width
-    (a view's value or map entry), or one ``(expiry, row)`` pair with such a row (the
-    processor's).  Each encoding is then joined from table pieces: the head its shape fixes,
+    (a view's value or map entry), such a row with columns of bytes among them (their heads
+    from a table, the bytes joined as they are: :func:`_columns_with_bytes`), or one
+    ``(expiry, row)`` pair with a row of ints and Nones (the processor's).  Each encoding is then joined from table pieces: the head its shape fixes,
     the expiry's piece (part of the head when no value has an expiry), and the row's values'
     pieces taken ``width`` at a time.  Any other list is encoded value by value."""
     if len(values) >= _BULK_VALUES and _TUPLES.issuperset(map(type, values)) and _ONE.issuperset(map(len, values)):
@@ -92,6 +138,9 @@ def encode_values(values: list) -> list:
         if width:  # a view's: count | pieces
             pieces = map(_piece, chain.from_iterable(rows))
             return list(map(b"".join, zip(repeat(COUNT_PIECES[width]), *[pieces] * width)))
+        columns = _columns_with_bytes(rows)
+        if columns is not None:  # a view's, with bytes: count | pieces and heads with bytes
+            return list(map(b"".join, zip(repeat(COUNT_PIECES[len(rows[0])]), *columns)))
         if _TUPLES.issuperset(map(type, rows)) and _TWO.issuperset(map(len, rows)):
             expiries = list(map(_FIRST, rows))
             inner = list(map(_SECOND, rows))

@@ -199,6 +199,25 @@ def worker_store(location: str, operator: str, partition: int) -> DictStore:
     return store
 
 
+def share_counting(location: str, reports: list[dict], count: int) -> float:
+    """Of the output rows one batch's ``reports`` name, the share whose ``count`` column is
+    ``count`` (the bench's function counts a key's rows over the batches: every key in every
+    batch counts ``batch + 1`` where its partition's dict was kept)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from antkv.spark.store.state_store import as_location
+
+    where = as_location(location)
+    total = hits = 0
+    for report in reports:
+        for name in report["outputs"]:
+            counts = pq.read_table(where.path(name), columns=["count"])["count"]
+            total += len(counts)
+            hits += pc.sum(pc.equal(counts, count)).as_py() or 0
+    return hits / total if total else 0.0
+
+
 def floor_batch(func, schema: str, partitions: int, location: str, key=("key",), operator: str = "floor"):
     """A ``foreachBatch`` function running ``func`` as ``StatefulPipeline(location, operator,
     key, func, schema, partitions=partitions)`` does, with :class:`DictStore` state (see the

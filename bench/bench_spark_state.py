@@ -188,9 +188,10 @@ def dictfloor_phase(args) -> dict:
         # after the batch, outside its time: the share of keys whose state the worker kept
         # (every key is in every batch: a kept key counts batch + 1)
         b["state_kept"] = pipeline_floor.share_counting(location, made[0].reports[-1], b["batch"] + 1)
+        b["process_ms"] = round(1000 * sum(r["process_s"] for r in made[0].reports[-1]))
         batches.append(b)
         print(f"  dict floor batch {b['batch']}: {b['rows']} rows in {b['trigger_ms']} ms, "
-              f"state kept for {b['state_kept']:.0%} of the keys", file=sys.stderr)
+              f"function and output {b['process_ms']} ms, state kept for {b['state_kept']:.0%} of the keys", file=sys.stderr)
     return {"batches": batches}
 
 
@@ -252,7 +253,8 @@ def floor_table(floors: dict[str, list[dict]]) -> list[str]:
 
 
 def dictfloor_lines(ant: list[dict], dictfloor: list[dict], floor: list[dict] | None = None) -> list[str]:
-    """The dict floor's steady rows/s, its share of the stateless floor, and antkv's share of it."""
+    """The dict floor's steady rows/s, its share of the stateless floor, and antkv's share of
+    it; then the tasks' own work of both (medians after the first batch)."""
     a, d = steady(ant), steady(dictfloor)
     line = f"dict floor (antkv's runner, function and output, state in a dict): {d:,.0f} rows/s"
     if floor is not None:
@@ -262,7 +264,13 @@ def dictfloor_lines(ant: list[dict], dictfloor: list[dict], floor: list[dict] | 
     if kept:  # a partition whose task moved to another worker started empty there (same cost)
         spread = f"{min(kept):.0%}" + (f"-{max(kept):.0%}" if max(kept) != min(kept) else "")
         line += f"; the dict floor's workers kept the state of {spread} of the keys"
-    return [line]
+
+    def later(batches, figure):
+        return statistics.median(b[figure] for b in batches[1:] or batches)
+
+    return [line, f"the tasks' function and output, summed over partitions, medians after the first batch: "
+                  f"dict floor {later(dictfloor, 'process_ms'):,.0f} ms, antkv {later(ant, 'process_ms'):,.0f} ms "
+                  f"(and antkv's load {later(ant, 'load_ms'):,.0f} ms, commit {later(ant, 'commit_ms'):,.0f} ms)"]
 
 
 def churn_lines(warm: list[dict], churn: list[dict]) -> list[str]:

@@ -26,7 +26,12 @@ the checkpoint directory; then one batch in a restarted driver (a new process an
 sorting, the Arrow stream to Python, one collected row per partition) around a task that only
 reads its rows, on the same input: no Python state store run this way can beat its batch time,
 so its multiple of Spark bounds antkv's; the floor's own first batch after a restart bounds
-antkv's restore the same way.  With ``--churn``, antkv's batches run again with Python worker
+antkv's restore the same way.  Between the two, the **dict floor**
+(``bench/pipeline_floor.py``): the same plan and antkv's own runner and views around the same
+function, with each partition's state in a dict kept in the Python worker: its batch time less
+the floor's is what the runner and the function cost, antkv's less its own what the state
+engine costs (``--only antkv,dictfloor`` runs antkv's phases and this one alone, for quick
+A/B runs).  With ``--churn``, antkv's batches run again with Python worker
 reuse off (every task in a new worker, as when batches are a minute apart), and the report
 compares antkv's own work per batch (load, function and commit, summed over partitions) and
 the whole batches with the warm run.  antkv's tables give each partition's copy per batch
@@ -60,6 +65,7 @@ from bench.bench_spark_baseline import (  # noqa: E402
 )
 from bench.bench_spark_baseline import child as spark_child  # noqa: E402
 from bench.measure import peak_rss_mib  # noqa: E402
+from bench import pipeline_floor  # noqa: E402
 from antkv.spark.tools.batch_report import FATE_LETTERS  # noqa: E402
 
 MARKER = "BENCH-ANTKV-RESULT "
@@ -167,6 +173,28 @@ def floor_phase(args) -> dict:
     return {"batches": batches}
 
 
+def dictfloor_phase(args) -> dict:
+    """``count_and_latest`` through antkv's pipeline runner with its state in a dict
+    (``pipeline_floor.floor_batch``) on the same input: the batch time with every cost of
+    antkv's but its state engine's."""
+    location = "file://" + os.path.join(args.workdir, "dictfloor-output")
+    batches, made = [], []
+
+    def make_on_batch():
+        made.append(pipeline_floor.floor_batch(count_and_latest, "key string, count long", args.partitions, location))
+        return made[-1]
+
+    for b in _stream_batches(args, "dictfloor", make_on_batch):
+        # after the batch, outside its time: the share of keys whose state the worker kept
+        # (every key is in every batch: a kept key counts batch + 1)
+        b["state_kept"] = pipeline_floor.share_counting(location, made[0].reports[-1], b["batch"] + 1)
+        b["process_ms"] = round(1000 * sum(r["process_s"] for r in made[0].reports[-1]))
+        batches.append(b)
+        print(f"  dict floor batch {b['batch']}: {b['rows']} rows in {b['trigger_ms']} ms, "
+              f"function and output {b['process_ms']} ms, state kept for {b['state_kept']:.0%} of the keys", file=sys.stderr)
+    return {"batches": batches}
+
+
 def rescale_phase(args) -> dict:
     """Load ``args.keys`` keys on 2 partitions (a batch job), then rescale to 3 with a small batch."""
     work = args.workdir
@@ -211,6 +239,40 @@ def table(name: str, batches: list[dict], restart: dict) -> list[str]:
     return lines + [""]
 
 
+def floor_table(floors: dict[str, list[dict]]) -> list[str]:
+    """Each floor's batches side by side: time and rows/s."""
+    names = list(floors)
+    lines = ["## Floors: the pipeline's Spark work, a task keeping no state (floor); with antkv's runner, "
+             "function and output, state in a dict (dict floor)", "",
+             "| batch | rows |" + "".join(f" {n} ms | {n} rows/s |" for n in names),
+             "|---:|---:|" + "---:|---:|" * len(names)]
+    for row in zip(*floors.values()):
+        lines.append(f"| {row[0]['batch']} | {row[0]['rows']:,} |"
+                     + "".join(f" {b['trigger_ms']:,} | {b['rows_per_s']:,.0f} |" for b in row))
+    return lines + [""]
+
+
+def dictfloor_lines(ant: list[dict], dictfloor: list[dict], floor: list[dict] | None = None) -> list[str]:
+    """The dict floor's steady rows/s, its share of the stateless floor, and antkv's share of
+    it; then the tasks' own work of both (medians after the first batch)."""
+    a, d = steady(ant), steady(dictfloor)
+    line = f"dict floor (antkv's runner, function and output, state in a dict): {d:,.0f} rows/s"
+    if floor is not None:
+        line += f", {d / steady(floor):.0%} of the floor"
+    line += f"; antkv ({a:,.0f} rows/s) runs at {a / d:.0%} of it"
+    kept = [b["state_kept"] for b in dictfloor[1:]]
+    if kept:  # a partition whose task moved to another worker started empty there (same cost)
+        spread = f"{min(kept):.0%}" + (f"-{max(kept):.0%}" if max(kept) != min(kept) else "")
+        line += f"; the dict floor's workers kept the state of {spread} of the keys"
+
+    def later(batches, figure):
+        return statistics.median(b[figure] for b in batches[1:] or batches)
+
+    return [line, f"the tasks' function and output, summed over partitions, medians after the first batch: "
+                  f"dict floor {later(dictfloor, 'process_ms'):,.0f} ms, antkv {later(ant, 'process_ms'):,.0f} ms "
+                  f"(and antkv's load {later(ant, 'load_ms'):,.0f} ms, commit {later(ant, 'commit_ms'):,.0f} ms)"]
+
+
 def churn_lines(warm: list[dict], churn: list[dict]) -> list[str]:
     """antkv's own work per batch (load, function and commit, summed over partitions) and whole
     batches, in new workers against warm ones, after the first batch."""
@@ -238,7 +300,7 @@ def spark_phase_args(args) -> argparse.Namespace:
     return argparse.Namespace(keys=args.keys, value_size=args.value_size, partitions=args.partitions, touched=1.0)
 
 
-PHASES = {"antkv": antkv_phase, "floor": floor_phase, "rescale": rescale_phase}
+PHASES = {"antkv": antkv_phase, "floor": floor_phase, "dictfloor": dictfloor_phase, "rescale": rescale_phase}
 
 
 def main(argv=None) -> None:
@@ -254,7 +316,9 @@ def main(argv=None) -> None:
     p.add_argument("--churn", action="store_true",
                    help="also run antkv's batches with worker reuse off, and compare its own work per batch")
     p.add_argument("--park", choices=("on", "off"), default="on", help="StoreOptions.park_copies of antkv's stores")
-    p.add_argument("--only", choices=("antkv",), default=None, help="run antkv's phases alone (no Spark, floor, rescale)")
+    p.add_argument("--only", choices=("antkv", "antkv,dictfloor"), default=None,
+                   help="antkv: run antkv's phases alone (no Spark, floors, rescale); antkv,dictfloor: antkv's "
+                        "phases and the dict floor's (bench/pipeline_floor.py), and antkv's share of the latter")
     p.add_argument("--json", default=None)
     p.add_argument("--phase", choices=sorted(PHASES), help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -282,11 +346,16 @@ def main(argv=None) -> None:
             churn = child("antkv", args, churn_dir, worker_reuse="off")["batches"]
             churn_restart = child("antkv", args, churn_dir, worker_reuse="off", first_batch=args.batches,
                                   batches=1)["batches"][0]
-        if args.only == "antkv":
+        if args.only is not None:
             report = table("antkv StatefulPipeline (foreachBatch)", ant, ant_restart)
             if churn:
                 report += table("antkv, every task in a new Python worker", churn, churn_restart)
                 report += churn_lines(ant, churn)
+            if args.only == "antkv,dictfloor":
+                print(f"dict floor (antkv's runner with state in a dict): {args.batches} batches", file=sys.stderr)
+                dictfloor = child("dictfloor", args, workdir)["batches"]
+                report += floor_table({"dict floor": dictfloor})
+                report += dictfloor_lines(ant, dictfloor)
             print("\n".join(report))
             return
         print(f"Spark applyInPandasWithState (RocksDB): {args.batches} batches, then a restart", file=sys.stderr)
@@ -297,6 +366,8 @@ def main(argv=None) -> None:
         print(f"floor (the pipeline's Spark work without state): {args.batches} batches", file=sys.stderr)
         floor = child("floor", args, workdir)["batches"]
         floor_restart = child("floor", args, workdir, first_batch=args.batches, batches=1)["batches"][0]
+        print(f"dict floor (antkv's runner with state in a dict): {args.batches} batches", file=sys.stderr)
+        dictfloor = child("dictfloor", args, workdir)["batches"]
         rescale = []
         for keys in (args.rescale_keys, 10 * args.rescale_keys):
             print(f"antkv rescale 2 -> 3 at {keys:,} keys", file=sys.stderr)
@@ -305,7 +376,7 @@ def main(argv=None) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     rss = {"antkv": ant_phase["driver_peak_rss_mib"], "spark": spark_phase["driver_peak_rss_mib"]}
     results.update(antkv=ant, antkv_restart=ant_restart, spark=spark, spark_restart=spark_restart, floor=floor,
-                   floor_restart=floor_restart,
+                   floor_restart=floor_restart, dictfloor=dictfloor,
                    rescale=rescale,
                    driver_peak_rss_mib=rss)
     report = [f"# antkv vs Spark state store: {args.keys:,} keys, {args.value_size} B values, every key "
@@ -316,11 +387,13 @@ def main(argv=None) -> None:
         report += churn_lines(ant, churn)
         results.update(antkv_new_workers=churn, antkv_new_workers_restart=churn_restart)
     report += table("Spark applyInPandasWithState, RocksDB provider", spark, spark_restart)
+    report += floor_table({"floor": floor, "dict floor": dictfloor})
     a, s = steady(ant), steady(spark)
     f = steady(floor)
     report.append(f"median rows/s after the first batch: antkv {a:,.0f}, Spark {s:,.0f}: {a / s:.1f}x")
     report.append(f"floor (the pipeline's Spark work, a task keeping no state): {f:,.0f} rows/s, {f / s:.1f}x Spark; "
                   f"antkv runs at {a / f:.0%} of it")
+    report += dictfloor_lines(ant, dictfloor, floor)
     report.append(f"driver's Python process, peak RSS over the {args.batches} batches: antkv {rss['antkv']:,.0f} MiB, "
                   f"Spark {rss['spark']:,.0f} MiB")
     report.append(f"restore (first batch in a restarted driver): antkv {ant_restart['trigger_ms']:,} ms, "

@@ -158,3 +158,58 @@ def test_the_state_bench_runs_sparks_side_with_a_command_line_the_baseline_accep
     theirs = bench_spark_baseline.parser().parse_args(cmd[2:])
     assert theirs.phase and theirs.workload == "apply" and theirs.first_batch == 2 and theirs.batches == 1
     assert (theirs.keys, theirs.value_size, theirs.partitions, theirs.touched) == (1234, 56, 3, 1.0)
+
+
+def _state_bench_frames(batch: int):
+    """A partition's sorted stream for the pipeline floor's test: 30 keys in 4 key groups,
+    every third key with 3 rows, cut into frames of 7 rows (keys span frames)."""
+    import pandas as pd
+
+    rows = []
+    for i in range(30):
+        for j in range(3 if i % 3 == 0 else 1):
+            rows.append({"key": f"user-{i:03d}", "value": f"{batch}-{i}-{j}".encode(), "ts": pd.Timestamp(0),
+                         "__key_group": i % 4})
+    frame = pd.DataFrame(rows).sort_values(["__key_group", "key"], kind="stable", ignore_index=True)
+    return [frame.iloc[s:s + 7].reset_index(drop=True) for s in range(0, len(frame), 7)]
+
+
+def test_the_pipeline_floor_answers_as_antkv_does_with_its_state_in_a_dict(tmp_path):
+    """``bench/pipeline_floor.py`` runs the state bench's function through the pipeline's own
+    task body on a dict: over two batches its output files and its state hold what the same
+    body writes and keeps on antkv's state store (committed and published in between)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from antkv.spark import CommitCoordinator, StoreOptions, open_store
+    from antkv.spark.runtime.pipeline import PartitionState
+    from antkv.spark.state.rows_codec import ROWS
+    from antkv.spark.store.keygroups import METADATA_PREFIX, key_group_range
+    from bench.bench_spark_state import count_and_latest
+    from bench.pipeline_floor import DictStore, PipelineFloor, chunked_body
+
+    struct = StructType([StructField("key", StringType()), StructField("count", LongType())])
+    columns = ["key", "value", "ts"]
+    floor = PipelineFloor(count_and_latest, "key", "key string, count long", struct, columns, 1,
+                          str(tmp_path / "floor"), "floor")
+    dicts = DictStore()
+    loc, options = str(tmp_path / "antkv"), StoreOptions(cache_dir=str(tmp_path / "cache"))
+    coord = CommitCoordinator(loc, "bench", 1, query_id="q")
+    body = chunked_body(count_and_latest, columns)
+    for batch in (0, 1):
+        report = floor.run_partition(dicts, 0, batch, iter(_state_bench_frames(batch)))
+        written = pd.concat([pq.read_table(floor.location.path(name)).to_pandas() for name in report["outputs"]])
+        store = open_store(loc, "bench", 0, batch, manifest=coord.base_manifests(batch)[0], options=options)
+        state = PartitionState(store, key_group_range(16384, 1, 0), ["key"], batch, 0, 1)
+        expected = pd.concat(list(body(state, iter(_state_bench_frames(batch)))), ignore_index=True)
+        assert report["rows"] == 50 and report["output_rows"] == 30
+        assert written.reset_index(drop=True).equals(expected)
+        assert sorted(expected["count"]) == sorted([batch + 1] * 20 + [3 * (batch + 1)] * 10)
+        # every stored entry (the state-name record, each key's count and latest value) alike
+        assert len(dicts) == len(list(store.keys())) == 31
+        for k in store.keys():
+            assert dicts.get(k) == store.get(k)
+            if not k.startswith(METADATA_PREFIX):
+                assert dicts.get_decoded(k, ROWS) == store.get_decoded(k, ROWS)
+        coord.publish(batch + 1, [store.commit()])

@@ -428,6 +428,30 @@ def test_parked_copies_beyond_the_disk_budget_go_least_recently_parked_first(set
     assert held == [0, 0, 1]  # only the newest: each parking trimmed the ones before
 
 
+def test_a_parking_process_passes_over_the_whole_parked_area_once_per_interval(setup, monkeypatch):
+    """Sweeping and trimming read every slot on the machine: a process parking within
+    UPKEEP_EVERY_S of its last pass, with room in the disk budget, does neither (debris
+    stays); once the interval has passed, the next parking removes it."""
+    from antkv.spark.store import parked_copies
+
+    uri, options, coord = setup
+    _commit_batches(uri, options, coord, 0, 1)  # this process's first parking: a pass
+    release_idle_stores()
+    debris = os.path.join(options.cache_dir, "parked", "trash-left-by-a-killed-remover")
+    os.makedirs(os.path.join(debris, "db"))
+    _commit_batches(uri, options, coord, 1, 3)
+    release_idle_stores()
+    assert os.path.exists(debris)  # parked twice within the interval: no pass
+    monkeypatch.setattr(parked_copies, "UPKEEP_EVERY_S", 0.0)
+    _commit_batches(uri, options, coord, 3, 4)
+    release_idle_stores()
+    assert not os.path.exists(debris)
+    assert [r.version for r in _parked(uri, options)] == [4]
+    s = open_store(uri, OP, 0, 4, manifest=coord.base_manifests(4)[0], options=options)
+    assert s.copy_fate in ("reused", "reopened") and sorted(s.items()) == sorted(_model(4).items())
+    s.abort()
+
+
 def test_a_parked_copy_that_verifies_but_does_not_open_is_rebuilt(setup, caplog):
     """Files that match their record but that the engine refuses (here a damaged MANIFEST
     whose record was written after the damage): the open falls back to a rebuild, logged."""

@@ -43,6 +43,15 @@ Invariants:
   copy committed on this machine (two when duplicate attempts of one version both parked);
   entries beyond the local cache's disk budget go least recently parked first, never the one
   just parked (:meth:`ParkedCopies.trim`).
+
+**Upkeep.**  Sweeping and trimming read every slot of the machine (every partition of every
+query that ran there): a pass over a thousand slots took 150 ms.  A parking process passes
+over them at most once per :data:`UPKEEP_EVERY_S`, and in between keeps an estimate -- the
+parked bytes its last pass left, plus every entry it parked since (an overestimate: a newer
+version's entry replaces the slot's older ones) -- and passes at once when the estimate and
+the cached objects exceed the disk budget (:meth:`ParkedCopies.upkeep`).  The budget may
+then be exceeded, until the next pass, by what other processes park meanwhile; debris of a
+killed process waits for the next pass of any process.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ import fcntl
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -65,9 +75,12 @@ from antkv.spark.store.objects import FORMAT, KIND_PARKED, FileRef, Manifest, fi
 
 RECORD = "RECORD"
 PARKING_WAIT_S = 30.0  # how long a claim waits for the parking of the version it wants
+UPKEEP_EVERY_S = 30.0  # a parking process sweeps and trims the whole parked area at least this often
 _DAMAGED = object()  # an entry whose RECORD does not decode
 _OWNER_LOCK = "owner.lock"
 _TRASH = "trash-"
+_upkeep: dict[str, list] = {}  # parked root -> [monotonic time of this process's last pass, estimated parked bytes]
+_upkeep_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -225,17 +238,40 @@ class ParkedCopies:
             self._remove(path)
         return len(debris)
 
+    def upkeep(self, budget: int, other_bytes: int, keep: str) -> int:
+        """After parking ``keep``: :meth:`sweep` and :meth:`trim` the parked area when this
+        process last did over :data:`UPKEEP_EVERY_S` ago, or its estimate of the parked bytes
+        plus ``other_bytes`` (the cache's objects) exceeds ``budget`` (the module docstring's
+        *Upkeep*); returns the entries removed."""
+        added = _own_bytes(os.path.join(keep, "db"))
+        now = time.monotonic()
+        with _upkeep_lock:
+            last = _upkeep.get(self.root)
+            if last is not None and now - last[0] < UPKEEP_EVERY_S and other_bytes + last[1] + added <= budget:
+                last[1] += added
+                return 0
+            _upkeep[self.root] = [now, (last[1] if last else 0) + added]  # (until it ends, no other pass starts)
+        removed = self.sweep()
+        trimmed, parked_bytes = self._trim(budget, other_bytes, keep)
+        with _upkeep_lock:
+            _upkeep[self.root] = [now, parked_bytes + added]
+        return removed + trimmed
+
     def trim(self, budget: int, other_bytes: int, keep: str | None = None) -> int:
         """Remove entries, least recently parked first, while ``other_bytes`` (the cache's
         objects) plus the bytes only parked entries hold exceed ``budget``, never the entry
         ``keep`` (the one just parked: the copy the partition's next task wants); returns
         entries removed."""
+        return self._trim(budget, other_bytes, keep)[0]
+
+    def _trim(self, budget: int, other_bytes: int, keep: str | None) -> tuple[int, int]:
+        """:meth:`trim`; returns ``(entries removed, bytes only the entries left but keep hold)``."""
         entries = []
         total = other_bytes
         try:
             slots = [os.path.join(self.root, s) for s in os.listdir(self.root) if not s.startswith(_TRASH)]
         except FileNotFoundError:
-            return 0
+            return 0, 0
         for slot in slots:
             for entry, rec in self._entries(slot):
                 if rec is None or rec is _DAMAGED or entry == keep:
@@ -253,7 +289,7 @@ class ParkedCopies:
             self._remove(entry)
             total -= own
             removed += 1
-        return removed
+        return removed, total - other_bytes
 
     def records(self, location: Location, operator: str, partition: int) -> list[ParkedRecord]:
         """The records of the partition's claimable entries (tests, tools)."""

@@ -456,8 +456,7 @@ class WorkingCopy:
         snap = self.manifest.snapshot
         if snap is not None:  # the older entries parking removed held the older snapshots' files
             self.cache.drop_superseded(location, partition_dir(operator, partition), [f.object for f in snap.files])
-        parked.sweep()
-        parked.trim(self.cache.disk_budget, self.cache.usage(), keep=entry)
+        parked.upkeep(self.cache.disk_budget, self.cache.usage(), keep=entry)
 
     def start_parking(self, park) -> None:
         """Run ``park()`` (which parks this copy) in a thread; :meth:`finish_parking` waits for it."""

@@ -61,14 +61,15 @@ def decoded_charge(raw: bytes, value) -> int:
     return DECODED_OVERHEAD + held_bytes((value,))
 
 
-def decoded_charges(raws: list, values: list) -> int:
-    """``sum(map(decoded_charge, raws, values))``, summed in C when every value is short."""
-    lengths = list(map(len, raws))
-    if not lengths:
+def decoded_charges(raws: list, values, raw_bytes: int | None = None) -> int:
+    """``sum(map(decoded_charge, raws, values))``, summed in C when every value is short;
+    ``raw_bytes``, if known: ``sum(map(len, raws))``."""
+    if not raws:
         return 0
-    total = DECODED_OVERHEAD * len(lengths)
-    if max(lengths) < LONG_VALUE:
-        return total + DECODED_PER_BYTE * sum(lengths)
+    total = DECODED_OVERHEAD * len(raws)
+    if max(map(len, raws)) < LONG_VALUE:
+        return total + DECODED_PER_BYTE * (sum(map(len, raws)) if raw_bytes is None else raw_bytes)
+    lengths = list(map(len, raws))
     long_ones = list(map(LONG_VALUE.__le__, lengths))
     short_bytes = sum(lengths) - sum(compress(lengths, long_ones))
     return total + DECODED_PER_BYTE * short_bytes + held_bytes(compress(values, long_ones))

@@ -336,7 +336,7 @@ class RowCache:
             dropped = list(map(decoded.pop, changes, repeat(MISSING, n)))
             undecoded = dropped.count(MISSING)
             if not undecoded:  # (every key held decoded, so with bytes)
-                self.used -= decoded_charges(olds, dropped)
+                self.used -= decoded_charges(olds, dropped, old_bytes)
             elif undecoded < n:
                 was_decoded = list(map(is_not, dropped, repeat(MISSING, n)))
                 self.used -= decoded_charges(list(compress(olds, was_decoded)), list(compress(dropped, was_decoded)))
@@ -359,7 +359,8 @@ class RowCache:
                 else:
                     charge += len(value) - (0 if old is None else len(old))
         if keep:
-            charge += decoded_charges(list(map(changes.__getitem__, keep)), list(keep.values()))
+            charge += decoded_charges(list(map(changes.__getitem__, keep)), keep.values(),
+                                      new_bytes if len(keep) == n else None)  # (then the same keys)
         while self.used + charge > self.chunks * CHUNK and charge <= self._budget.limit \
                 and self._budget.take_chunk(self):
             pass

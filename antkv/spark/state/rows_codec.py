@@ -129,18 +129,16 @@ def encode_values(values: list) -> list:
     bulk, with no Python step per value: every value one row of ints and Nones of one width
     (a view's value or map entry), such a row with columns of bytes among them (their heads
     from a table, the bytes joined as they are: :func:`_columns_with_bytes`), or one
-    ``(expiry, row)`` pair with a row of ints and Nones (the processor's).  Each encoding is then joined from table pieces: the head its shape fixes,
-    the expiry's piece (part of the head when no value has an expiry), and the row's values'
-    pieces taken ``width`` at a time.  Any other list is encoded value by value."""
+    ``(expiry, row)`` pair with a row of ints and Nones (the processor's).  Each encoding is
+    then joined from pieces: the head its shape fixes, the expiry's piece (part of the head
+    when no value has an expiry), and the row's values' pieces.  Any other list is encoded
+    value by value."""
     if len(values) >= _BULK_VALUES and _TUPLES.issuperset(map(type, values)) and _ONE.issuperset(map(len, values)):
         rows = list(map(_FIRST, values))
         width = _int_rows_width(rows)
         if width:  # a view's: count | pieces
             pieces = map(_piece, chain.from_iterable(rows))
             return list(map(b"".join, zip(repeat(COUNT_PIECES[width]), *[pieces] * width)))
-        columns = _columns_with_bytes(rows)
-        if columns is not None:  # a view's, with bytes: count | pieces and heads with bytes
-            return list(map(b"".join, zip(repeat(COUNT_PIECES[len(rows[0])]), *columns)))
         if _TUPLES.issuperset(map(type, rows)) and _TWO.issuperset(map(len, rows)):
             expiries = list(map(_FIRST, rows))
             inner = list(map(_SECOND, rows))
@@ -152,6 +150,9 @@ def encode_values(values: list) -> list:
                     return list(map(b"".join, zip(repeat(head), *[pieces] * width)))
                 return list(map(b"".join, zip(repeat(_PAIR_PIECE), map(_piece, expiries),
                                               repeat(ROW_PIECE + COUNT_PIECES[width]), *[pieces] * width)))
+        columns = _columns_with_bytes(rows)  # (after the processor's shape: it is tried on every commit)
+        if columns is not None:  # a view's, with bytes: count | pieces and heads with bytes
+            return list(map(b"".join, zip(repeat(COUNT_PIECES[len(rows[0])]), *columns)))
     return list(map(encode_rows, values))
 
 

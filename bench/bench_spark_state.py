@@ -31,7 +31,9 @@ antkv's restore the same way.  Between the two, the **dict floor**
 function, with each partition's state in a dict kept in the Python worker: its batch time less
 the floor's is what the runner and the function cost, antkv's less its own what the state
 engine costs (``--only antkv,dictfloor`` runs antkv's phases and this one alone, for quick
-A/B runs).  With ``--churn``, antkv's batches run again with Python worker
+A/B runs).  Last, the time to write antkv's median checkpoint bytes of a batch once (one file
+per partition, each fsynced: ``pipeline_floor.write_floor_ms``), added to the dict floor's
+batch: what a store that persists every batch can reach at most.  With ``--churn``, antkv's batches run again with Python worker
 reuse off (every task in a new worker, as when batches are a minute apart), and the report
 compares antkv's own work per batch (load, function and commit, summed over partitions) and
 the whole batches with the warm run.  antkv's tables give each partition's copy per batch
@@ -368,6 +370,8 @@ def main(argv=None) -> None:
         floor_restart = child("floor", args, workdir, first_batch=args.batches, batches=1)["batches"][0]
         print(f"dict floor (antkv's runner with state in a dict): {args.batches} batches", file=sys.stderr)
         dictfloor = child("dictfloor", args, workdir)["batches"]
+        checkpoint_bytes = int(statistics.median(b["checkpoint_new_bytes"] for b in ant[1:] or ant))
+        write_ms = pipeline_floor.write_floor_ms(workdir, checkpoint_bytes, args.partitions)
         rescale = []
         for keys in (args.rescale_keys, 10 * args.rescale_keys):
             print(f"antkv rescale 2 -> 3 at {keys:,} keys", file=sys.stderr)
@@ -376,7 +380,7 @@ def main(argv=None) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
     rss = {"antkv": ant_phase["driver_peak_rss_mib"], "spark": spark_phase["driver_peak_rss_mib"]}
     results.update(antkv=ant, antkv_restart=ant_restart, spark=spark, spark_restart=spark_restart, floor=floor,
-                   floor_restart=floor_restart, dictfloor=dictfloor,
+                   floor_restart=floor_restart, dictfloor=dictfloor, write_floor_ms=write_ms,
                    rescale=rescale,
                    driver_peak_rss_mib=rss)
     report = [f"# antkv vs Spark state store: {args.keys:,} keys, {args.value_size} B values, every key "
@@ -394,6 +398,12 @@ def main(argv=None) -> None:
     report.append(f"floor (the pipeline's Spark work, a task keeping no state): {f:,.0f} rows/s, {f / s:.1f}x Spark; "
                   f"antkv runs at {a / f:.0%} of it")
     report += dictfloor_lines(ant, dictfloor, floor)
+    rows = statistics.median(b["rows"] for b in dictfloor[1:] or dictfloor)
+    persisted = rows / (rows / steady(dictfloor) + write_ms / 1000)
+    report.append(f"writing one batch's checkpoint bytes once ({checkpoint_bytes / 1e6:.1f} MB in {args.partitions} "
+                  f"files, each written and fsynced, best of 3): {write_ms:,.0f} ms; the dict floor's batch plus that: "
+                  f"{persisted:,.0f} rows/s, {persisted / f:.0%} of the floor (the most a store that persists "
+                  f"every batch reaches here)")
     report.append(f"driver's Python process, peak RSS over the {args.batches} batches: antkv {rss['antkv']:,.0f} MiB, "
                   f"Spark {rss['spark']:,.0f} MiB")
     report.append(f"restore (first batch in a restarted driver): antkv {ant_restart['trigger_ms']:,} ms, "

@@ -42,6 +42,8 @@ does not (a key's first batch writes what later batches rewrite).
 
 from __future__ import annotations
 
+import os
+
 from antkv.spark.store.keygroups import DEFAULT_KEY_GROUPS
 
 WORKER_STATE = "_antkv_pipeline_floor"  # the worker's dict of DictStores, in ``sys.__dict__``
@@ -268,3 +270,26 @@ def floor_batch(func, schema: str, partitions: int, location: str, key=("key",),
 
     on_batch.reports = []
     return on_batch
+
+
+def write_floor_ms(directory: str, total_bytes: int, files: int, rounds: int = 3) -> float:
+    """The least time, in ms, to persist ``total_bytes`` of random bytes as ``files`` files
+    in ``directory`` (each written whole, then fsynced), best of ``rounds``: what writing one
+    batch's checkpoint bytes once costs on the machine's disk, whatever the store.  Added to
+    the dict floor's batch, it bounds what any store that persists each batch can reach."""
+    import time
+
+    size = max(1, total_bytes // files)
+    data = [os.urandom(size) for _ in range(files)]
+    best = float("inf")
+    for r in range(rounds):
+        start = time.perf_counter()
+        for i, chunk in enumerate(data):
+            with open(os.path.join(directory, f"write-floor-{r}-{i}"), "wb") as f:
+                f.write(chunk)
+                f.flush()
+                os.fsync(f.fileno())
+        best = min(best, time.perf_counter() - start)
+        for i in range(files):
+            os.remove(os.path.join(directory, f"write-floor-{r}-{i}"))
+    return best * 1000

@@ -213,3 +213,12 @@ def test_the_pipeline_floor_answers_as_antkv_does_with_its_state_in_a_dict(tmp_p
             if not k.startswith(METADATA_PREFIX):
                 assert dicts.get_decoded(k, ROWS) == store.get_decoded(k, ROWS)
         coord.publish(batch + 1, [store.commit()])
+
+
+def test_the_write_floor_writes_and_syncs_the_bytes_and_leaves_nothing(tmp_path):
+    """The pipeline bench's write floor times writing the bytes as one synced file per
+    partition, best of its rounds, and removes what it wrote."""
+    from bench.pipeline_floor import write_floor_ms
+
+    ms = write_floor_ms(str(tmp_path), 3 << 20, 4, rounds=2)
+    assert ms > 0 and os.listdir(tmp_path) == []

@@ -145,6 +145,11 @@ def run_on_spark(spark, work, name, processor, batches, schema, output_schema, t
                 deadline = time.monotonic() + 300
                 while not any(p["numInputRows"] for p in query.recentProgress):
                     assert query.isActive and time.monotonic() < deadline, query.exception()
+                    if query.recentProgress and not query.status["isTriggerActive"]:
+                        # the run's first trigger ran a batch without the file (one the stopped run
+                        # had planned) and waits an hour for the next: start the run again
+                        query.stop()
+                        query = writer.trigger(processingTime="1 hour").start()
                     time.sleep(0.1)
                 if i < len(batches) - 1:
                     query.stop()

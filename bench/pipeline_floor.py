@@ -155,34 +155,18 @@ class PipelineFloor:
         of version ``batch_id + 1``; returns the partition's figures and output files."""
         import time
 
-        import pandas as pd
-
-        import antkv
         from antkv.spark.runtime.output import OutputWriter
-        from antkv.spark.runtime.pipeline import KEY_GROUP_COLUMN, PartitionState
-        from antkv.spark.store.keygroups import check_partition_key_groups, key_group_range
+        from antkv.spark.runtime.pipeline import PartitionState, owned_frames, write_outputs
+        from antkv.spark.store.keygroups import key_group_range
 
         K, N, p = self.key_groups, self.partitions, partition
         seen = [0]
-
-        def checked(frames):
-            for frame in frames:
-                check_partition_key_groups(frame[KEY_GROUP_COLUMN].to_numpy(), K, N, p)
-                seen[0] += len(frame)
-                yield frame
-
         state = PartitionState(store, key_group_range(K, N, p), self.key, batch_id, p, N)
         writer = OutputWriter(self.location, self.operator, batch_id + 1, self.struct, timezone, safecheck)
         started = time.perf_counter()  # what antkv's PartitionMetrics.process_s times
         try:
-            for out in self.body(state, checked(frames)):
-                if not isinstance(out, pd.DataFrame):
-                    raise TypeError(f"the state function must yield pandas DataFrames, not {type(out).__name__}")
-                missing = [c for c in self.columns if c not in out.columns]
-                if missing:
-                    raise antkv.InvalidArgumentError(f"the state function's output lacks columns {missing}")
-                if len(out):
-                    writer.write(self.output_check.fit(out))
+            write_outputs(self.body(state, owned_frames(frames, K, N, p, seen)), writer, self.columns,
+                          self.output_check)
             files = writer.close()
         except BaseException:
             writer.abort()

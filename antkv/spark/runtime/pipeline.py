@@ -406,12 +406,6 @@ class StatefulPipeline:
             with task_collections():  # the collector walks the worker's working copies less often
                 yield from run_task(batches)
 
-        def checked(frames, p, seen):
-            for frame in frames:
-                check_partition_key_groups(frame[KEY_GROUP_COLUMN].to_numpy(), K, N, p)
-                seen[0] += len(frame)
-                yield frame
-
         def run_task(batches):
             import pandas as pd
             from pyspark import TaskContext
@@ -431,14 +425,8 @@ class StatefulPipeline:
                 state = PartitionState(store, key_group_range(K, N, p), key, batch_id, p, N)
                 seen = [0]
                 t1 = time.perf_counter()
-                for out in partition_function(state, checked(batches, p, seen)):
-                    if not isinstance(out, pd.DataFrame):
-                        raise TypeError(f"the state function must yield pandas DataFrames, not {type(out).__name__}")
-                    missing = [c for c in columns if c not in out.columns]
-                    if missing:
-                        raise antkv.InvalidArgumentError(f"the state function's output lacks columns {missing}")
-                    if len(out):
-                        writer.write(output_check.fit(out))
+                write_outputs(partition_function(state, owned_frames(batches, K, N, p, seen)), writer, columns,
+                              output_check)
                 files = writer.close()
                 process_s = time.perf_counter() - t1
                 write_amp = store.engine_stats()["write_amplification"]
@@ -467,6 +455,31 @@ class StatefulPipeline:
             yield pd.DataFrame({COMMIT_COLUMN: [msg.to_json()], METRICS_COLUMN: [json.dumps(asdict(metrics))]})
 
         return task
+
+
+def owned_frames(frames, key_groups: int, partitions: int, partition: int, seen: list):
+    """``frames`` as they come, each checked to hold only rows of key groups ``partition`` owns
+    (a stray row fails the task at once); ``seen[0]`` counts their rows."""
+    for frame in frames:
+        check_partition_key_groups(frame[KEY_GROUP_COLUMN].to_numpy(), key_groups, partitions, partition)
+        seen[0] += len(frame)
+        yield frame
+
+
+def write_outputs(outputs, writer, columns: list, output_check) -> None:
+    """Write each DataFrame of ``outputs`` (what the state function yields) with ``writer``,
+    fitted to the output schema by ``output_check``: TypeError for anything but a DataFrame,
+    InvalidArgumentError for one lacking a column of ``columns``."""
+    import pandas as pd
+
+    for out in outputs:
+        if not isinstance(out, pd.DataFrame):
+            raise TypeError(f"the state function must yield pandas DataFrames, not {type(out).__name__}")
+        missing = [c for c in columns if c not in out.columns]
+        if missing:
+            raise antkv.InvalidArgumentError(f"the state function's output lacks columns {missing}")
+        if len(out):
+            writer.write(output_check.fit(out))
 
 
 def _frames_of(produced):

@@ -96,7 +96,11 @@ def test_a_quick_soak_run_agrees_across_engines_and_writes_its_table_and_plots(s
 
     figures = summary(results)
     assert set(figures) == set(ENGINES) and all(f["rows_per_s"] > 0 for f in figures.values())
+    for name in ("antkv-pipeline", "antkv-tws"):  # the most copies one measured batch rebuilt
+        assert figures[name]["rebuilt_most"] == max(b[name]["rebuilt"] for b in results["per_batch"][1:]
+                                                    if not b["flush"])
     table = report(results)
+    assert "rebuilt (most in one batch)" in table
     for name in ENGINES:
         assert f"| {name} |" in table
     assert "outputs equal" in table and "floor / spark-apply-changelog: throughput" in table

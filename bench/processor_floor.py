@@ -190,12 +190,12 @@ class PartitionDicts:
         return 0
 
 
-class _FloorPartition:
-    """What the runner asks of a partition's state: the store, the key groups it owns and
-    the reports it sends the driver."""
+class RunnerPartition:
+    """What the runner asks of a partition's state: the store (its dicts here; an antkv store in
+    ``bench/processor_split.py``), the key groups it owns and the reports it sends the driver."""
 
-    def __init__(self, partition: PartitionDicts, owned):
-        self.store = partition
+    def __init__(self, store, owned):
+        self.store = store
         self.owned = owned
         self.reports: dict = {}
 
@@ -245,7 +245,7 @@ def floor_batch(processor_class, output_schema: str, partitions: int, rows: bool
             dicts = worker.get(p)
             if dicts is None:
                 dicts = worker[p] = PartitionDicts()
-            state = _FloorPartition(dicts, key_group_range(DEFAULT_KEY_GROUPS, partitions, p))
+            state = RunnerPartition(dicts, key_group_range(DEFAULT_KEY_GROUPS, partitions, p))
             produced = sum(len(out) for out in _run_partition(batch, state, frames, DictHandle))
             newest = state.reports.get("max_event_time_ms")
             yield pd.DataFrame({"rows": [produced], "newest": [-1 if newest is None else newest]})

@@ -222,3 +222,31 @@ def test_the_write_floor_writes_and_syncs_the_bytes_and_leaves_nothing(tmp_path)
 
     ms = write_floor_ms(str(tmp_path), 3 << 20, 4, rounds=2)
     assert ms > 0 and os.listdir(tmp_path) == []
+
+
+def test_the_processor_split_runs_both_engines_and_splits_antkvs_extra(tmp_path):
+    """``bench/processor_split.py`` runs the processor over antkv's store and over the dict
+    floor in every batch, times the parts of antkv's work, and leaves nothing behind: no
+    file, no wrapped method, no collector callback."""
+    import argparse
+    import gc
+
+    from antkv.spark.store.state_store import StateStore
+    from bench.processor_split import report, run, split
+
+    settle, callbacks = StateStore.__dict__["_settle"], list(gc.callbacks)
+
+    args = argparse.Namespace(keys=600, partitions=4, held=2, batches=3, dir=str(tmp_path), json=None)
+    result = run(args)
+    assert [r["batch"] for r in result["per_batch"]] == [0, 1, 2]
+    for row in result["per_batch"]:
+        assert row["antkv"] > 0 and row["floor"] > 0
+        parts = row["parts"]
+        assert 0 < parts["settle"] < row["antkv"] and 0 < parts["park"] < parts["commit"] < row["antkv"]
+        assert 0 <= parts["settle_in_commit"] <= parts["settle"]
+        assert sum(split(row).values()) == pytest.approx(row["antkv"] - row["floor"])
+        assert row["antkv_gc"] >= 0 and row["floor_gc"] >= 0
+    text = report(result)
+    assert "| antkv |" in text and "of the floor's rate" in text and "parking" in text and "garbage" in text
+    assert os.listdir(tmp_path) == []
+    assert StateStore.__dict__["_settle"] is settle and gc.callbacks == callbacks

@@ -53,6 +53,9 @@ OPTIONS = {
     "defaults": {},
     "change set outgrown": {"max_changelog_bytes": 300},
     "row cache evicting": {"row_cache_bytes": 2048, "engine": {"write_buffer_size": 4096}},
+    # each committed copy parked: the batch's writes reach the engine there, or never (rewritten)
+    "parked": {"park_copies": True},
+    "parked, row cache evicting": {"park_copies": True, "row_cache_bytes": 2048},
 }
 
 
@@ -153,7 +156,7 @@ def _run_batch(store, model: Model, ops, check_first: bool) -> None:
 @given(batches=BATCHES)
 def test_reads_see_the_batchs_own_writes(tmp_path_factory, options, batches):
     work = tmp_path_factory.mktemp("ryw")
-    opts = StoreOptions(cache_dir=str(work / "cache"), park_copies=False, **OPTIONS[options])
+    opts = StoreOptions(cache_dir=str(work / "cache"), **{"park_copies": False, **OPTIONS[options]})
     loc = f"file://{work}/loc"
     model, manifest = Model(), None
     try:

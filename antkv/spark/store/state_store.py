@@ -14,11 +14,17 @@ Version 8 becomes *the* version 8 only when the driver publishes the batch marke
 **Writes** cost a dict store each: ``put``, ``append``, ``delete`` and ``put_decoded`` record
 the key's newest value in the batch's *pending* writes, which every read consults first.  They
 *settle* in bulk -- into the batch's net change set ``{key: value or None}`` (plus its list of
-range deletions), the working copy's database (one engine write batch) and its row cache
-(:mod:`antkv.spark.store.row_cache`) -- when anything reads the database (a scan, a range
-deletion, the key count, a commit) or when ``_SETTLE_EVERY`` of them (or ``_SETTLE_BYTES`` of
-values), at most a quarter of the change set's bound, gathered.  So scans and prefix scans are
-the engine's own, and a point read is the pending writes', the row cache's or the database's.
+range deletions), the working copy's row cache (:mod:`antkv.spark.store.row_cache`) and its
+*deferred* writes (``WorkingCopy.deferred``) -- when anything reads the database (a scan, a
+range deletion, the key count, a commit) or when ``_SETTLE_EVERY`` of them (or
+``_SETTLE_BYTES`` of values), at most a quarter of the change set's bound, gathered.  The
+deferred writes reach the database, as one engine write batch, only when something reads it
+beyond one key (a scan, a range deletion, warming a key group not held whole, an ingest, a
+snapshot commit) or when the committed copy is parked -- where a batch that rewrote most of the
+state usually replaces the database by the row cache's state in one table instead
+(``WorkingCopy.rewrite_stacked``), so its writes never pass through the engine's memtable.  So
+scans and prefix scans are the engine's own, and a point read is the pending writes', the row
+cache's, the deferred writes' or the database's.
 ``put_decoded`` takes a Python value and its codec: the value is encoded when it settles (the
 batch's values at once, ``codec.encode_many``), and kept decoded in the row cache, as
 ``get_decoded`` keeps what it decodes, so a value written or read in one batch is read in the
@@ -33,7 +39,9 @@ Those writes skip the working copy's WAL: a working copy is never recovered from
 files (a process that dies leaves its copy to the sweep, and the state is rebuilt from the
 location), and a commit checkpoints or closes the database, which flushes the memtable first.
 An engine error (a full disk) therefore surfaces at the next read of the database or at the
-commit, not at the write; either way the batch fails and nothing is published.
+commit, not at the write, and the batch fails with nothing published; or, after a changelog
+commit (which the location alone makes durable), when the copy is parked, where it is logged
+and the copy dropped: the next open rebuilds the version from the location.
 
 **The exact key count** costs no read per write.  The count of version ``v + 1`` is the count
 of ``v`` plus, over every key the batch touched, ``live now - live in v``.  "Live now" is known
@@ -84,7 +92,7 @@ from operator import is_, itemgetter
 import xxhash
 
 import antkv
-from antkv.record.batch import as_bytes, batch_of_changes
+from antkv.record.batch import as_bytes
 
 from antkv.spark.store.commit_message import CommitMessage
 from antkv.spark.store.idle_copies import background_parking, held
@@ -105,7 +113,6 @@ from antkv.spark.store.working_copy import WorkingCopy
 _SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base instead of reading each
 _LIVE = object()  # a changed key whose new value is not kept (the batch commits a snapshot)
 _ENCODED_TYPES = frozenset((bytes, type(None)))  # a pending write's value that is not a decoded one
-_NO_WAL = antkv.WriteOptions(disable_wal=True)  # a working copy's writes (module docstring)
 _ENTRY_BYTES = 160  # a change set entry's Python objects: its dict slot and two bytes headers
 _SETTLE_EVERY = 65536  # pending writes gathered before they settle (go to the database as one batch) ...
 _SETTLE_BYTES = 8 * MiB  # ... or bytes of the values put
@@ -141,7 +148,13 @@ class StateStore:
         self.partition = partition
         self.options = options
         self._copy = copy
-        self._db = copy.db
+        self._db = copy.db  # (the copy's deferred writes are in it now)
+        # the batch's settled writes wait in the copy's deferred writes (WorkingCopy.defer) until
+        # something reads the database beyond one key; in remote mode, and once the batch keeps
+        # no change set (_untracked), they are written at once
+        self._deferred = copy.deferred
+        self._defer = copy.remote is None
+        self._base_unknown = False  # a settled write's key was not known live or absent in the base
         self._rows = copy.rows
         self._rows.activate()
         self.version = copy.version  # the version this store was opened at
@@ -186,7 +199,7 @@ class StateStore:
     def engine_stats(self) -> dict:
         """The working copy's ``antkv.DB.stats()`` (write amplification, levels, value log)."""
         self._check_active()
-        self._settle()
+        self._write_through()
         return self._db.stats()
 
     # ------------------------------------------------------------------ reads
@@ -209,6 +222,12 @@ class StateStore:
     def _read_through(self, key: bytes):
         """``key``'s value (None: absent) read from the database, which holds every settled
         write, into the row cache; remembered for the key count if the key is still the base's."""
+        deferred = self._deferred
+        if deferred:
+            value = deferred.get(key, MISSING)
+            if value is not MISSING:  # written by the batch, and no longer in the row cache
+                self._rows.put(key, value)
+                return value
         value = self._db.get(key)
         self._rows.put(key, value)
         if not self._ranges and key not in self._changes and not self._untracked:
@@ -251,17 +270,17 @@ class StateStore:
 
     def items(self, start=None, stop=None, *, prefix=None, reverse=False):
         self._check_active()
-        self._settle()
+        self._write_through()
         return self._db.items(start, stop, prefix=prefix, reverse=reverse)
 
     def keys(self, start=None, stop=None, *, prefix=None, reverse=False):
         self._check_active()
-        self._settle()
+        self._write_through()
         return self._db.keys(start, stop, prefix=prefix, reverse=reverse)
 
     def values(self, start=None, stop=None, *, prefix=None, reverse=False):
         self._check_active()
-        self._settle()
+        self._write_through()
         return self._db.values(start, stop, prefix=prefix, reverse=reverse)
 
     def __contains__(self, key) -> bool:
@@ -277,6 +296,10 @@ class StateStore:
         value = self._rows.lookup(key)
         if value is not MISSING:
             return value is not None
+        if self._deferred:
+            value = self._deferred.get(key, MISSING)
+            if value is not MISSING:
+                return value is not None
         return key in self._db
 
     # ------------------------------------------------------------------ writes
@@ -339,9 +362,9 @@ class StateStore:
             self._settle()
 
     def _settle(self) -> None:
-        """Move the batch's pending writes into the change set, the working copy's database
-        (one write batch without the WAL; see the module docstring) and its row cache, encoding
-        the decoded values among them."""
+        """Move the batch's pending writes into the change set, the working copy's deferred
+        writes (or, in remote mode and once the batch keeps no change set, its database) and its
+        row cache, encoding the decoded values among them; see the module docstring."""
         pending = self._pending
         if not pending:
             return
@@ -368,8 +391,8 @@ class StateStore:
             new = pending if fresh else [k for k in pending if k not in changes]  # (keys, iterated in order)
             # what the row cache holds for them, before the writes: what the base holds, if anything
             found = list(map(self._rows.rows.get, new, repeat(MISSING, len(new))))
-            if new and not self._ranges and not self._learn_base_live(new, found) and self._base_snapshot is None:
-                self._pin_base()  # (before the write: the snapshot reads the base's value of new keys)
+            if new and not self._ranges and not self._learn_base_live(new, found):
+                self._base_unknown = True  # the base is read at commit: pinned before a write reaches the database
             if fresh:
                 old_bytes = 0
             elif self._overflow:  # (its values are None or _LIVE)
@@ -396,10 +419,29 @@ class StateStore:
         ``size``, if known: the keys' and values' bytes.  (The store's keys and values are
         bytes, or None for a deletion: ``put``, ``append`` and ``delete`` checked or require
         them, ``put_decoded`` requires its keys bytes, and its codec encodes to bytes.)"""
-        if size is None:
-            size = sum(map(len, changes)) + sum(map(len, filter(None, changes.values())))
-        self._db.write(batch_of_changes(changes, size), write_options=_NO_WAL)
+        if self._defer and not self._untracked:
+            self._copy.defer(changes)
+        else:
+            if size is None:
+                size = sum(map(len, changes)) + sum(map(len, filter(None, changes.values())))
+            self._pin_base_if_unknown()
+            self._copy.write(changes, size)
         self._rows.write_many(changes, keep, self._codec, olds)
+
+    def _write_through(self) -> None:
+        """Settle the pending writes and write the deferred ones into the database: before
+        anything reads the database beyond one key (a scan, a range deletion, an ingest)."""
+        self._settle()
+        if self._deferred:
+            self._pin_base_if_unknown()
+            self._copy.write_deferred()
+
+    def _pin_base_if_unknown(self) -> None:
+        """Before a write reaches the database: pin the base for the key count if the batch
+        wrote a key without learning whether the base held it.  (Until then the database is
+        the base for every such key, and the count reads it there.)"""
+        if self._base_unknown and self._base_snapshot is None:
+            self._pin_base()
 
     def _pin_base(self) -> None:
         """Take the snapshot the key count reads the base at, before the batch writes a key it
@@ -452,7 +494,7 @@ class StateStore:
         keys of its key groups, one ordered scan replaces a point read per key.  A prefix whose
         entries do not all fit the cache stays partly cached, not whole.  Returns the entries read."""
         self._check_active()
-        self._settle()
+        self._settle()  # (in bulk per call: cheaper than letting the batch's writes pile up)
         rows = self._rows
         wanted = set()
         for prefix in prefixes:
@@ -461,6 +503,8 @@ class StateStore:
             if prefix not in rows.complete:
                 wanted.add(prefix)
         read = 0
+        if wanted:
+            self._write_through()  # (a key group held whole already is not read: nothing need be written)
         for begin, end in _prefix_runs(sorted(wanted)):  # adjacent prefixes: one scan
             rows.complete.update(p for p in wanted if begin <= p < end)  # (those without keys too)
             read += rows.fill(self._db.items(begin, end))  # an eviction un-marks a prefix
@@ -495,7 +539,7 @@ class StateStore:
         touched = {p: n for p, n in touched.items() if p not in self._rows.complete}
         if not touched:
             return
-        self._settle()
+        self._write_through()
         plan = self._db.data_blocks(ranges=_prefix_runs(sorted(touched)))
         if sum(length for blocks in plan.values() for _, length in blocks) <= \
                 sum(touched.values()) * remote.blocks.chunk_bytes:
@@ -513,7 +557,7 @@ class StateStore:
         remote = self._copy.remote
         if remote is None:
             return 0
-        self._settle()
+        self._write_through()
         rows = self._rows.rows
         keys = [k for k in keys if k not in rows]
         if not keys:
@@ -523,7 +567,7 @@ class StateStore:
 
     def delete_range(self, begin, end) -> None:
         self._check_active()
-        self._settle()
+        self._write_through()
         if self._base_snapshot is None:
             self._pin_base()
         self._db.delete_range(begin, end)
@@ -540,7 +584,7 @@ class StateStore:
     def _drop_changes(self) -> None:
         """The batch outgrew its change set: write what waits, settle the key count by one scan
         at commit, and keep nothing per key from now on (a snapshot is committed)."""
-        self._settle()
+        self._write_through()
         self._overflow = self._untracked = True
         self._changes, self._base_live = {}, {}
 
@@ -594,6 +638,7 @@ class StateStore:
             raise antkv.InvalidArgumentError(
                 f"manifest {manifest} is operator {source.operator!r}'s state, not {self.operator!r}'s")
         total, counts = self._count()
+        self._write_through()
         by_counts = aligned(begin, end)
         replaced = (in_range(counts, begin, end) if by_counts and counts is not None
                     else scan_counts(self._db, begin, end))
@@ -604,6 +649,7 @@ class StateStore:
         if self._base_snapshot is not None:
             self._base_snapshot.release()
             self._base_snapshot = None  # (the state after the ingest is the new base)
+        self._base_unknown = False
         self._base_keys = total - sum(replaced.values()) + sum(brought.values())
         self._base_counts = None if counts is None else add_counts(counts, replaced, brought)
         self._changes, self._ranges, self._base_live = {}, [], {}
@@ -693,6 +739,12 @@ class StateStore:
         if not self.options.park_copies:
             if checkpoint is not None:
                 copy.drop_checkpoint(checkpoint)
+            try:
+                copy.write_deferred()  # (the idle copy's next store would, failing its batch)
+            except antkv.Error as e:
+                log.warning("antkv.spark: %s/%d version %d was committed, its working copy is dropped: %s",
+                            self.operator, self.partition, copy.version, e)
+                return False
             return True
         try:
             copy.park(ParkedCopies(copy.cache), self.location, self.operator, self.partition, checkpoint)

@@ -66,6 +66,8 @@ import uuid
 import antkv
 import xxhash
 
+from antkv.record.batch import batch_of_changes
+
 from antkv.fs import default_file_system
 from antkv.spark.store.block_cache import BlockCache
 from antkv.spark.store.local_cache import LocalCache, os_errors
@@ -89,6 +91,7 @@ _MERGE_BYTES = 64 << 20  # changelog bytes of a chain merged in memory before th
 _DEBT_FACTOR = 1.25  # stored entries per live key a snapshot may carry before it is compacted
 _DEBT_SLACK = 1024  # ... plus these (a small state's tombstones are not worth a compaction)
 _READ_FACTOR = 8  # whole_state reads at most one key in 8 from the database, not from memory
+_NO_WAL = antkv.WriteOptions(disable_wal=True)  # a working copy's writes: it is never recovered from its WAL
 _WHOLE_FACTOR = 16  # changelogs (compressed) of 1/16 of the snapshot's bytes: read the snapshot whole
 
 
@@ -98,7 +101,14 @@ class WorkingCopy:
         self.cache = cache
         self.rows = rows  # the store's row cache; changes to the database go through the store
         self.work = cache.new_work_dir()
-        self.db: antkv.DB | None = None
+        self._db: antkv.DB | None = None
+        # Writes the database lacks, key -> value (None: deleted): a store's settled writes
+        # wait here until something reads the database beyond one key (write_deferred), or
+        # until parking, which usually replaces the database instead (rewrite_stacked).
+        # Invariant: the database plus these, applied in order, is the copy's state; so
+        # ``db`` writes them before it hands the database out.  The dict object is never
+        # replaced (a store keeps a reference to it for its point reads).
+        self.deferred: dict[bytes, bytes | None] = {}
         # remote mode (blocks given): snapshot files stay in the location (remote_tables.py)
         self.remote: RemoteTables | None = None
         if blocks is not None:
@@ -115,6 +125,37 @@ class WorkingCopy:
         self.memo: dict = {}
         self._parking: threading.Thread | None = None  # a parking in progress (start_parking)
         self._parked_ok = True
+
+    @property
+    def db(self) -> antkv.DB | None:
+        """The database, holding the copy's whole state: the deferred writes are written first."""
+        if self.deferred:
+            self.write_deferred()
+        return self._db
+
+    @db.setter
+    def db(self, db: antkv.DB | None) -> None:
+        self._db = db
+
+    def defer(self, changes: dict) -> None:
+        """Take ``changes`` (key -> value, or None: deleted; bytes, newer than every write
+        before them) as writes the database lacks, written when :attr:`db` is next asked for
+        (or dropped by :meth:`rewrite`, which replaces the database by the whole state)."""
+        self.deferred.update(changes)
+
+    def write(self, changes: dict, size: int) -> None:
+        """Write ``changes`` (as :meth:`defer` takes them; ``size``: their keys' and values'
+        bytes) into the database now, after the deferred writes."""
+        self.db.write(batch_of_changes(changes, size), write_options=_NO_WAL)
+
+    def write_deferred(self) -> None:
+        """Write the deferred writes into the database, as one batch without the WAL (a copy
+        is never recovered from its own files)."""
+        deferred = self.deferred
+        if deferred:
+            size = sum(map(len, deferred)) + sum(map(len, filter(None, deferred.values())))
+            self._db.write(batch_of_changes(deferred, size), write_options=_NO_WAL)
+            deferred.clear()
 
     @property
     def version(self) -> int:
@@ -304,7 +345,8 @@ class WorkingCopy:
         if keys:
             with antkv.SstFileWriter(table, self.engine_options) as writer:
                 writer.put_sorted(keys, values)
-        db, self.db = self.db, None
+        db, self._db = self._db, None
+        self.deferred.clear()  # (written in the table: the whole state)
         db.close()
         old = self.work.db_path + ".old"
         with os_errors(self.work.path):
@@ -361,7 +403,7 @@ class WorkingCopy:
         than :data:`_DEBT_FACTOR` entries per live key (``live_keys``)."""
         if self.remote is not None:
             return False
-        entries = int(self.db.property("antkv.estimate-num-keys") or 0)
+        entries = int(self._db.property("antkv.estimate-num-keys") or 0) + len(self.deferred)
         return entries > _DEBT_FACTOR * live_keys + _DEBT_SLACK
 
     def rewrite_stacked(self, live_keys: int) -> bool:
@@ -527,13 +569,14 @@ class WorkingCopy:
         """Close the database and remove the working directory (nothing in it is needed).
         REQUIRES: no parking in progress (:meth:`finish_parking`)."""
         self.rows.close()
+        self.deferred.clear()
         try:
-            if self.db is not None:
-                self.db.close()
+            if self._db is not None:
+                self._db.close()
         except antkv.Error:
             pass  # the copy is being thrown away; the location holds the truth
         finally:
-            self.db = None
+            self._db = None
             self.work.remove()
             if self.remote is not None:
                 self.remote.forget_dir(self.work.path)

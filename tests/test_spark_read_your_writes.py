@@ -66,10 +66,11 @@ class Model:
         self.values, self.lists, self.maps, self.timers = {}, {}, {}, {}
 
     def keys_stored(self) -> int:
-        """The stored keys this state takes (a value, a list, a map entry and a timer are one
-        each) plus the three variables' registrations and the timers' layout version."""
+        """The stored keys this state takes (a value, a list and a map entry are one each, and
+        so are the timers of a key group) plus the three variables' registrations and the
+        timers' layout version."""
         return (4 + len(self.values) + len(self.lists) + sum(len(m) for m in self.maps.values())
-                + sum(len(t) for t in self.timers.values()))
+                + len({GROUPING_KEYS[i][0] for i, t in self.timers.items() if t}))
 
 
 def _check_all(handle, value, listed, mapped, model: Model) -> None:

@@ -183,6 +183,7 @@ class StateStore:
         self._base_keys = 0 if copy.manifest is None else copy.manifest.num_keys  # keys at _base_snapshot
         self._base_counts = {} if copy.manifest is None else copy.manifest.key_counts  # ... per prefix
         self._ingested = False  # ranges were ingested: this batch commits a snapshot
+        self._settle_hooks: list = []  # add_settle_hook
         self._done = False
         self.copy_fate = "rebuilt"  # how the copy was found: opening.NEW, REUSED, REOPENED, CAUGHT_UP, REBUILT
         self.reused_working_copy = False  # a copy on this machine was used (reused, reopened or caught up)
@@ -362,9 +363,13 @@ class StateStore:
             self._settle()
 
     def _settle(self) -> None:
-        """Move the batch's pending writes into the change set, the working copy's deferred
-        writes (or, in remote mode and once the batch keeps no change set, its database) and its
-        row cache, encoding the decoded values among them; see the module docstring."""
+        """Move the batch's pending writes -- after the settle hooks added theirs -- into the
+        change set, the working copy's deferred writes (or, in remote mode and once the batch
+        keeps no change set, its database) and its row cache, encoding the decoded values among
+        them; see the module docstring."""
+        if self._settle_hooks:
+            for hook in self._settle_hooks:
+                hook()
         pending = self._pending
         if not pending:
             return
@@ -410,6 +415,14 @@ class StateStore:
             self._write(pending, keep, found if fresh else None, added)
             if self._change_bytes > self._max_change_bytes:
                 self._drop_changes()
+
+    def add_settle_hook(self, hook) -> None:
+        """Call ``hook()`` first whenever the batch's writes settle -- before a commit, a scan,
+        a key count, or when enough writes gathered -- for the rest of the batch: a layer
+        that gathers writes of its own in memory (the processor's timer sets) writes them into
+        the store then, so that every reader of the store sees them.  ``hook`` may write."""
+        self._check_active()
+        self._settle_hooks.append(hook)
 
     def _write(self, changes: dict, keep: dict | None = None, olds: list | None = None,
                size: int | None = None) -> None:
@@ -819,6 +832,7 @@ class StateStore:
         if self._base_snapshot is not None:
             self._base_snapshot.release()
         self._changes, self._ranges, self._base_live, self._pending = {}, [], {}, {}
+        self._settle_hooks = []
 
     def _discard(self) -> None:
         try:

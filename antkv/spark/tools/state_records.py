@@ -14,8 +14,9 @@ recording ``kind | name`` per state id in the metadata area:
 :class:`StateRecord` s: per state variable and grouping key, one record per value, list element
 or map entry (``flatten=True``, the default of Spark's ``flattenCollectionTypes``), or one
 record holding the whole list or map (``flatten=False``); with ``timers=True``, one record per
-registered timer instead (in key group order, then time, then key).  The TTL index is
-internal and never shown, and neither are the by-key timer entries of the earlier layout.
+registered timer instead (in key group order, then time, then key), read from the key groups'
+timer sets or, in a store of an earlier layout, from its per-timer entries.  The TTL index is
+internal and never shown, and neither are the by-key timer entries of the earliest layout.
 :func:`antkv.spark.tools.state_reader.read_state` (on the driver) and the
 ``antkv-state`` data source (:mod:`antkv.spark.tools.state_source`, in the executors) are both
 built on it, so they always agree.
@@ -28,7 +29,7 @@ from typing import NamedTuple
 from antkv import CorruptionError, InvalidArgumentError
 
 from antkv.spark.processor.handle import PROCESSOR_STATE_PREFIX
-from antkv.spark.processor.timers import TIMER_BY_KEY_ID, TIMER_BY_TIME_ID
+from antkv.spark.processor.timers import TIMER_BY_KEY_ID, TIMER_BY_TIME_ID, TIMER_SET_ID, timer_set_records
 from antkv.spark.processor.variables import TTL_INDEX_ID, decode_time
 from antkv.spark.state.codec import decode_key, decode_row, decode_rows
 from antkv.spark.state.views import LIST, MAP, STATE_NAME_PREFIX, VALUE
@@ -38,6 +39,7 @@ KIND_NAMES = {VALUE: "value", LIST: "list", MAP: "map"}
 TIMER = "timer"  # the kind of a timer record
 _HEAD = KEY_GROUP_BYTES + STATE_ID_BYTES
 _BY_TIME = state_id_bytes(TIMER_BY_TIME_ID)
+_SET = state_id_bytes(TIMER_SET_ID)
 _INTERNAL = {state_id_bytes(TIMER_BY_KEY_ID), state_id_bytes(TTL_INDEX_ID)}
 
 
@@ -98,7 +100,13 @@ def partition_records(store, partition: int, *, state_var: str | None = None, ti
     for stored, raw in store.items(stop=METADATA_PREFIX):
         sid = stored[KEY_GROUP_BYTES:_HEAD]
         if timers:
-            if sid == _BY_TIME:
+            if sid == _SET:  # (a key group's timers, in time then key order)
+                for expiry, encoded in timer_set_records(raw, f" {stored.hex()}"):
+                    key, end = decode_key(encoded, 0)
+                    if end != len(encoded):
+                        raise CorruptionError(f"timer set {stored.hex()} holds a malformed key")
+                    yield StateRecord(partition, None, TIMER, key, None, None, expiry)
+            elif sid == _BY_TIME:  # (the earlier layout's: one entry per timer)
                 if len(stored) < _HEAD + 8:
                     raise CorruptionError(f"timer entry {stored.hex()} is too short")
                 key, end = decode_key(stored, _HEAD + 8)
@@ -106,7 +114,7 @@ def partition_records(store, partition: int, *, state_var: str | None = None, ti
                     raise CorruptionError(f"timer entry {stored.hex()} has a malformed key")
                 yield StateRecord(partition, None, TIMER, key, None, None, decode_time(stored, _HEAD))
             continue
-        if sid in _INTERNAL or sid == _BY_TIME or (wanted is not None and sid not in wanted):
+        if sid in _INTERNAL or sid == _BY_TIME or sid == _SET or (wanted is not None and sid not in wanted):
             continue
         variable = variables.get(sid)
         if variable is None:

@@ -489,16 +489,6 @@ class StateStore:
         self._change_bytes += _ENTRY_BYTES * (len(base_live) - before)  # as a read's entry is
         return len(learnt) == len(keys) or all([k in base_live for k in keys])
 
-    def keys_held_whole(self) -> tuple[set, list]:
-        """``(prefixes, keys)``: the :data:`~antkv.spark.store.row_cache.PREFIX_LEN`-byte prefixes
-        (key groups) whose every key the row cache holds, and the live keys it holds under
-        them, in no order -- what scans of those prefixes would return, read from memory."""
-        self._check_active()
-        self._settle()
-        rows = self._rows
-        whole = set(rows.complete)
-        return whole, [k for k, v in rows.rows.items() if v is not None and k[:PREFIX_LEN] in whole]
-
     def warm(self, prefixes) -> int:
         """Read every entry under each prefix of :data:`~antkv.spark.store.row_cache.PREFIX_LEN`
         bytes (a key group) in ``prefixes`` into the row cache, which then holds the prefix

@@ -40,7 +40,7 @@ once), and writes the version key, in its batch.  The state reader reads all thr
 from __future__ import annotations
 
 import struct
-from itertools import accumulate, repeat
+from itertools import accumulate
 
 from antkv import CorruptionError
 

@@ -48,9 +48,10 @@ of ``v`` plus, over every key the batch touched, ``live now - live in v``.  "Liv
 from the change set; "live in v" is learned for free when the key's first write settles and
 the row cache knows the key (or its key group whole), or when the batch read it from the
 database before writing it, and otherwise read at commit, in one
-pass, from a snapshot taken before the first write the batch learnt nothing about (a point
-read per key, or one scan of the
-base's keys when the batch blind-wrote more than 1/8 of them; none when the base is empty).
+pass, from a snapshot taken before the first write the batch learnt nothing about reaches
+the database (until then the database is the base, read as it is): a point read per key, or
+one scan of the base's keys when the batch blind-wrote more than 1/8 of them; none when the
+base is empty.
 A range deletion removes the keys of ``v`` in the range: read from the manifest's counts per
 key prefix when the range is aligned to prefixes (a key-group range is), else by one scan of
 the range at commit (:mod:`antkv.spark.store.key_counts`).  Cost: at most one point read per
@@ -114,7 +115,7 @@ _SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base ins
 _LIVE = object()  # a changed key whose new value is not kept (the batch commits a snapshot)
 _ENCODED_TYPES = frozenset((bytes, type(None)))  # a pending write's value that is not a decoded one
 _ENTRY_BYTES = 160  # a change set entry's Python objects: its dict slot and two bytes headers
-_SETTLE_EVERY = 65536  # pending writes gathered before they settle (go to the database as one batch) ...
+_SETTLE_EVERY = 65536  # pending writes gathered before they settle (into the change set, row cache, deferred writes) ...
 _SETTLE_BYTES = 8 * MiB  # ... or bytes of the values put
 log = logging.getLogger(__name__)
 _PREFIX = itemgetter(slice(PREFIX_LEN))  # a key's row-cache prefix (its key group), in C

@@ -66,9 +66,8 @@ import uuid
 import antkv
 import xxhash
 
-from antkv.record.batch import batch_of_changes
-
 from antkv.fs import default_file_system
+from antkv.record.batch import batch_of_changes
 from antkv.spark.store.block_cache import BlockCache
 from antkv.spark.store.local_cache import LocalCache, os_errors
 from antkv.spark.store.location import Location, partition_dir, snapshot_file_name

@@ -25,10 +25,10 @@ def uri(tmp_path):
     release_idle_stores()
 
 
-def _options(tmp_path, **kw) -> StoreOptions:
-    # a row cache far smaller than the state: the batch's writes are evicted from it
-    kw.setdefault("row_cache_bytes", 2048)
-    return StoreOptions(cache_dir=str(tmp_path / kw.pop("cache", "cache")), **kw)
+def _options(tmp_path, cache: str = "cache") -> StoreOptions:
+    # (no row_cache_bytes: the first store of a process fixes the row caches' budget for every
+    # later test in it; a test forgets its cached rows itself, as evictions would)
+    return StoreOptions(cache_dir=str(tmp_path / cache))
 
 
 def _base(uri, options) -> str:
@@ -57,12 +57,14 @@ def test_point_reads_membership_and_the_count_see_writes_the_engine_has_not_had(
             s.put(k, b"new-%d" % i + bytes(100))
             model[k] = b"new-%d" % i + bytes(100)
     assert s.num_keys() == len(model)  # (settles the writes; counting reads no key's value)
+    s._rows.clear()  # as evictions would: every read below misses the row cache
     assert len(s._copy.deferred) == len(KEYS)
     assert _engine_value(s, KEYS[0]) == b"base-" + KEYS[0]  # the engine still holds the base
     assert _engine_value(s, KEYS[1]) == b"base-" + KEYS[1]
     for k in KEYS:
         assert s.get(k) == model.get(k)
         assert (k in s) == (k in model)
+    s._rows.clear()
     s.append(KEYS[1], b"+")  # a read-modify-write of an evicted key
     model[KEYS[1]] += b"+"
     assert s.get(KEYS[1]) == model[KEYS[1]]
@@ -73,7 +75,7 @@ def test_point_reads_membership_and_the_count_see_writes_the_engine_has_not_had(
 
 
 def test_warming_a_key_group_keeps_the_batchs_writes_to_it(tmp_path, uri):
-    options = _options(tmp_path, row_cache_bytes=1 << 20)
+    options = _options(tmp_path)
     manifest = _base(uri, options)
     s = open_store(uri, "op", 0, 1, manifest=manifest, options=options)
     s.put(b"k095", b"new")
@@ -112,7 +114,7 @@ def test_the_next_batch_sees_a_committed_batchs_writes_however_it_opens(tmp_path
     writes never reach the engine); a few: parking writes them first.  Either way the next
     batch -- on this process's idle copy, on the parked copy, or on a copy rebuilt from the
     location -- holds the committed version exactly."""
-    options = _options(tmp_path, row_cache_bytes=1 << 20)
+    options = _options(tmp_path)
     manifest = _base(uri, options)
     s = open_store(uri, "op", 0, 1, manifest=manifest, options=options)
     model = {k: b"base-" + k for k in KEYS}
@@ -125,7 +127,7 @@ def test_the_next_batch_sees_a_committed_batchs_writes_however_it_opens(tmp_path
     if reopen != "reused":
         release_idle_stores()
     if reopen == "rebuilt":  # (a cache directory holding no parked copy)
-        options = _options(tmp_path, cache="other-cache", row_cache_bytes=1 << 20)
+        options = _options(tmp_path, cache="other-cache")
     s = open_store(uri, "op", 0, 2, manifest=msg.manifest, options=options)
     assert s.copy_fate == reopen
     assert dict(s.items()) == model and s.num_keys() == len(model)
@@ -137,7 +139,7 @@ def test_a_copy_whose_deferred_writes_fail_at_parking_is_dropped_and_the_version
     """A full disk when the deferred writes reach the engine at parking: the version is
     committed (the location alone makes a changelog durable), the copy is not kept, and the
     next open builds the version exactly from what else there is."""
-    options = _options(tmp_path, row_cache_bytes=1 << 20)
+    options = _options(tmp_path)
     manifest = _base(uri, options)
     s = open_store(uri, "op", 0, 1, manifest=manifest, options=options)
     s.put(KEYS[0], b"v2")

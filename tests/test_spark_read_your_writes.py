@@ -55,7 +55,6 @@ OPTIONS = {
     "row cache evicting": {"row_cache_bytes": 2048, "engine": {"write_buffer_size": 4096}},
     # each committed copy parked: the batch's writes reach the engine there, or never (rewritten)
     "parked": {"park_copies": True},
-    "parked, row cache evicting": {"park_copies": True, "row_cache_bytes": 2048},
 }
 
 

@@ -184,6 +184,27 @@ def test_row_pieces_encode_as_the_codec(rows, width, expiry, pairs):
     assert ROWS_CODEC.encode_many(values) == [ROWS_CODEC.encode(v) for v in values]
 
 
+_EDGES = [0, -1, 1, 63, 64, -64, -65, 127, 128, -(2**63), 2**63 - 1, 2**62, -(2**62) - 1]
+
+
+@settings(max_examples=60)
+@given(st.integers(128, 700), st.sampled_from([(-64, 63), (-(2**20), 2**20), (0, 2**42), (-(2**63), 2**63 - 1),
+                                               (2**63 - 5, 2**63 + 5), (-(2**70), 2**70)]),
+       st.integers(0, 3), st.booleans(), st.randoms(use_true_random=False))
+def test_long_columns_of_large_ints_encode_as_the_codec(n, bounds, nones, pairs, rnd):
+    """A batch's columns of mostly large ints (times, ids), which are encoded column by column
+    in numpy, encode as the codec does: every length of varint, both signs, 64-bit edges, and
+    the columns that fall back (Nones among them, ints beyond 64 bits, mostly small ints)."""
+    low, high = bounds
+    column = [rnd.choice(_EDGES) if rnd.random() < 0.1 else rnd.randint(low, high) for _ in range(n)]
+    rows = [(v, rnd.randint(low, high), None if i < nones else rnd.randint(-64, 63)) for i, v in enumerate(column)]
+    values = [((None, r),) for r in rows] if pairs else [(r,) for r in rows]
+    assert encode_values(values) == [encode_rows(v) for v in values]
+    if pairs:  # expiries of large ints too
+        values = [((v, r),) for v, r in zip(column, rows)]
+        assert encode_values(values) == [encode_rows(v) for v in values]
+
+
 @given(st.lists(st.one_of(st.binary(max_size=300), st.integers(-(2**70), 2**70), st.none()), min_size=1,
                 max_size=5), st.integers(32, 80), st.randoms(use_true_random=False))
 def test_rows_with_bytes_columns_encode_in_bulk_as_the_codec(shape, n, rnd):

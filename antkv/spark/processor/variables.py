@@ -171,13 +171,17 @@ class StateVariable:
         """The one row a value (or a map entry) holds at ``stored_key``, restored, or None when
         absent or expired; read through the store's decoded values.  More rows than one is
         damage (``where`` names the place in the error)."""
-        stored = self._handle.store.get_decoded(stored_key, ROWS)
+        handle = self._handle
+        stored = handle.store.get_decoded(stored_key, ROWS)
         if stored is None:
             return None
         if len(stored) != 1:
             raise CorruptionError(f"{self._kind_name} state {self._name!r} holds {len(stored)} rows{where}, not one")
         expiry, row = stored[0]
-        return self._schema.restore(row) if self._live(expiry) else None
+        if expiry is not None and handle.batch_timestamp_ms >= expiry:  # (_live, inlined: a read per call)
+            return None
+        schema = self._schema
+        return row if schema.flat else schema.restore(row)
 
     def _index(self, key: bytes, expiry) -> None:
         """Enter ``key`` (a stored key of this variable) in the TTL index at ``expiry``."""
@@ -198,7 +202,11 @@ class ValueState(StateVariable):
     _kind_name = "value"
 
     def _read(self, operation: str):
-        return self._live_row(self._key(operation), "")
+        handle = self._handle
+        kg = handle.current_kg  # (_key(operation), inlined: a read is one call per key)
+        if kg is None or self._deleted:
+            self._unusable(operation)
+        return self._live_row(kg + self._sid + handle.current_key, "")
 
     def exists(self) -> bool:
         return self._read("exists") is not None

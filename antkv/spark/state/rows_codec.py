@@ -11,7 +11,9 @@ a row's count below 0x80, None and a nested row's tag each encode as one fixed p
 (``codec``'s tables); any other int is encoded when asked.  A row of ints and Nones is then its
 count's piece followed by one lookup per value, joined once -- where the general encoder tests
 each value's type and runs a varint loop -- and a batch's values of one state variable, which
-share a shape, are joined with loops in C only (:func:`encode_values`).
+share a shape, are joined with loops in C only (:func:`encode_values`).  In a batch, a column of
+mostly large ints (times in ms, ids) has its pieces made at once in numpy
+(:func:`_varint_pieces`), not one Python call per int.
 """
 
 from __future__ import annotations

@@ -185,7 +185,7 @@ class PartitionDicts:
         self.timers: dict[tuple, set] = {}
         self.timer_heap: list = []
 
-    def warm_touched(self, touched) -> int:
+    def warm_touched(self, touched, codec=None) -> int:
         """The runner warms the key groups a batch touches densely: dicts need nothing."""
         return 0
 

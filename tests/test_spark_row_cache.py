@@ -391,12 +391,12 @@ def test_filling_a_chunk_at_a_time_equals_marking_and_putting_each_entry(seed, m
 
 
 class _CountingCodec:
-    """The state layer's codec (rows), counting its decodes."""
+    """The state layer's codec (rows), counting its decodes, one by one and in bulk."""
 
     def __init__(self):
         from antkv.spark.state.rows_codec import ROWS
 
-        self.rows, self.decodes = ROWS, 0
+        self.rows, self.decodes, self.bulk_decodes = ROWS, 0, 0
 
     def encode(self, value):
         return self.rows.encode(value)
@@ -404,6 +404,11 @@ class _CountingCodec:
     def decode(self, raw):
         self.decodes += 1
         return self.rows.decode(raw)
+
+    def decode_some(self, raws):
+        values = self.rows.decode_some(raws)
+        self.bulk_decodes += len(values) - values.count(None)
+        return values
 
 
 def test_decoded_values_are_dropped_with_their_bytes_and_charged_while_kept():
@@ -518,4 +523,60 @@ def test_a_value_written_or_read_decoded_is_read_in_the_next_batches_without_dec
     s = open_store(location, "op", 0, 4, manifest=manifest, options=options)
     assert s.copy_fate == "reused" and s.get_decoded(b"a", codec) == ((3, "bytes"),)
     s.abort()
+    release_idle_stores()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_keeping_a_key_groups_decoded_values_at_once_equals_keeping_each(seed):
+    """``keep_decoded`` of many keys the cache holds, none decoded yet (a warmed key group's,
+    stored at once when they fit) leaves the cache as keeping them one at a time does: the
+    same decoded values and charge; keys whose bytes differ or are not held are skipped."""
+    import random
+
+    from antkv.spark.state.rows_codec import ROWS
+
+    rng = random.Random(seed)
+    at_once, each = RowCache(RowBudget(1 << 30, None)), RowCache(RowBudget(1 << 30, None))
+    values = {b"kg%04d" % i: ((rng.randrange(1 << 41), ("s" * rng.choice([1, 300]),)),) for i in range(300)}
+    raws = {k: ROWS.encode(v) for k, v in values.items()}
+    for cache in (at_once, each):
+        cache.fill(sorted(raws.items()))
+        cache.keep_decoded([b"kg0000"], [raws[b"kg0000"]], [values[b"kg0000"]], ROWS)  # one decoded already
+    keys = list(values)
+    at_once.keep_decoded(keys, [raws[k] for k in keys], [values[k] for k in keys], ROWS)
+    for k in keys:
+        each.keep_decoded([k], [raws[k]], [values[k]], ROWS)
+    assert at_once.decoded == each.decoded == values and at_once.used == each.used
+    other = [b"kg9999", b"kg0001"]  # not held; held with other bytes
+    at_once.keep_decoded(other, [b"\x01\x03\x02", b"\x01\x03\x04"], [((1,),), ((2,),)], ROWS)
+    assert at_once.decoded == values and at_once.used == each.used
+
+
+def test_warming_with_a_codec_leaves_a_reopened_copys_reads_nothing_to_decode(tmp_path):
+    """A copy reopened from the machine starts with a cold row cache: warming its key groups
+    with the batch's codec decodes their values in bulk, so that its reads decode none one by
+    one and return what was written; values of other layouts are decoded when read."""
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"))
+    location = f"file://{tmp_path}/state"
+    codec = _CountingCodec()
+    store = open_store(location, "op", 0, 0, options=options)
+    model = {}
+    for i in range(600):
+        key = b"%c%c-key-%04d" % (i % 3, 0, i)
+        model[key] = ((None, (1_700_000_000_000 + 977 * i, i % 50, i % 2 == 0)),)
+        store.put_decoded(key, model[key], codec)
+    odd = {b"\x00\x00-odd-%d" % i: ((i, "text %d" % i),) for i in range(3)}  # a layout of their own
+    for k, v in odd.items():
+        store.put_decoded(k, v, codec)
+    manifest = store.commit().manifest
+    release_idle_stores()  # the next batch reopens the parked copy, as in another process
+    store = open_store(location, "op", 0, 1, manifest=manifest, options=options)
+    assert store.copy_fate == "reopened"
+    touched = {bytes((g, 0)): 200 for g in range(3)}
+    assert store.warm_touched(touched, codec) == len(model) + len(odd)
+    assert codec.bulk_decodes == len(model)
+    assert all(repr(store.get_decoded(k, codec)) == repr(v) for k, v in model.items())
+    assert codec.decodes == 0
+    assert all(store.get_decoded(k, codec) == v for k, v in odd.items()) and codec.decodes == len(odd)
+    store.abort()
     release_idle_stores()

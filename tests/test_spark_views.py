@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import antkv
 from antkv.spark.state.codec import decode_key, decode_row, decode_rows, encode_key, encode_row, encode_rows
 from antkv.spark.state.rows_codec import ROWS as ROWS_CODEC
-from antkv.spark.state.rows_codec import encode_expiring_int_row, encode_values
+from antkv.spark.state.rows_codec import decode_laid_out, encode_expiring_int_row, encode_values
 from antkv.spark.runtime.routing import route
 from antkv.spark.store.keygroups import KeyGroupError, KeyGroupRange, key_group_range
 from antkv.spark.state.views import KeyedState, group_batch, iter_groups, row_slicer
@@ -203,6 +203,52 @@ def test_long_columns_of_large_ints_encode_as_the_codec(n, bounds, nones, pairs,
     if pairs:  # expiries of large ints too
         values = [((v, r),) for v, r in zip(column, rows)]
         assert encode_values(values) == [encode_rows(v) for v in values]
+
+
+_LEAVES = st.sampled_from(["small", "int", "huge", None, True, False])
+_LAYOUTS = st.recursive(st.lists(_LEAVES, min_size=1, max_size=4),
+                        lambda inner: st.lists(st.one_of(_LEAVES, inner), min_size=1, max_size=4), max_leaves=8)
+
+
+@settings(max_examples=60)
+@given(_LAYOUTS, st.integers(64, 200), st.integers(0, 40), st.randoms(use_true_random=False))
+def test_values_of_one_layout_decode_in_bulk_as_the_codec(layout, n, noise, rnd):
+    """Values laid out alike (rows of ints, Nones, bools and rows, each int's varint of one
+    length) decode in bulk as the codec decodes each, to the same types; among other values
+    (other layouts, text, bytes that are no rows, empty values) of any lengths, whatever is
+    decoded in bulk is what the codec decodes, and the rest is left."""
+    def value(tree, size):
+        out = []
+        for leaf in tree:
+            if isinstance(leaf, list):
+                out.append(value(leaf, size))
+            elif leaf == "small":
+                out.append(rnd.randint(-64, 63))
+            elif leaf == "int":  # a zigzag of 2**size up to 2**(size + 7): a varint of one length
+                out.append(rnd.choice([1, -1]) * rnd.randint((1 << (size - 1)) + 1, (1 << (size + 6)) - 1))
+            elif leaf == "huge":
+                out.append(rnd.choice([2**62 + rnd.randrange(2**61), -(2**62) - rnd.randrange(2**61), 2**70]))
+            else:
+                out.append(leaf)
+        return tuple(out)
+    def leaves(tree):
+        return [x for leaf in tree for x in (leaves(leaf) if isinstance(leaf, list) else [leaf])]
+    size = rnd.choice([7, 14, 28, 42, 56])
+    raws = [encode_rows((value(layout, size),)) for _ in range(n)]
+    decoded = decode_laid_out(raws)
+    for raw, got in zip(raws, decoded):
+        assert got is None or repr(got) == repr(tuple(decode_rows(raw)))
+    kinds = set(leaves(layout))
+    if "huge" not in kinds and kinds & {"small", "int"}:
+        assert len({len(r) for r in raws}) == 1  # (the case is one layout)
+        assert None not in decoded  # one layout, ints of at most 9 varint bytes: all in bulk
+    others = [encode_rows(((1, "x" * rnd.randrange(20)),)), os.urandom(rnd.randrange(1, 30)), b"",
+              encode_rows(((rnd.randrange(1 << 40), None),)), encode_rows(((1.5,),))]
+    mixed = raws + [rnd.choice(others) for _ in range(noise)]
+    rnd.shuffle(mixed)
+    for raw, got in zip(mixed, decode_laid_out(mixed)):
+        if got is not None:
+            assert repr(got) == repr(tuple(decode_rows(raw)))
 
 
 @given(st.lists(st.one_of(st.binary(max_size=300), st.integers(-(2**70), 2**70), st.none()), min_size=1,

@@ -17,7 +17,8 @@ for its partition and batch, in Spark's order:
 1. ``init(handle)`` with an antkv-backed handle (:mod:`antkv.spark.processor.handle`);
 2. the partition's rows arrive sorted by (key group, key) from the JVM as a stream of Arrow
    batches; the key groups each batch touches densely are read whole into the store's row
-   cache (``StateStore.warm_touched``: one ordered scan instead of a point read per key);
+   cache (``StateStore.warm_touched``: one ordered scan instead of a point read per key),
+   the state values among them decoded in bulk, so that a reopened copy's reads decode nothing;
    on the first batch, ``handleInitialState(key, rows, timerValues)`` for each key of the
    initial state (all its rows in one pandas DataFrame), before that key's input;
 3. ``handleInputRows(key, rows, timerValues)`` once per grouping key of the batch, in key
@@ -64,6 +65,7 @@ from antkv.spark.runtime.pipeline import KEY_GROUP_COLUMN, BatchResult, Stateful
 from antkv.spark.processor.handle import DeclaringHandle, ProcessorHandle, check_time_mode
 from antkv.spark.processor.rows import RowProcessor
 from antkv.spark.state.chunks import FrameCuts, key_chunks
+from antkv.spark.state.rows_codec import ROWS
 
 INITIAL_COLUMN = "__antkv_initial"  # 1 on the rows of the initial state, 0 on input rows
 INITIAL_PREFIX = "__antkv_init__"  # the initial state's columns travel under this prefix
@@ -387,7 +389,7 @@ def _run_partition(batch: _Batch, state, frames, handle_class=ProcessorHandle):
                 seen = state.reports.get("max_event_time_ms")
                 state.reports["max_event_time_ms"] = int(newest) if seen is None else max(seen, int(newest))
         groups, per_group = np.unique(grouped.key_groups, return_counts=True)
-        state.store.warm_touched({key_group_prefix(int(g)): int(n) for g, n in zip(groups, per_group)})
+        state.store.warm_touched({key_group_prefix(int(g)): int(n) for g, n in zip(groups, per_group)}, ROWS)
 
     limit = batch.chunk_rows
     cuts = calls.inputs if batch.row_types is not None and not with_initial else FrameCuts  # Rows, or frames

@@ -28,7 +28,11 @@ from antkv.spark.state.codec import (
     INT_PIECES,
     NONE_PIECE,
     R_BYTES,
+    R_FALSE,
     R_INT,
+    R_NONE,
+    R_ROW,
+    R_TRUE,
     ROW_PIECE,
     int_piece,
     decode_rows,
@@ -211,6 +215,120 @@ def encode_values(values: list) -> list:
     return list(map(encode_rows, values))
 
 
+# --------------------------------------------------------------------------- decoding in bulk
+
+_BULK_DECODE = 64  # values of one length at least, for decode_values to decode them in numpy
+_MAX_INT_BYTES = 9  # an int's varint bytes at most in the numpy path (63 bits: no overflow)
+_LAYOUTS_TRIED = 4  # layouts decode_laid_out tries among the values of one length
+_CONSTANTS = {R_NONE: None, R_FALSE: False, R_TRUE: True}
+
+
+def _layout(raw: bytes):
+    """``(tree, ints)`` when ``raw`` encodes exactly one row whose values are ints (varints of
+    at most :data:`_MAX_INT_BYTES` bytes), Nones, bools and such rows, every count below 0x80,
+    with at least one int; else None.  ``ints`` lists each int's ``(offset, bytes)``; ``tree``
+    is the row: per value ``(0, constant)``, ``(1, i)`` (the i-th int) or ``(2, subtree)``.
+    Every other byte of ``raw`` is a tag or a count, below 0x80."""
+    ints: list = []
+
+    def row_at(pos: int):
+        count = raw[pos]
+        if count >= 0x80:
+            return None
+        pos += 1
+        tree = []
+        for _ in range(count):
+            if pos >= len(raw):
+                return None
+            tag = raw[pos]
+            pos += 1
+            if tag == R_INT:
+                end = pos
+                while end < len(raw) and raw[end] >= 0x80:
+                    end += 1
+                if end >= len(raw) or end + 1 - pos > _MAX_INT_BYTES:
+                    return None
+                tree.append((1, len(ints)))
+                ints.append((pos, end + 1 - pos))
+                pos = end + 1
+            elif tag in _CONSTANTS:
+                tree.append((0, _CONSTANTS[tag]))
+            elif tag == R_ROW:
+                nested = row_at(pos)
+                if nested is None:
+                    return None
+                subtree, pos = nested
+                tree.append((2, subtree))
+            else:
+                return None
+        return tree, pos
+
+    parsed = row_at(0) if raw else None
+    if parsed is None or parsed[1] != len(raw) or not ints:
+        return None
+    return parsed[0], ints
+
+
+def _rows_of(tree, columns: list):
+    """The rows ``tree`` (:func:`_layout`) describes, one per value of ``columns`` (the ints,
+    decoded), as an iterator of tuples."""
+    return zip(*[repeat(x) if kind == 0 else columns[x] if kind == 1 else _rows_of(x, columns)
+                 for kind, x in tree])
+
+
+def _decode_same_layout(raws: list, length: int):
+    """For ``raws``, each ``length`` bytes: ``(indexes, values)`` of those laid out as the
+    first is (:func:`_layout`: the same tags and counts at the same places, each int's varint
+    ending at the same byte), decoded in numpy -- each a tuple of its one row, as
+    :meth:`RowsCodec.decode` gives; none when the first has no such layout."""
+    layout = _layout(raws[0])
+    if layout is None:
+        return [], []
+    tree, ints = layout
+    data = np.frombuffer(b"".join(raws), dtype=np.uint8).reshape(len(raws), length)
+    first = data[0]
+    in_int = np.zeros(length, dtype=bool)
+    for offset, n in ints:
+        in_int[offset:offset + n] = True
+    same = (data[:, ~in_int] == first[~in_int]).all(axis=1)  # tags and counts
+    same &= ((data[:, in_int] >= 0x80) == (first[in_int] >= 0x80)).all(axis=1)  # where each varint ends
+    indexes = np.nonzero(same)[0]
+    rows = data[indexes]
+    columns = []
+    for offset, n in ints:
+        z = np.zeros(len(rows), dtype=np.uint64)
+        for i in range(n):
+            z |= (rows[:, offset + i] & 0x7F).astype(np.uint64) << np.uint64(7 * i)
+        columns.append(((z >> np.uint64(1)).astype(np.int64) ^ -(z & np.uint64(1)).astype(np.int64)).tolist())
+    return indexes.tolist(), list(zip(_rows_of(tree, columns)))
+
+
+def decode_laid_out(raws: list) -> list:
+    """For each of ``raws``: ``RowsCodec.decode(raw)`` when it was decoded in bulk, else None.
+    Values of one length that share a layout of ints, Nones, bools and rows (:func:`_layout`:
+    a value state's row of times and counts, most of a key group's) are decoded together in
+    numpy, a column per int, when at least :data:`_BULK_DECODE` of them do; the others (a
+    layout of their own, strings, bytes, floats, other stored formats) are left."""
+    out = [None] * len(raws)
+    if len(raws) < _BULK_DECODE:
+        return out
+    lengths = np.fromiter(map(len, raws), dtype=np.int64, count=len(raws))
+    for length, count in zip(*(a.tolist() for a in np.unique(lengths, return_counts=True))):
+        if count < _BULK_DECODE or not length:
+            continue
+        pending = np.nonzero(lengths == length)[0].tolist()
+        for _ in range(_LAYOUTS_TRIED):  # the layout of the first pending value, then of the first left
+            indexes, values = _decode_same_layout(list(map(raws.__getitem__, pending)), length)
+            for i, value in zip(indexes, values):
+                out[pending[i]] = value
+            done = set(indexes)
+            done.add(0)
+            pending = [w for i, w in enumerate(pending) if i not in done]
+            if len(pending) < _BULK_DECODE:
+                break
+    return out
+
+
 # --------------------------------------------------------------------------- the codec
 
 
@@ -230,6 +348,12 @@ class RowsCodec:
     @staticmethod
     def decode(data: bytes) -> tuple:
         return tuple(decode_rows(data))
+
+    @staticmethod
+    def decode_some(raws: list) -> list:
+        """``decode`` of each of ``raws`` that decodes in bulk, None for the others:
+        :func:`decode_laid_out`."""
+        return decode_laid_out(raws)
 
     @staticmethod
     def encode_many(values: list) -> list:

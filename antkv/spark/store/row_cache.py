@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import threading
 from itertools import compress, islice, repeat
-from operator import is_not
+from operator import is_, is_not
 
 import antkv
 from antkv.spark.store.decoded_charge import decoded_charge, decoded_charges
@@ -422,6 +422,13 @@ class RowCache:
             self.use_codec(codec)
         rows, decoded, take = self.rows, self.decoded, self._budget.take_chunk
         used, room = self.used, self.chunks * CHUNK
+        if len(keys) > 1 and decoded.keys().isdisjoint(keys) and \
+                all(map(is_, map(rows.get, keys), raws)):  # (in C: a warmed key group's, as a whole)
+            charge = decoded_charges(raws, values)
+            if used + charge <= room:
+                decoded.update(zip(keys, values))
+                self.used = used + charge
+                return
         for key, raw, value in zip(keys, raws, values):
             if rows.get(key) is not raw or key in decoded:
                 continue

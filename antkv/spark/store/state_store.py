@@ -88,7 +88,7 @@ from __future__ import annotations
 
 import logging
 from itertools import compress, repeat
-from operator import is_, itemgetter
+from operator import is_, is_not, itemgetter
 
 import xxhash
 
@@ -246,7 +246,9 @@ class StateStore:
         value``, each the other's inverse on the values it is given, which are immutable (the
         caller gets the very object the cache keeps), never bytes nor None, and may have
         ``encode_many(values: list) -> list`` (``encode`` of each, the batch's writes encoded in
-        bulk when they settle); a store's reads use one codec.  REQUIRES: ``key`` is bytes."""
+        bulk when they settle) and ``decode_some(raws: list) -> list`` (``decode`` of each raw it
+        decodes in bulk, None for the others: :meth:`warm`); a store's reads use one codec.
+        REQUIRES: ``key`` is bytes."""
         if self._done:
             self._check_active()
         value = self._pending.get(key, MISSING)
@@ -490,13 +492,16 @@ class StateStore:
         self._change_bytes += _ENTRY_BYTES * (len(base_live) - before)  # as a read's entry is
         return len(learnt) == len(keys) or all([k in base_live for k in keys])
 
-    def warm(self, prefixes) -> int:
+    def warm(self, prefixes, codec=None) -> int:
         """Read every entry under each prefix of :data:`~antkv.spark.store.row_cache.PREFIX_LEN`
         bytes (a key group) in ``prefixes`` into the row cache, which then holds the prefix
         whole: a read of any key there, present or absent, needs no engine read, and the commit
         needs none to count keys written without being read.  For a batch that touches most
         keys of its key groups, one ordered scan replaces a point read per key.  A prefix whose
-        entries do not all fit the cache stays partly cached, not whole.  Returns the entries read."""
+        entries do not all fit the cache stays partly cached, not whole.  With ``codec`` (the
+        codec of the batch's ``get_decoded``, which has ``decode_some(raws) -> list``: the
+        decoded value of each raw it decodes in bulk, None for the others), the entries it
+        decodes are kept decoded too, so that their reads decode nothing.  Returns the entries read."""
         self._check_active()
         self._settle()  # (in bulk per call: cheaper than letting the batch's writes pile up)
         rows = self._rows
@@ -511,15 +516,27 @@ class StateStore:
             self._write_through()  # (a key group held whole already is not read: nothing need be written)
         for begin, end in _prefix_runs(sorted(wanted)):  # adjacent prefixes: one scan
             rows.complete.update(p for p in wanted if begin <= p < end)  # (those without keys too)
-            read += rows.fill(self._db.items(begin, end))  # an eviction un-marks a prefix
+            items = self._db.items(begin, end)
+            if codec is None:
+                read += rows.fill(items)  # an eviction un-marks a prefix
+                continue
+            items = list(items)
+            read += rows.fill(items)
+            if items:
+                keys, raws = map(list, zip(*items))
+                values = codec.decode_some(raws)
+                decoded = list(map(is_not, values, repeat(None, len(values))))
+                rows.keep_decoded(list(compress(keys, decoded)), list(compress(raws, decoded)),
+                                  list(compress(values, decoded)), codec)
         return read
 
-    def warm_touched(self, touched: dict) -> int:
+    def warm_touched(self, touched: dict, codec=None) -> int:
         """:meth:`warm` the prefixes where the batch is dense: ``touched[prefix]`` grouping
         keys of the batch, times :data:`_WARM_FACTOR`, reach the prefix's stored keys (as the
         base version counts them), and the row cache can hold them all
-        (:meth:`RowCache.can_hold_whole`).  Nothing when the base's counts are unknown (an empty
-        base's are known: every prefix is empty, held whole by a scan that reads nothing)."""
+        (:meth:`RowCache.can_hold_whole`), decoding with ``codec`` as :meth:`warm` does.
+        Nothing when the base's counts are unknown (an empty base's are known: every prefix is
+        empty, held whole by a scan that reads nothing)."""
         counts = self._base_counts
         if counts is None or self._ranges:
             return 0
@@ -530,7 +547,7 @@ class StateStore:
             return 0
         dense_set = set(dense)
         self._prefetch_touched({p: n for p, n in touched.items() if p not in dense_set})
-        return self.warm(sorted(dense))
+        return self.warm(sorted(dense), codec)
 
     def _prefetch_touched(self, touched: dict) -> None:
         """Remote mode: fetch in parallel the table blocks of the key groups ``touched`` names

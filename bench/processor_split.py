@@ -4,7 +4,7 @@ and where antkv's extra time goes.
 Usage::
 
     .venv/bin/python bench/processor_split.py [--keys 100000] [--partitions 4] [--held 2]
-        [--batches 6] [--json out.json]
+        [--batches 6] [--reopen] [--json out.json]
 
 One process holds ``--held`` of the ``--partitions`` partitions of ``--keys`` keys, as a Python
 worker that met them does, and runs batch after batch over them: the processor bench's
@@ -14,9 +14,10 @@ runner (``transform._run_partition``) on the partition's rows, in key-group and 
 in frames of 10,000 rows as Arrow hands them over.  Twice per batch, alternating:
 
 * **antkv** -- each partition's store opened on the version it committed last (the idle copy
-  this process holds), the runner, then the commit, which parks the copy (here in the
-  committing thread: a process outside Spark parks in line), inside ``task_collections()``
-  as the runner's Spark task;
+  this process holds; with ``--reopen``, none is held: each batch reopens the copy parked on
+  the machine, with a cold row cache, as a new Python worker does), the runner, then the
+  commit, which parks the copy (here in the committing thread: a process outside Spark parks
+  in line), inside ``task_collections()`` as the runner's Spark task;
 * **floor** -- the same runner with the dict floor's handle (``bench/processor_floor.py``):
   the state in plain dicts, nothing encoded, committed or parked.
 
@@ -157,6 +158,8 @@ def run(args) -> dict:
                         for _ in _run_partition(spec, state, iter(frames[p]), DictHandle):
                             pass
                         continue
+                    if args.reopen:
+                        held_copies.clear()  # (as a new worker: the parked copy is reopened)
                     with task_collections():  # as the runner's task
                         store = open_store(location, "split", p, batch, manifest=manifests[p], options=options)
                         for _ in _run_partition(spec, RunnerPartition(store, owned), iter(frames[p])):
@@ -193,8 +196,9 @@ def report(result: dict) -> str:
     med = {k: statistics.median(r[k] for r in steady) for k in ("antkv", "floor")}
     parts = {k: statistics.median(split(r)[k] for r in steady) for k in split(steady[0])}
     n = steady[0]["keys"]  # the held partitions' keys (every key once per batch)
+    copies = "reopened from the machine every batch" if c.get("reopen") else "held"
     lines = [f"# The processor's task without Spark: {c['keys']:,} keys, {c['held']} of {c['partitions']} partitions "
-             f"held ({n:,.0f} keys), {c['batches']} batches; CPU per batch, medians of batches 2-{c['batches'] - 1}", "",
+             f"{copies} ({n:,.0f} keys), {c['batches']} batches; CPU per batch, medians of batches 2-{c['batches'] - 1}", "",
              "| | s per batch | us per key |", "|---|---:|---:|",
              f"| floor (state in dicts) | {med['floor']:.3f} | {1e6 * med['floor'] / n:.1f} |",
              f"| antkv | {med['antkv']:.3f} | {1e6 * med['antkv'] / n:.1f} |"]
@@ -211,6 +215,7 @@ def main(argv=None) -> None:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--held", type=int, default=2, help="partitions this process holds")
     p.add_argument("--batches", type=int, default=6)
+    p.add_argument("--reopen", action="store_true", help="reopen each batch's copies from the machine")
     p.add_argument("--dir", default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)

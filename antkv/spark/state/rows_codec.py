@@ -13,7 +13,9 @@ count's piece followed by one lookup per value, joined once -- where the general
 each value's type and runs a varint loop -- and a batch's values of one state variable, which
 share a shape, are joined with loops in C only (:func:`encode_values`).  In a batch, a column of
 mostly large ints (times in ms, ids) has its pieces made at once in numpy
-(:func:`_varint_pieces`), not one Python call per int.
+(:func:`_varint_pieces`), not one Python call per int.  Reading, the values a batch warms are
+decoded in bulk when many share one layout of ints, Nones, bools and rows
+(:func:`decode_laid_out`): a column per int in numpy, not a varint loop per byte.
 """
 
 from __future__ import annotations
@@ -217,7 +219,7 @@ def encode_values(values: list) -> list:
 
 # --------------------------------------------------------------------------- decoding in bulk
 
-_BULK_DECODE = 64  # values of one length at least, for decode_values to decode them in numpy
+_BULK_DECODE = 64  # values of one length at least, for decode_laid_out to decode them in numpy
 _MAX_INT_BYTES = 9  # an int's varint bytes at most in the numpy path (63 bits: no overflow)
 _LAYOUTS_TRIED = 4  # layouts decode_laid_out tries among the values of one length
 _CONSTANTS = {R_NONE: None, R_FALSE: False, R_TRUE: True}

@@ -162,6 +162,7 @@ def run(args) -> dict:
                         held_copies.clear()  # (as a new worker: the parked copy is reopened)
                     with task_collections():  # as the runner's task
                         store = open_store(location, "split", p, batch, manifest=manifests[p], options=options)
+                        row.setdefault("copies", []).append(store.copy_fate)
                         for _ in _run_partition(spec, RunnerPartition(store, owned), iter(frames[p])):
                             pass
                         before_commit = clock.spent["settle"]

@@ -224,10 +224,12 @@ def test_the_write_floor_writes_and_syncs_the_bytes_and_leaves_nothing(tmp_path)
     assert ms > 0 and os.listdir(tmp_path) == []
 
 
-def test_the_processor_split_runs_both_engines_and_splits_antkvs_extra(tmp_path):
+@pytest.mark.parametrize("reopen", [False, True])
+def test_the_processor_split_runs_both_engines_and_splits_antkvs_extra(tmp_path, reopen):
     """``bench/processor_split.py`` runs the processor over antkv's store and over the dict
     floor in every batch, times the parts of antkv's work, and leaves nothing behind: no
-    file, no wrapped method, no collector callback."""
+    file, no wrapped method, no collector callback.  Its copies stay in the process, or with
+    ``--reopen`` are reopened from the machine every batch."""
     import argparse
     import gc
 
@@ -236,9 +238,10 @@ def test_the_processor_split_runs_both_engines_and_splits_antkvs_extra(tmp_path)
 
     settle, callbacks = StateStore.__dict__["_settle"], list(gc.callbacks)
 
-    args = argparse.Namespace(keys=600, partitions=4, held=2, batches=3, dir=str(tmp_path), json=None)
+    args = argparse.Namespace(keys=600, partitions=4, held=2, batches=3, reopen=reopen, dir=str(tmp_path), json=None)
     result = run(args)
     assert [r["batch"] for r in result["per_batch"]] == [0, 1, 2]
+    assert [r["copies"] for r in result["per_batch"]] == [["new"] * 2] + [["reopened" if reopen else "reused"] * 2] * 2
     for row in result["per_batch"]:
         assert row["antkv"] > 0 and row["floor"] > 0
         parts = row["parts"]
@@ -248,5 +251,6 @@ def test_the_processor_split_runs_both_engines_and_splits_antkvs_extra(tmp_path)
         assert row["antkv_gc"] >= 0 and row["floor_gc"] >= 0
     text = report(result)
     assert "| antkv |" in text and "of the floor's rate" in text and "parking" in text and "garbage" in text
+    assert ("reopened from the machine every batch" in text) == reopen
     assert os.listdir(tmp_path) == []
     assert StateStore.__dict__["_settle"] is settle and gc.callbacks == callbacks

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import antkv
@@ -206,8 +206,15 @@ def test_long_columns_of_large_ints_encode_as_the_codec(n, bounds, nones, pairs,
 
 
 _LEAVES = st.sampled_from(["small", "int", "huge", None, True, False])
+
+
+def _sample_row(tree) -> tuple:
+    """A row of the layout ``tree`` (as :data:`_LAYOUTS` draws them), with small ints."""
+    return tuple(_sample_row(leaf) if isinstance(leaf, list) else 7 if leaf in ("small", "int", "huge") else leaf
+                 for leaf in tree)
 _LAYOUTS = st.recursive(st.lists(_LEAVES, min_size=1, max_size=4),
-                        lambda inner: st.lists(st.one_of(_LEAVES, inner), min_size=1, max_size=4), max_leaves=8)
+                        lambda inner: st.lists(st.one_of(_LEAVES, inner, st.just([])), min_size=1, max_size=4),
+                        max_leaves=8)
 
 
 @settings(max_examples=60)
@@ -247,6 +254,25 @@ def test_values_of_one_layout_decode_in_bulk_as_the_codec(layout, n, noise, rnd)
     mixed = raws + [rnd.choice(others) for _ in range(noise)]
     rnd.shuffle(mixed)
     for raw, got in zip(mixed, decode_laid_out(mixed)):
+        if got is not None:
+            assert repr(got) == repr(tuple(decode_rows(raw)))
+
+
+@settings(max_examples=80)
+@given(st.one_of(st.binary(min_size=1, max_size=24),
+                 st.tuples(_LAYOUTS, st.integers(1, 40)).map(  # a row cut short: a tag or varint at the end
+                     lambda cut: encode_rows((_sample_row(cut[0]),))[:cut[1]])),
+       st.randoms(use_true_random=False))
+@example(b"\x01\x09", random.Random(0))  # a nested row's tag, then the end
+@example(b"\x02\x03\x80", random.Random(0))  # a varint running past the end
+@example(b"\x05\x00", random.Random(0))  # a count beyond the values
+def test_bulk_decoding_reads_bytes_that_are_no_rows_without_failing(base, rnd):
+    """Values of one length that are not rows, or rows only in part (timer sets, damaged
+    bytes: a nested row's tag at the very end, a count or varint running past it), are left
+    or decoded as the codec decodes them; the bulk decoder never raises."""
+    alphabet = [0, 1, 2, 3, 9, 0x7F, 0x80, 0x81, 0xFF]
+    group = [base] + [bytes(b if rnd.random() < 0.9 else rnd.choice(alphabet) for b in base) for _ in range(80)]
+    for raw, got in zip(group, decode_laid_out(group)):
         if got is not None:
             assert repr(got) == repr(tuple(decode_rows(raw)))
 

@@ -234,9 +234,9 @@ def _layout(raw: bytes):
     ints: list = []
 
     def row_at(pos: int):
-        count = raw[pos]
-        if count >= 0x80:
+        if pos >= len(raw) or raw[pos] >= 0x80:
             return None
+        count = raw[pos]
         pos += 1
         tree = []
         for _ in range(count):
@@ -274,6 +274,8 @@ def _layout(raw: bytes):
 def _rows_of(tree, columns: list):
     """The rows ``tree`` (:func:`_layout`) describes, one per value of ``columns`` (the ints,
     decoded), as an iterator of tuples."""
+    if not tree:
+        return repeat(())  # an empty row, as many times as its siblings' values
     return zip(*[repeat(x) if kind == 0 else columns[x] if kind == 1 else _rows_of(x, columns)
                  for kind, x in tree])
 

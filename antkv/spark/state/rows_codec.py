@@ -20,8 +20,8 @@ decoded in bulk when many share one layout of ints, Nones, bools and rows
 
 from __future__ import annotations
 
-from itertools import chain, repeat
-from operator import itemgetter
+from itertools import chain, compress, repeat
+from operator import is_, itemgetter
 
 import numpy as np
 
@@ -112,7 +112,9 @@ def _int_column_pieces(column) -> list:
     if outside >= _NUMPY_INTS and 2 * outside >= len(column) and None not in column and \
             -_INT64 <= min(column) and max(column) < _INT64:
         return _varint_pieces(column)
-    return list(map(_piece, column))
+    for i in compress(range(len(pieces)), map(is_, pieces, repeat(None))):  # (the few large ints)
+        pieces[i] = int_piece(column[i])
+    return pieces
 
 
 _NUMPY_INTS = 128  # ints outside the table in a column at least, for _int_column_pieces to use numpy

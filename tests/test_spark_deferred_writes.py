@@ -156,3 +156,69 @@ def test_a_copy_whose_deferred_writes_fail_at_parking_is_dropped_and_the_version
     assert s.copy_fate in ("rebuilt", "caught_up")  # (from version 1's parked copy) not version 2's copy
     assert dict(s.items()) == {**{k: b"base-" + k for k in KEYS}, KEYS[0]: b"v2"}
     s.abort()
+
+
+def _unparked(tmp_path) -> StoreOptions:
+    return StoreOptions(cache_dir=str(tmp_path / "cache"), park_copies=False)
+
+
+def test_a_copy_kept_unparked_carries_its_writes_into_the_next_batch(tmp_path, uri):
+    """Not parked, the idle copy keeps a committed batch's writes beside the engine: the next
+    batch reads them there -- point reads of evicted keys, membership, scans -- and its key
+    count, when it blind-writes keys it knows nothing of, counts them as the base's."""
+    options = _unparked(tmp_path)
+    manifest = _base(uri, options)
+    s = open_store(uri, "op", 0, 1, manifest=manifest, options=options)
+    model = {k: b"base-" + k for k in KEYS}
+    for k in KEYS[::2]:
+        s.put(k, b"v2-" + k)
+        model[k] = b"v2-" + k
+    s.put(b"k999", b"born in v2")  # a key the base lacks
+    model[b"k999"] = b"born in v2"
+    s.delete(KEYS[1])
+    model.pop(KEYS[1])
+    msg = s.commit()
+    s = open_store(uri, "op", 0, 2, manifest=msg.manifest, options=options)
+    assert s.copy_fate == "reused"
+    assert _engine_value(s, KEYS[0]) == b"base-" + KEYS[0]  # carried: the engine lacks version 2's writes
+    assert _engine_value(s, b"k999") is None
+    s._rows.clear()  # as evictions would: the batch knows nothing of any key
+    assert s.get(KEYS[0]) == model[KEYS[0]] and s.get(KEYS[1]) is None and KEYS[1] not in s
+    s._rows.clear()
+    s.put(b"k999", b"v3")  # blind writes of keys version 2 made live and deleted
+    s.put(KEYS[1], b"v3")
+    model.update({b"k999": b"v3", KEYS[1]: b"v3"})
+    assert s.num_keys() == len(model)
+    msg = s.commit()
+    assert msg.num_keys == len(model)
+    s = open_store(uri, "op", 0, 3, manifest=msg.manifest, options=options)
+    assert dict(s.items()) == model and s.num_keys() == len(model)
+    s.abort()  # the copy is dropped with what it carried; the location holds every version
+    s = open_store(uri, "op", 0, 3, manifest=msg.manifest, options=options)
+    assert s.copy_fate == "rebuilt" and dict(s.items()) == model
+    s.abort()
+
+
+def test_an_unparked_copy_writes_what_it_carries_once_it_is_large(tmp_path, uri, monkeypatch):
+    """The writes a copy carries are bounded (``_CARRY_BYTES``): beyond it they reach the
+    engine at the commit, and the next batch holds the version all the same."""
+    from antkv.spark.store import working_copy
+
+    monkeypatch.setattr(working_copy, "_CARRY_BYTES", 4096)
+    options = _unparked(tmp_path)
+    manifest = _base(uri, options)
+    model = {k: b"base-" + k for k in KEYS}
+    s = open_store(uri, "op", 0, 1, manifest=manifest, options=options)
+    for k in KEYS[:4]:  # about 0.3 KiB: carried
+        s.put(k, b"v2-" + k)
+        model[k] = b"v2-" + k
+    s = open_store(uri, "op", 0, 2, manifest=s.commit().manifest, options=options)
+    assert len(s._copy.deferred) == 4 and _engine_value(s, KEYS[0]) == b"base-" + KEYS[0]
+    for k in KEYS[2:150]:  # about 14 KiB with what was carried: written at the commit
+        s.put(k, b"v3-" + k)
+        model[k] = b"v3-" + k
+    s = open_store(uri, "op", 0, 3, manifest=s.commit().manifest, options=options)
+    assert s.copy_fate == "reused" and not s._copy.deferred
+    assert _engine_value(s, KEYS[0]) == b"v2-" + KEYS[0] and _engine_value(s, KEYS[2]) == b"v3-" + KEYS[2]
+    assert dict(s.items()) == model
+    s.abort()

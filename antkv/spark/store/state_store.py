@@ -22,7 +22,10 @@ deferred writes reach the database, as one engine write batch, only when somethi
 beyond one key (a scan, a range deletion, warming a key group not held whole, an ingest, a
 snapshot commit) or when the committed copy is parked -- where a batch that rewrote most of the
 state usually replaces the database by the row cache's state in one table instead
-(``WorkingCopy.rewrite_stacked``), so its writes never pass through the engine's memtable.  So
+(``WorkingCopy.rewrite_stacked``), so its writes never pass through the engine's memtable.  A
+copy kept open but not parked carries them into its next batch, up to a bound
+(``WorkingCopy.carry_deferred``); a batch that writes a key it learnt nothing about writes
+them first, so that the database alone is the base its key count reads.  So
 scans and prefix scans are the engine's own, and a point read is the pending writes', the row
 cache's, the deferred writes' or the database's.
 ``put_decoded`` takes a Python value and its codec: the value is encoded when it settles (the
@@ -149,10 +152,11 @@ class StateStore:
         self.partition = partition
         self.options = options
         self._copy = copy
-        self._db = copy.db  # (the copy's deferred writes are in it now)
         # the batch's settled writes wait in the copy's deferred writes (WorkingCopy.defer) until
         # something reads the database beyond one key; in remote mode, and once the batch keeps
-        # no change set (_untracked), they are written at once
+        # no change set (_untracked), they are written at once.  They may hold earlier batches'
+        # writes too (WorkingCopy.carry_deferred): the base is the database plus those
+        self._db = copy.db_without_deferred
         self._deferred = copy.deferred
         self._defer = copy.remote is None
         self._base_unknown = False  # a settled write's key was not known live or absent in the base
@@ -399,8 +403,12 @@ class StateStore:
             new = pending if fresh else [k for k in pending if k not in changes]  # (keys, iterated in order)
             # what the row cache holds for them, before the writes: what the base holds, if anything
             found = list(map(self._rows.rows.get, new, repeat(MISSING, len(new))))
-            if new and not self._ranges and not self._learn_base_live(new, found):
-                self._base_unknown = True  # the base is read at commit: pinned before a write reaches the database
+            if new and not self._ranges and not self._learn_base_live(new, found) and not self._base_unknown:
+                # the base is read at commit (pinned before a write reaches the database), where
+                # the database alone must hold it: earlier batches' writes carried in the
+                # deferred ones are written first (this batch's there are all of keys it learnt)
+                self._base_unknown = True
+                self._copy.write_deferred()
             if fresh:
                 old_bytes = 0
             elif self._overflow:  # (its values are None or _LIVE)
@@ -435,11 +443,11 @@ class StateStore:
         ``size``, if known: the keys' and values' bytes.  (The store's keys and values are
         bytes, or None for a deletion: ``put``, ``append`` and ``delete`` checked or require
         them, ``put_decoded`` requires its keys bytes, and its codec encodes to bytes.)"""
+        if size is None:
+            size = sum(map(len, changes)) + sum(map(len, filter(None, changes.values())))
         if self._defer and not self._untracked:
-            self._copy.defer(changes)
+            self._copy.defer(changes, size)
         else:
-            if size is None:
-                size = sum(map(len, changes)) + sum(map(len, filter(None, changes.values())))
             self._pin_base_if_unknown()
             self._copy.write(changes, size)
         self._rows.write_many(changes, keep, self._codec, olds)
@@ -761,7 +769,7 @@ class StateStore:
             if checkpoint is not None:
                 copy.drop_checkpoint(checkpoint)
             try:
-                copy.write_deferred()  # (the idle copy's next store would, failing its batch)
+                copy.carry_deferred()  # (written now if many: the idle copy's next store would, failing its batch)
             except antkv.Error as e:
                 log.warning("antkv.spark: %s/%d version %d was committed, its working copy is dropped: %s",
                             self.operator, self.partition, copy.version, e)

@@ -91,6 +91,8 @@ _DEBT_FACTOR = 1.25  # stored entries per live key a snapshot may carry before i
 _DEBT_SLACK = 1024  # ... plus these (a small state's tombstones are not worth a compaction)
 _READ_FACTOR = 8  # whole_state reads at most one key in 8 from the database, not from memory
 _NO_WAL = antkv.WriteOptions(disable_wal=True)  # a working copy's writes: it is never recovered from its WAL
+_DEFERRED_ENTRY = 64  # bytes a deferred write holds beyond its key and value (its dict slot)
+_CARRY_BYTES = 16 << 20  # deferred writes an idle copy that is not parked keeps out of its database
 _WHOLE_FACTOR = 16  # changelogs (compressed) of 1/16 of the snapshot's bytes: read the snapshot whole
 
 
@@ -103,11 +105,15 @@ class WorkingCopy:
         self._db: antkv.DB | None = None
         # Writes the database lacks, key -> value (None: deleted): a store's settled writes
         # wait here until something reads the database beyond one key (write_deferred), or
-        # until parking, which usually replaces the database instead (rewrite_stacked).
+        # until parking, which usually replaces the database instead (rewrite_stacked); a copy
+        # that is not parked carries them into its next batch (carry_deferred).
         # Invariant: the database plus these, applied in order, is the copy's state; so
         # ``db`` writes them before it hands the database out.  The dict object is never
         # replaced (a store keeps a reference to it for its point reads).
         self.deferred: dict[bytes, bytes | None] = {}
+        # at least what the deferred writes hold: every write's key and value bytes plus
+        # _DEFERRED_ENTRY, an overwrite counted again
+        self.deferred_bytes = 0
         # remote mode (blocks given): snapshot files stay in the location (remote_tables.py)
         self.remote: RemoteTables | None = None
         if blocks is not None:
@@ -132,15 +138,32 @@ class WorkingCopy:
             self.write_deferred()
         return self._db
 
+    @property
+    def db_without_deferred(self) -> antkv.DB | None:
+        """The database as it is: without the :attr:`deferred` writes, which its reader
+        consults first (a store's point reads) or writes first (``write_deferred``)."""
+        return self._db
+
     @db.setter
     def db(self, db: antkv.DB | None) -> None:
         self._db = db
 
-    def defer(self, changes: dict) -> None:
+    def defer(self, changes: dict, size: int) -> None:
         """Take ``changes`` (key -> value, or None: deleted; bytes, newer than every write
-        before them) as writes the database lacks, written when :attr:`db` is next asked for
-        (or dropped by :meth:`rewrite`, which replaces the database by the whole state)."""
+        before them; ``size``: their keys' and values' bytes) as writes the database lacks,
+        written when :attr:`db` is next asked for (or dropped by :meth:`rewrite`, which
+        replaces the database by the whole state)."""
         self.deferred.update(changes)
+        self.deferred_bytes += size + _DEFERRED_ENTRY * len(changes)
+
+    def carry_deferred(self) -> None:
+        """After a commit, when this copy is kept open but not parked: keep the deferred
+        writes for the next batch, whose point reads consult them, if they hold at most
+        :data:`_CARRY_BYTES`; else write them now.  A stream that rewrites the same keys each
+        batch then writes them into the database once per snapshot (whose checkpoint writes
+        them), not once per batch."""
+        if self.deferred_bytes > _CARRY_BYTES:
+            self.write_deferred()
 
     def write(self, changes: dict, size: int) -> None:
         """Write ``changes`` (as :meth:`defer` takes them; ``size``: their keys' and values'
@@ -155,6 +178,7 @@ class WorkingCopy:
             size = sum(map(len, deferred)) + sum(map(len, filter(None, deferred.values())))
             self._db.write(batch_of_changes(deferred, size), write_options=_NO_WAL)
             deferred.clear()
+        self.deferred_bytes = 0
 
     @property
     def version(self) -> int:
@@ -346,6 +370,7 @@ class WorkingCopy:
                 writer.put_sorted(keys, values)
         db, self._db = self._db, None
         self.deferred.clear()  # (written in the table: the whole state)
+        self.deferred_bytes = 0
         db.close()
         old = self.work.db_path + ".old"
         with os_errors(self.work.path):
@@ -569,6 +594,7 @@ class WorkingCopy:
         REQUIRES: no parking in progress (:meth:`finish_parking`)."""
         self.rows.close()
         self.deferred.clear()
+        self.deferred_bytes = 0
         try:
             if self._db is not None:
                 self._db.close()

@@ -205,6 +205,21 @@ def test_long_columns_of_large_ints_encode_as_the_codec(n, bounds, nones, pairs,
         assert encode_values(values) == [encode_rows(v) for v in values]
 
 
+def test_batches_larger_than_one_numpy_pass_encode_as_the_codec():
+    """A batch's rows of ints are encoded in numpy some thousands at a time: passes whose
+    pieces differ in length (small ints in one, times in ms in the next, an int beyond 64 bits
+    in the last, which sends the batch back to the codec's pieces) join as the codec's bytes."""
+    from antkv.spark.state.rows_codec import _JOIN_ROWS
+
+    n = 2 * _JOIN_ROWS + 5
+    rows = [(i % 50, -(i % 7), 1) if i < _JOIN_ROWS else (1700000000000 + i, i, -i) for i in range(n)]
+    for values in ([(r,) for r in rows], [((None, r),) for r in rows], [((i * 1000, r),) for i, r in enumerate(rows)]):
+        assert encode_values(values) == [encode_rows(v) for v in values]
+    rows[-1] = (2**64, 0, 0)
+    values = [(r,) for r in rows]
+    assert encode_values(values) == [encode_rows(v) for v in values]
+
+
 _LEAVES = st.sampled_from(["small", "int", "huge", None, True, False])
 
 

@@ -11,9 +11,10 @@ a row's count below 0x80, None and a nested row's tag each encode as one fixed p
 (``codec``'s tables); any other int is encoded when asked.  A row of ints and Nones is then its
 count's piece followed by one lookup per value, joined once -- where the general encoder tests
 each value's type and runs a varint loop -- and a batch's values of one state variable, which
-share a shape, are joined with loops in C only (:func:`encode_values`).  In a batch, a column of
-mostly large ints (times in ms, ids) has its pieces made at once in numpy
-(:func:`_varint_pieces`), not one Python call per int.  Reading, the values a batch warms are
+share a shape, are joined with loops in C only (:func:`encode_values`).  In a batch, rows of
+large ints (times in ms, ids) are encoded whole in numpy (:func:`_joined_int_rows`), and a column
+of mostly large ints beside other values has its pieces made at once (:func:`_varint_pieces`),
+not one Python call per int.  Reading, the values a batch warms are
 decoded in bulk when many share one layout of ints, Nones, bools and rows
 (:func:`decode_laid_out`): a column per int in numpy, not a varint loop per byte.
 """
@@ -89,13 +90,19 @@ def encode_expiring_int_row(expiry, row: tuple) -> bytes:
     return b"".join([_PAIR_PIECE, _piece(expiry), ROW_PIECE, COUNT_PIECES[count], *map(_piece, row)])
 
 
+def _large_ints(rows: list) -> bool:
+    """Whether the first or the last of ``rows`` (tuples of exact ints and Nones, not empty)
+    holds an int outside -64..63: the sample that sends a batch's rows to the numpy encoders,
+    quicker for such ints, where the table's pieces are quicker for small ones."""
+    return None in map(_PIECES.get, rows[0] + rows[-1])  # (.get: None for an int not in the table)
+
+
 def _int_rows_pieces(rows: list, width: int) -> list:
     """The pieces of ``rows`` (tuples of ``width`` exact ints and Nones, not empty), as
     ``width`` iterables to be zipped: each value's piece, row after row.  Column by column
-    (:func:`_int_column_pieces`) when the first or last row holds an int outside -64..63;
-    else from the table as the rows come, which is quicker for small ints (and any large one
-    among them is still encoded)."""
-    if None in map(_PIECES.get, rows[0] + rows[-1]):  # (.get: None for an int not in the table)
+    (:func:`_int_column_pieces`) when :func:`_large_ints`; else from the table as the rows
+    come (and any large int among them is still encoded)."""
+    if _large_ints(rows):
         return list(map(_int_column_pieces, zip(*rows)))
     return [map(_piece, chain.from_iterable(rows))] * width
 
@@ -120,26 +127,85 @@ def _int_column_pieces(column) -> list:
 _NUMPY_INTS = 128  # ints outside the table in a column at least, for _int_column_pieces to use numpy
 _INT64 = 1 << 63
 _GROUP_SHIFTS = np.arange(0, 64, 7, dtype=np.uint64)  # a uint64's ten 7-bit groups, lowest first
-_GROUPS = len(_GROUP_SHIFTS)
+
+
+def _varint_matrix(a: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The pieces of int64 array ``a``'s values, as ``(bytes, lengths)``: row ``i`` of the
+    uint8 matrix ``bytes`` starts with ``a[i]``'s piece -- the ``R_INT`` tag, then its zigzag
+    cut into 7-bit groups up to its highest non-zero one (one group at least), the continuation
+    bit set on every group but its last -- and is padded to the longest piece; ``lengths[i]``
+    is the piece's length, or ``lengths`` is None when every piece is one length (the width)."""
+    z = (a.view(np.uint64) << np.uint64(1)) ^ (a >> 63).view(np.uint64)  # zigzag, in 64 bits
+    top = int(z.max()) if len(z) else 0
+    groups_needed = max(1, (top.bit_length() + 6) // 7)
+    groups = ((z[:, None] >> _GROUP_SHIFTS[:groups_needed]) & np.uint64(0x7F)).astype(np.uint8)
+    lengths = None
+    if groups_needed > 1:
+        nonzero = groups != 0
+        lengths = groups_needed - np.argmax(nonzero[:, ::-1], axis=1)  # up to the highest non-zero group
+        lengths[~nonzero.any(axis=1)] = 1  # zero: one group
+        groups |= (np.arange(groups_needed) < lengths[:, None] - 1).astype(np.uint8) << 7
+        lengths += 1  # the tag
+    out = np.empty((len(a), groups_needed + 1), dtype=np.uint8)
+    out[:, 0] = R_INT
+    out[:, 1:] = groups
+    return out, lengths
+
+
+def _cut(data: bytes, lengths: np.ndarray) -> list:
+    """``data`` cut into consecutive pieces of ``lengths``."""
+    ends = np.cumsum(lengths)
+    return list(map(data.__getitem__, map(slice, (ends - lengths).tolist(), ends.tolist())))
 
 
 def _varint_pieces(ints) -> list:
-    """``[int_piece(v) for v in ints]`` for ints of -2**63..2**63-1, in numpy: each value's
-    zigzag, cut into 7-bit groups up to its highest non-zero one (one group at least), the
-    continuation bit set on every group but its last, after the ``R_INT`` tag."""
-    a = np.array(ints, dtype=np.int64)
-    z = (a.view(np.uint64) << np.uint64(1)) ^ (a >> 63).view(np.uint64)  # zigzag, in 64 bits
-    groups = ((z[:, None] >> _GROUP_SHIFTS) & np.uint64(0x7F)).astype(np.uint8)
-    nonzero = groups != 0
-    lengths = _GROUPS - np.argmax(nonzero[:, ::-1], axis=1)  # up to the highest non-zero group
-    lengths[~nonzero.any(axis=1)] = 1  # zero: one group
-    groups |= (np.arange(_GROUPS) < lengths[:, None] - 1).astype(np.uint8) << 7
-    width = _GROUPS + 1
-    out = np.empty((len(a), width), dtype=np.uint8)
-    out[:, 0] = R_INT
-    out[:, 1:] = groups
-    data = out.tobytes()
-    return [data[i:i + n] for i, n in zip(range(0, width * len(a), width), (lengths + 1).tolist())]
+    """``[int_piece(v) for v in ints]`` for ints of -2**63..2**63-1, in numpy
+    (:func:`_varint_matrix`)."""
+    out, lengths = _varint_matrix(np.array(ints, dtype=np.int64))
+    if lengths is None:
+        return _cut(out.tobytes(), np.full(len(out), out.shape[1]))
+    return _cut(out[np.arange(out.shape[1]) < lengths[:, None]].tobytes(), lengths)
+
+
+_JOIN_ROWS = 8192  # rows _joined_int_rows encodes at a time (bounding its matrices)
+
+
+def _joined_int_rows(segments: list, rows: list, width: int, leading: list | None = None) -> list | None:
+    """The encodings of ``rows`` (tuples of ``width`` exact ints and Nones) as ``segments`` lay
+    them out: a bytes segment is the same in every encoding, an int segment ``j`` is the piece
+    of the row's column ``j`` (``-1``: of ``leading[i]``, an int or None beside row ``i``) --
+    made in numpy, the rows' bytes cut from one buffer, with no Python step per value.  None
+    when a value is None or an int beyond 64 bits (then nothing was encoded)."""
+    encoded = []
+    for begin in range(0, len(rows), _JOIN_ROWS):
+        chunk = rows[begin:begin + _JOIN_ROWS]
+        n = len(chunk)
+        try:
+            a = np.fromiter(chain.from_iterable(chunk), dtype=np.int64, count=n * width).reshape(n, width)
+            if leading is not None:
+                lead = np.fromiter(leading[begin:begin + n], dtype=np.int64, count=n)
+        except (TypeError, OverflowError):  # a None; an int beyond 64 bits
+            return None
+        blocks, masks, lengths = [], [], np.zeros(n, dtype=np.int64)
+        varied = False  # some column's pieces differ in length
+        for segment in segments:
+            if type(segment) is bytes:
+                blocks.append(np.broadcast_to(np.frombuffer(segment, dtype=np.uint8), (n, len(segment))))
+                masks.append(np.ones((n, len(segment)), dtype=bool))
+                lengths += len(segment)
+                continue
+            out, column_lengths = _varint_matrix(lead if segment < 0 else a[:, segment])
+            blocks.append(out)
+            if column_lengths is None:
+                masks.append(np.ones(out.shape, dtype=bool))
+                lengths += out.shape[1]
+            else:
+                varied = True
+                masks.append(np.arange(out.shape[1]) < column_lengths[:, None])
+                lengths += column_lengths
+        laid = np.concatenate(blocks, axis=1)
+        encoded += _cut((laid[np.concatenate(masks, axis=1)] if varied else laid).tobytes(), lengths)
+    return encoded
 
 
 _BULK_VALUES = 32  # values encoded by encode_values' bulk paths at least (fewer: one call each)
@@ -195,21 +261,36 @@ def encode_values(values: list) -> list:
     from a table, the bytes joined as they are: :func:`_columns_with_bytes`), or one
     ``(expiry, row)`` pair with a row of ints and Nones (the processor's).  Each encoding is
     then joined from pieces: the head its shape fixes, the expiry's piece (part of the head
-    when no value has an expiry), and the row's values' pieces.  Any other list is encoded
-    value by value."""
+    when no value has an expiry), and the row's values' pieces -- or, for rows of ints only
+    that :func:`_large_ints` samples as large, laid out whole in numpy
+    (:func:`_joined_int_rows`).  Any other list is encoded value by value."""
     if len(values) >= _BULK_VALUES and _TUPLES.issuperset(map(type, values)) and _ONE.issuperset(map(len, values)):
         rows = list(map(_FIRST, values))
         width = _int_rows_width(rows)
         if width:  # a view's: count | pieces
+            if _large_ints(rows):
+                encoded = _joined_int_rows([COUNT_PIECES[width], *range(width)], rows, width)
+                if encoded is not None:
+                    return encoded
             return list(map(b"".join, zip(repeat(COUNT_PIECES[width]), *_int_rows_pieces(rows, width))))
         if _TUPLES.issuperset(map(type, rows)) and _TWO.issuperset(map(len, rows)):
             expiries = list(map(_FIRST, rows))
             inner = list(map(_SECOND, rows))
             width = _int_rows_width(inner) if _INT_ROW_TYPES.issuperset(map(type, expiries)) else 0
             if width:  # the processor's: 2 | expiry | R_ROW | count | pieces
-                columns = _int_rows_pieces(inner, width)
+                encoded = None
                 if expiries.count(None) == len(expiries):  # no time to live: one head
                     head = _PAIR_PIECE + NONE_PIECE + ROW_PIECE + COUNT_PIECES[width]
+                    if _large_ints(inner):
+                        encoded = _joined_int_rows([head, *range(width)], inner, width)
+                else:  # (expiries are times: large ints)
+                    head = None
+                    encoded = _joined_int_rows([_PAIR_PIECE, -1, ROW_PIECE + COUNT_PIECES[width], *range(width)],
+                                               inner, width, expiries)
+                if encoded is not None:
+                    return encoded
+                columns = _int_rows_pieces(inner, width)
+                if head is not None:
                     return list(map(b"".join, zip(repeat(head), *columns)))
                 return list(map(b"".join, zip(repeat(_PAIR_PIECE), _int_column_pieces(expiries),
                                               repeat(ROW_PIECE + COUNT_PIECES[width]), *columns)))

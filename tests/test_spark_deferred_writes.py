@@ -222,3 +222,23 @@ def test_an_unparked_copy_writes_what_it_carries_once_it_is_large(tmp_path, uri,
     assert _engine_value(s, KEYS[0]) == b"v2-" + KEYS[0] and _engine_value(s, KEYS[2]) == b"v3-" + KEYS[2]
     assert dict(s.items()) == model
     s.abort()
+
+
+def test_warming_key_groups_the_deferred_writes_do_not_touch_leaves_them_deferred(tmp_path, uri):
+    """A batch's earlier frames wrote other key groups: warming the next frame's reads them
+    from the engine without writing what waits (which stays beside the engine), and every
+    read of either sees the batch's state."""
+    options = _options(tmp_path)
+    manifest = _base(uri, options)
+    s = open_store(uri, "op", 0, 1, manifest=manifest, options=options)
+    s._rows.clear()  # as a reopened copy's cold row cache: no key group held whole
+    s.put(b"k095", b"new")  # key group "k0"
+    s.delete(b"k096")
+    assert s.warm([b"k1"]) == 100  # key group "k1" read from the engine; "k0"'s writes wait
+    assert s._copy.deferred and _engine_value(s, b"k095") == b"base-k095"
+    assert s.get(b"k150") == b"base-k150" and s.get(b"k095") == b"new" and s.get(b"k096") is None
+    assert s.num_keys() == len(KEYS) - 1
+    assert s.warm([b"k0"]) == 99  # now a key group they touch: written first, then read
+    assert not s._copy.deferred and _engine_value(s, b"k095") == b"new"
+    assert s.get(b"k095") == b"new" and b"k096" not in s and s.get(b"k097") == b"base-k097"
+    s.abort()

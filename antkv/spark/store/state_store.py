@@ -520,8 +520,11 @@ class StateStore:
             if prefix not in rows.complete:
                 wanted.add(prefix)
         read = 0
-        if wanted:
-            self._write_through()  # (a key group held whole already is not read: nothing need be written)
+        if wanted and self._deferred and not wanted.isdisjoint(map(_PREFIX, self._deferred)):
+            # a deferred write falls in a key group read here: the database must hold it first
+            # (one that falls in none, as a batch's earlier frames' writes do, stays deferred;
+            # a key group held whole already is not read: nothing need be written for it)
+            self._write_through()
         for begin, end in _prefix_runs(sorted(wanted)):  # adjacent prefixes: one scan
             rows.complete.update(p for p in wanted if begin <= p < end)  # (those without keys too)
             items = self._db.items(begin, end)

@@ -158,6 +158,7 @@ class StateStore:
         # writes too (WorkingCopy.carry_deferred): the base is the database plus those
         self._db = copy.db_without_deferred
         self._deferred = copy.deferred
+        self._carried = bool(copy.deferred)  # the deferred writes hold earlier batches' (until written)
         self._defer = copy.remote is None
         self._base_unknown = False  # a settled write's key was not known live or absent in the base
         self._rows = copy.rows
@@ -408,7 +409,9 @@ class StateStore:
                 # the database alone must hold it: earlier batches' writes carried in the
                 # deferred ones are written first (this batch's there are all of keys it learnt)
                 self._base_unknown = True
-                self._copy.write_deferred()
+                if self._carried:
+                    self._copy.write_deferred()
+                    self._carried = False
             if fresh:
                 old_bytes = 0
             elif self._overflow:  # (its values are None or _LIVE)

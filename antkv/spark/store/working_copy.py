@@ -138,15 +138,15 @@ class WorkingCopy:
             self.write_deferred()
         return self._db
 
+    @db.setter
+    def db(self, db: antkv.DB | None) -> None:
+        self._db = db
+
     @property
     def db_without_deferred(self) -> antkv.DB | None:
         """The database as it is: without the :attr:`deferred` writes, which its reader
         consults first (a store's point reads) or writes first (``write_deferred``)."""
         return self._db
-
-    @db.setter
-    def db(self, db: antkv.DB | None) -> None:
-        self._db = db
 
     def defer(self, changes: dict, size: int) -> None:
         """Take ``changes`` (key -> value, or None: deleted; bytes, newer than every write

@@ -19,7 +19,7 @@ range deletions), the working copy's row cache (:mod:`antkv.spark.store.row_cach
 range deletion, the key count, a commit) or when ``_SETTLE_EVERY`` of them (or
 ``_SETTLE_BYTES`` of values), at most a quarter of the change set's bound, gathered.  The
 deferred writes reach the database, as one engine write batch, only when something reads it
-beyond one key (a scan, a range deletion, warming a key group not held whole, an ingest, a
+beyond one key (a scan, a range deletion, warming a key group one of them falls in, an ingest, a
 snapshot commit) or when the committed copy is parked -- where a batch that rewrote most of the
 state usually replaces the database by the row cache's state in one table instead
 (``WorkingCopy.rewrite_stacked``), so its writes never pass through the engine's memtable.  A

@@ -186,25 +186,21 @@ def _joined_int_rows(segments: list, rows: list, width: int, leading: list | Non
                 lead = np.fromiter(leading[begin:begin + n], dtype=np.int64, count=n)
         except (TypeError, OverflowError):  # a None; an int beyond 64 bits
             return None
-        blocks, masks, lengths = [], [], np.zeros(n, dtype=np.int64)
-        varied = False  # some column's pieces differ in length
+        pieces = []  # (a segment's block of bytes, its rows' lengths in it, or None: the block's width)
         for segment in segments:
             if type(segment) is bytes:
-                blocks.append(np.broadcast_to(np.frombuffer(segment, dtype=np.uint8), (n, len(segment))))
-                masks.append(np.ones((n, len(segment)), dtype=bool))
-                lengths += len(segment)
-                continue
-            out, column_lengths = _varint_matrix(lead if segment < 0 else a[:, segment])
-            blocks.append(out)
-            if column_lengths is None:
-                masks.append(np.ones(out.shape, dtype=bool))
-                lengths += out.shape[1]
+                pieces.append((np.broadcast_to(np.frombuffer(segment, dtype=np.uint8), (n, len(segment))), None))
             else:
-                varied = True
-                masks.append(np.arange(out.shape[1]) < column_lengths[:, None])
-                lengths += column_lengths
-        laid = np.concatenate(blocks, axis=1)
-        encoded += _cut((laid[np.concatenate(masks, axis=1)] if varied else laid).tobytes(), lengths)
+                pieces.append(_varint_matrix(lead if segment < 0 else a[:, segment]))
+        laid = np.concatenate([block for block, _ in pieces], axis=1)
+        lengths = np.zeros(n, dtype=np.int64)
+        for block, column_lengths in pieces:
+            lengths += block.shape[1] if column_lengths is None else column_lengths
+        if any(column_lengths is not None for _, column_lengths in pieces):  # some pieces shorter than their block
+            laid = laid[np.concatenate([np.ones(block.shape, dtype=bool) if column_lengths is None else
+                                        np.arange(block.shape[1]) < column_lengths[:, None]
+                                        for block, column_lengths in pieces], axis=1)]
+        encoded += _cut(laid.tobytes(), lengths)
     return encoded
 
 
@@ -278,22 +274,20 @@ def encode_values(values: list) -> list:
             inner = list(map(_SECOND, rows))
             width = _int_rows_width(inner) if _INT_ROW_TYPES.issuperset(map(type, expiries)) else 0
             if width:  # the processor's: 2 | expiry | R_ROW | count | pieces
-                encoded = None
+                tail = ROW_PIECE + COUNT_PIECES[width]
                 if expiries.count(None) == len(expiries):  # no time to live: one head
-                    head = _PAIR_PIECE + NONE_PIECE + ROW_PIECE + COUNT_PIECES[width]
+                    head = _PAIR_PIECE + NONE_PIECE + tail
                     if _large_ints(inner):
                         encoded = _joined_int_rows([head, *range(width)], inner, width)
-                else:  # (expiries are times: large ints)
-                    head = None
-                    encoded = _joined_int_rows([_PAIR_PIECE, -1, ROW_PIECE + COUNT_PIECES[width], *range(width)],
-                                               inner, width, expiries)
+                        if encoded is not None:
+                            return encoded
+                    return list(map(b"".join, zip(repeat(head), *_int_rows_pieces(inner, width))))
+                # (expiries are times: large ints)
+                encoded = _joined_int_rows([_PAIR_PIECE, -1, tail, *range(width)], inner, width, expiries)
                 if encoded is not None:
                     return encoded
-                columns = _int_rows_pieces(inner, width)
-                if head is not None:
-                    return list(map(b"".join, zip(repeat(head), *columns)))
-                return list(map(b"".join, zip(repeat(_PAIR_PIECE), _int_column_pieces(expiries),
-                                              repeat(ROW_PIECE + COUNT_PIECES[width]), *columns)))
+                return list(map(b"".join, zip(repeat(_PAIR_PIECE), _int_column_pieces(expiries), repeat(tail),
+                                              *_int_rows_pieces(inner, width))))
         columns = _columns_with_bytes(rows)  # (after the processor's shape: it is tried on every commit)
         if columns is not None:  # a view's, with bytes: count | pieces and heads with bytes
             return list(map(b"".join, zip(repeat(COUNT_PIECES[len(rows[0])]), *columns)))

@@ -5,7 +5,9 @@ the stored timer set; and the move from the earlier layouts."""
 
 from __future__ import annotations
 
+import itertools
 import random
+import struct
 
 import pytest
 from hypothesis import given, settings
@@ -25,7 +27,7 @@ from antkv.spark.processor.timers import (
     decode_timer_set,
     encode_timer_set,
 )
-from antkv.spark.processor.variables import encode_time
+from antkv.spark.processor.variables import TIME_BIAS, encode_time
 from antkv.spark.tools.state_records import partition_records
 
 K = 128  # key groups, one partition
@@ -175,6 +177,21 @@ def test_a_timer_set_decodes_to_what_was_encoded_and_a_cut_one_is_corruption(tim
     for cut in range(len(raw)):
         with pytest.raises(antkv.CorruptionError):
             decode_timer_set(raw[:cut])
+
+
+@settings(max_examples=200, deadline=None)
+@given(timers=TIMER_SETS, ties=st.booleans())
+def test_a_timer_set_is_stored_in_time_then_key_order(timers, ties):
+    """The stored order is the module docstring's whatever the set's own order (keys with one
+    timer each take a path of their own); ``ties`` gives many keys the same time."""
+    if ties:
+        timers = {k: (v if type(v) is int else min(v)) % 3 for k, v in reversed(list(timers.items()))}
+    raw = encode_timer_set(timers)
+    n = struct.unpack_from(">I", raw)[0]
+    fields = struct.unpack_from(f">{n}Q{n}I", raw, 4)
+    ends = list(itertools.accumulate(fields[n:], initial=4 + 12 * n))
+    stored = [(t - TIME_BIAS, raw[a:b]) for t, a, b in zip(fields[:n], ends, ends[1:])]
+    assert stored == sorted((t, k) for k, v in timers.items() for t in ((v,) if type(v) is int else v))
 
 
 def _entries(store, sid: int) -> list[bytes]:

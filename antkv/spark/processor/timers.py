@@ -40,7 +40,8 @@ once), and writes the version key, in its batch.  The state reader reads all thr
 from __future__ import annotations
 
 import struct
-from itertools import accumulate
+from itertools import accumulate, repeat
+from operator import add
 
 from antkv import CorruptionError
 
@@ -64,15 +65,25 @@ TIMER_LAYOUT = b"\x03"  # a timer set per key group; b"\x02" or absent: the earl
 _COUNT = struct.Struct(">I")
 
 _LOW, _HIGH = -(1 << 63), 1 << 63  # _HIGH: the floor of a key group without timers
+_INT_ONLY = frozenset((int,))
 
 
 def encode_timer_set(timers: dict) -> bytes:
     """The stored form of ``timers`` (``{encoded key: time, or a set of times}``, not empty;
     the module docstring)."""
-    pairs = sorted([(t, k) for k, v in timers.items() for t in ((v,) if type(v) is int else v)])
-    n = len(pairs)
-    keys = [k for _, k in pairs]
-    head = struct.pack(f">I{n}Q{n}I", n, *[t + TIME_BIAS for t, _ in pairs], *map(len, keys))
+    if _INT_ONLY.issuperset(map(type, timers.values())):  # one timer per key, the common case
+        # sorted by key, then (stably) by time: no tuple per timer, and a set written in key
+        # order, as a batch writes it, is sorted by key in one pass
+        get = timers.__getitem__
+        keys = sorted(timers)
+        keys.sort(key=get)
+        times = map(get, keys)
+    else:
+        pairs = sorted([(t, k) for k, v in timers.items() for t in ((v,) if type(v) is int else v)])
+        keys = [k for _, k in pairs]
+        times = [t for t, _ in pairs]
+    n = len(keys)
+    head = struct.pack(f">I{n}Q{n}I", n, *map(add, times, repeat(TIME_BIAS)), *map(len, keys))
     return b"".join([head, *keys])
 
 

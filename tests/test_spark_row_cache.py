@@ -601,3 +601,13 @@ def test_warming_with_a_codec_leaves_a_reopened_copys_reads_nothing_to_decode(tm
     assert all(store.get_decoded(k, codec) == v for k, v in odd.items()) and codec.decodes == len(odd)
     store.abort()
     release_idle_stores()
+
+
+def test_the_whole_state_is_every_live_key_in_order_only_when_the_count_matches():
+    rows = RowCache(RowBudget(1 << 30, None))
+    rows.write_many([(b"b", b"2"), (b"a", b"1"), (b"c", b"3")])
+    assert rows.whole_state(3) == ([b"a", b"b", b"c"], [b"1", b"2", b"3"])
+    assert rows.whole_state(4) is None  # a key the cache lacks
+    rows.put(b"0", None)  # known absent: not part of the state
+    assert rows.whole_state(3) == ([b"a", b"b", b"c"], [b"1", b"2", b"3"])
+    assert rows.whole_state(4) is None

@@ -236,18 +236,14 @@ class Timers:
             else:
                 store.delete(prefix + _SET)
 
-    def _current(self, ms) -> tuple[int, bytes, bytes]:
-        """``(ms, key group prefix, encoded key)`` of the current key's timer at ``ms``."""
+    def register(self, ms) -> None:
         if type(ms) is not int or not _LOW <= ms < _HIGH:
             ms = _time(ms)
-        handle = self._handle
+        handle = self._handle  # the current key (inlined here and in delete: a call per key each)
         kg = handle.current_kg
         if kg is None:
             handle.current_key_bytes()  # raises: no current key
-        return ms, kg, handle.current_key
-
-    def register(self, ms) -> None:
-        ms, kg, key = self._current(ms)
+        key = handle.current_key
         timers = self._sets.get(kg)
         if timers is None:
             timers = self._set_of(kg)
@@ -263,7 +259,13 @@ class Timers:
             self._floors[kg] = ms
 
     def delete(self, ms) -> None:
-        ms, kg, key = self._current(ms)
+        if type(ms) is not int or not _LOW <= ms < _HIGH:
+            ms = _time(ms)
+        handle = self._handle
+        kg = handle.current_kg
+        if kg is None:
+            handle.current_key_bytes()  # raises: no current key
+        key = handle.current_key
         timers = self._sets.get(kg)
         if timers is None:
             timers = self._set_of(kg)

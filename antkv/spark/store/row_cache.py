@@ -240,9 +240,10 @@ class RowCache:
         live entries are live keys with their values (the invariant), so as many of them as
         there are keys are all of them."""
         rows = self.rows
-        if len(rows) - list(rows.values()).count(None) != num_keys:
+        absent = list(rows.values()).count(None)
+        if len(rows) - absent != num_keys:
             return None
-        keys = sorted(k for k, v in rows.items() if v is not None)
+        keys = sorted(rows) if not absent else sorted(k for k, v in rows.items() if v is not None)
         return keys, list(map(rows.__getitem__, keys))
 
     def lookup(self, key: bytes):

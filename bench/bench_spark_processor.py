@@ -4,8 +4,8 @@ Usage::
 
     .venv/bin/python bench/bench_spark_processor.py                          # 10,000 keys
     .venv/bin/python bench/bench_spark_processor.py --keys 100000 --batches 3   # the full size
-        [--partitions 4] [--order interleave|alternate|streams] [--api pandas|rows] [--dir /tmp]
-        [--json out.json]
+        [--partitions 4] [--order interleave|alternate|streams] [--api pandas|rows] [--warmup 6]
+        [--dir /tmp] [--json out.json]
 
 The session-window ``StatefulProcessor`` of ``bench_spark_baseline.py`` (event time, a value
 state per key, a timer at the end of the session moved on every event) runs, unchanged, in two
@@ -36,13 +36,16 @@ idle timeout), so antkv's next batch starts new workers, which reopen the workin
 on the machine: that order measures a query whose batches are over a minute apart, not a
 steady stream.  The report gives antkv's load time and each partition's copy (``R`` reused,
 ``O`` reopened, ``C`` caught up, ``B`` rebuilt, ``N`` new) per batch.
-``--order streams`` measures steady streams, as queries fed faster than they process: Spark's
-batches run back to back, then antkv's and the floor's take turns batch by batch (which of the
-two goes first alternates), so each query's batches follow one another within seconds and each
-sees the machine on its own.  Spark's batches go first because the JVM's compiled code keeps
-improving over the first several batches of a session (its CPU per batch fell from 3.5 s to
-1.3 s over antkv's first four batches at 100,000 keys): run first, antkv paid for that warm-up
-and the floor, run last, did not.
+``--order streams`` measures steady streams: antkv's batches run back to back, then Spark's,
+then the floor's, as queries fed faster than they process (each query then sees the machine on
+its own; a batch of antkv's pays for the copies its previous batch parks in the background).
+
+Before any of that, ``--warmup`` batches (default 6) of a fourth query, the floor's plan over
+its own copy of the input, warm the JVM and are not reported: the JVM's compiled code keeps
+improving over a session's first batches (at 100,000 keys its CPU per batch of the floor's
+plan fell from 9 s to 2.6, 1.9 and 1.4 s over the first four, and about 0.9 s after twenty),
+so without it whichever query ran first paid for the warm-up.  What is left of that drift
+favours the floor, whose batches run last.
 
 Reported per batch and query: rows/s, the input rows over the micro-batches'
 ``triggerExecution`` time (summed over the micro-batches the file caused: Spark adds a batch
@@ -68,6 +71,7 @@ from antkv.spark.tools.batch_report import FATE_LETTERS, fate_of  # noqa: E402
 from bench.processor_floor import floor_batch  # noqa: E402
 
 ENGINES = ("spark", "antkv", "floor")
+WARMUP = "warm-up"  # the floor's plan over its own input, run first and not reported
 OUTPUT_SCHEMA = "key string, start long, end long, events long"
 INPUT_SCHEMA = "key string, value binary, ts timestamp"
 
@@ -78,7 +82,7 @@ def _queries(spark, work: str, partitions: int, api: str = "pandas"):
     rows = api == "rows"
     processor = session_row_processor_class if rows else session_processor_class
     queries = {}
-    for name in ENGINES:
+    for name in (*ENGINES, WARMUP):
         inputs = os.path.join(work, f"input-{name}")
         os.makedirs(inputs)
         stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(inputs)
@@ -88,7 +92,7 @@ def _queries(spark, work: str, partitions: int, api: str = "pandas"):
             spark_api = grouped.transformWithState if rows else grouped.transformWithStateInPandas
             out = spark_api(processor()(), OUTPUT_SCHEMA, "Update", "EventTime")
             writer = out.writeStream.format("noop").outputMode("update")
-        elif name == "floor":
+        elif name in ("floor", WARMUP):
             writer = stream.select("key", "ts").writeStream.foreachBatch(
                 floor_batch(processor(), OUTPUT_SCHEMA, partitions, rows))
         else:
@@ -126,11 +130,15 @@ def _antkv_breakdown(work: str, batch: int) -> dict:
             "snapshots": sum(p["snapshot"] for p in parts)}
 
 
-def _schedule(order: str, batches: int) -> list[tuple[int, str]]:
-    """``(batch, engine)`` in the order they run (see the module docstring)."""
+def _schedule(order: str, batches: int, warmup: int = 0) -> list[tuple[int, str]]:
+    """``(batch, engine)`` in the order they run, after ``warmup`` batches of the warm-up query
+    (see the module docstring)."""
+    return [(b, WARMUP) for b in range(warmup)] + _measured(order, batches)
+
+
+def _measured(order: str, batches: int) -> list[tuple[int, str]]:
     if order == "streams":
-        return [(b, "spark") for b in range(batches)] + [
-            (b, engine) for b in range(batches) for engine in (("antkv", "floor") if b % 2 == 0 else ("floor", "antkv"))]
+        return [(b, engine) for engine in ("antkv", "spark", "floor") for b in range(batches)]
     if order == "interleave":
         return [(b, engine) for b in range(batches) for engine in ENGINES]
     return [(b, engine) for b in range(batches)
@@ -141,15 +149,16 @@ def run(args) -> dict:
     work = tempfile.mkdtemp(prefix="antkv-processor-bench-", dir=args.dir)
     spark = start_session(args.partitions, os.path.join(work, "spark-local"))
     results = {"keys": args.keys, "batches": args.batches, "partitions": args.partitions,
-               "cores": os.cpu_count(), "order": args.order, "api": args.api, "per_batch": []}
+               "cores": os.cpu_count(), "order": args.order, "api": args.api, "warmup": args.warmup,
+               "per_batch": []}
     try:
         queries = _queries(spark, work, args.partitions, args.api)
         last = {name: -1 for name in queries}
         source = os.path.join(work, "source")
         os.makedirs(source)
         rows = [{"batch": batch} for batch in range(args.batches)]
-        for batch, engine in _schedule(args.order, args.batches):
-            row = rows[batch]
+        for batch, engine in _schedule(args.order, args.batches, args.warmup):
+            row = {} if engine == WARMUP else rows[batch]  # (the warm-up's batches are not reported)
             row.setdefault("first", engine)
             name = f"batch-{batch:05d}.parquet"
             if not os.path.exists(os.path.join(source, name)):
@@ -209,15 +218,17 @@ def main(argv=None) -> None:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--order", choices=("interleave", "alternate", "streams"), default="interleave",
                    help="interleave: Spark, antkv, the floor every batch; alternate: the order reverses every other batch; "
-                        "streams: Spark's batches back to back, then antkv's and the floor's in turns")
+                        "streams: antkv's batches back to back, then Spark's, then the floor's")
+    p.add_argument("--warmup", type=int, default=6,
+                   help="batches of the floor's plan run first, unreported, to warm the JVM")
     p.add_argument("--api", choices=("pandas", "rows"), default="pandas",
                    help="the processor written for transformWithStateInPandas, or for the row-based transformWithState")
     p.add_argument("--dir", default=None, help="where the inputs and state go (a temp dir)")
     p.add_argument("--json", default=None, help="also write the full results here")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     args = p.parse_args(argv)
-    if args.keys < 1 or args.batches < 1 or args.partitions < 1:
-        p.error("--keys, --batches and --partitions must be positive")
+    if args.keys < 1 or args.batches < 1 or args.partitions < 1 or args.warmup < 0:
+        p.error("--keys, --batches and --partitions must be positive, --warmup at least 0")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     results = run(args)
     print(report(results))

@@ -40,12 +40,14 @@ steady stream.  The report gives antkv's load time and each partition's copy (``
 then the floor's, as queries fed faster than they process (each query then sees the machine on
 its own; a batch of antkv's pays for the copies its previous batch parks in the background).
 
-Before any of that, ``--warmup`` batches (default 6) of a fourth query, the floor's plan over
-its own copy of the input, warm the JVM and are not reported: the JVM's compiled code keeps
-improving over a session's first batches (at 100,000 keys its CPU per batch of the floor's
-plan fell from 9 s to 2.6, 1.9 and 1.4 s over the first four, and about 0.9 s after twenty),
-so without it whichever query ran first paid for the warm-up.  What is left of that drift
-favours the floor, whose batches run last.
+Before any of that, ``--warmup`` batches (default 6) of two more queries, antkv's and the
+floor's plans (antkv on a location of its own) over their own copies of the input, taking
+turns, warm the JVM and are not reported: the JVM's compiled code keeps improving over a
+session's first batches (at 100,000 keys its CPU per batch of the floor's plan fell from 9 s to
+2.6, 1.9 and 1.4 s over the first four, and to about 0.9 s after twenty), and Spark compiles
+the code generated for a plan once per distinct plan, so without it whichever query ran first
+paid for the warm-up, and a warm-up of one plan left the other's cold.  What is left of that
+drift favours the floor, whose batches run last.
 
 Reported per batch and query: rows/s, the input rows over the micro-batches'
 ``triggerExecution`` time (summed over the micro-batches the file caused: Spark adds a batch
@@ -71,7 +73,8 @@ from antkv.spark.tools.batch_report import FATE_LETTERS, fate_of  # noqa: E402
 from bench.processor_floor import floor_batch  # noqa: E402
 
 ENGINES = ("spark", "antkv", "floor")
-WARMUP = "warm-up"  # the floor's plan over its own input, run first and not reported
+WARMUPS = ("warm-up antkv", "warm-up floor")  # antkv's and the floor's plans over inputs of their own, run
+# first and not reported
 OUTPUT_SCHEMA = "key string, start long, end long, events long"
 INPUT_SCHEMA = "key string, value binary, ts timestamp"
 
@@ -82,26 +85,27 @@ def _queries(spark, work: str, partitions: int, api: str = "pandas"):
     rows = api == "rows"
     processor = session_row_processor_class if rows else session_processor_class
     queries = {}
-    for name in (*ENGINES, WARMUP):
-        inputs = os.path.join(work, f"input-{name}")
+    for name in (*ENGINES, *WARMUPS):
+        inputs = os.path.join(work, f"input-{name.replace(' ', '-')}")
         os.makedirs(inputs)
         stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(inputs)
-        checkpoint = os.path.join(work, f"checkpoint-{name}")
+        checkpoint = os.path.join(work, f"checkpoint-{name.replace(' ', '-')}")
         if name == "spark":
             grouped = stream.withWatermark("ts", "0 seconds").select("key", "ts").groupBy("key")
             spark_api = grouped.transformWithState if rows else grouped.transformWithStateInPandas
             out = spark_api(processor()(), OUTPUT_SCHEMA, "Update", "EventTime")
             writer = out.writeStream.format("noop").outputMode("update")
-        elif name in ("floor", WARMUP):
+        elif name in ("floor", "warm-up floor"):
             writer = stream.select("key", "ts").writeStream.foreachBatch(
                 floor_batch(processor(), OUTPUT_SCHEMA, partitions, rows))
         else:
-            runner = TransformWithState(f"file://{work}/antkv-state", "sessions", "key", processor()(),
+            own = "antkv" if name == "antkv" else "antkv-warm-up"
+            runner = TransformWithState(f"file://{work}/{own}-state", "sessions", "key", processor()(),
                                         OUTPUT_SCHEMA, time_mode="EventTime", event_time_column="ts",
-                                        partitions=partitions, metrics_path=os.path.join(work, "antkv-metrics.jsonl"),
+                                        partitions=partitions, metrics_path=os.path.join(work, f"{own}-metrics.jsonl"),
                                         rows=rows)
             writer = stream.select("key", "ts").writeStream.foreachBatch(runner.foreach_batch())
-        query = writer.option("checkpointLocation", checkpoint).queryName(f"processor-{name}").start()
+        query = writer.option("checkpointLocation", checkpoint).queryName(f"processor-{name.replace(' ', '-')}").start()
         queries[name] = (query, inputs)
     return queries
 
@@ -133,7 +137,7 @@ def _antkv_breakdown(work: str, batch: int) -> dict:
 def _schedule(order: str, batches: int, warmup: int = 0) -> list[tuple[int, str]]:
     """``(batch, engine)`` in the order they run, after ``warmup`` batches of the warm-up query
     (see the module docstring)."""
-    return [(b, WARMUP) for b in range(warmup)] + _measured(order, batches)
+    return [(b, name) for b in range(warmup) for name in WARMUPS] + _measured(order, batches)
 
 
 def _measured(order: str, batches: int) -> list[tuple[int, str]]:
@@ -158,7 +162,7 @@ def run(args) -> dict:
         os.makedirs(source)
         rows = [{"batch": batch} for batch in range(args.batches)]
         for batch, engine in _schedule(args.order, args.batches, args.warmup):
-            row = {} if engine == WARMUP else rows[batch]  # (the warm-up's batches are not reported)
+            row = {} if engine in WARMUPS else rows[batch]  # (the warm-up's batches are not reported)
             row.setdefault("first", engine)
             name = f"batch-{batch:05d}.parquet"
             if not os.path.exists(os.path.join(source, name)):

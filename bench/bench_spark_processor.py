@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python bench/bench_spark_processor.py                          # 10,000 keys
-    .venv/bin/python bench/bench_spark_processor.py --keys 100000 --batches 3   # the full size
+    .venv/bin/python bench/bench_spark_processor.py --keys 100000 --batches 6   # the full size
         [--partitions 4] [--order interleave|alternate|streams] [--api pandas|rows] [--warmup 6]
         [--dir /tmp] [--json out.json]
 
@@ -135,7 +135,7 @@ def _antkv_breakdown(work: str, batch: int) -> dict:
 
 
 def _schedule(order: str, batches: int, warmup: int = 0) -> list[tuple[int, str]]:
-    """``(batch, engine)`` in the order they run, after ``warmup`` batches of the warm-up query
+    """``(batch, engine)`` in the order they run, after ``warmup`` batches of the warm-up queries
     (see the module docstring)."""
     return [(b, name) for b in range(warmup) for name in WARMUPS] + _measured(order, batches)
 
@@ -224,7 +224,7 @@ def main(argv=None) -> None:
                    help="interleave: Spark, antkv, the floor every batch; alternate: the order reverses every other batch; "
                         "streams: antkv's batches back to back, then Spark's, then the floor's")
     p.add_argument("--warmup", type=int, default=6,
-                   help="batches of the floor's plan run first, unreported, to warm the JVM")
+                   help="batches of antkv's and the floor's plans run first, unreported, to warm the JVM")
     p.add_argument("--api", choices=("pandas", "rows"), default="pandas",
                    help="the processor written for transformWithStateInPandas, or for the row-based transformWithState")
     p.add_argument("--dir", default=None, help="where the inputs and state go (a temp dir)")

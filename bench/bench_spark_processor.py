@@ -97,7 +97,7 @@ def _queries(spark, work: str, partitions: int, api: str = "pandas"):
             writer = out.writeStream.format("noop").outputMode("update")
         elif name in ("floor", "warm-up floor"):
             writer = stream.select("key", "ts").writeStream.foreachBatch(
-                floor_batch(processor(), OUTPUT_SCHEMA, partitions, rows))
+                floor_batch(processor(), OUTPUT_SCHEMA, partitions, rows, query=name))
         else:
             own = "antkv" if name == "antkv" else "antkv-warm-up"
             runner = TransformWithState(f"file://{work}/{own}-state", "sessions", "key", processor()(),

@@ -200,10 +200,12 @@ class RunnerPartition:
         self.reports: dict = {}
 
 
-def floor_batch(processor_class, output_schema: str, partitions: int, rows: bool = False):
+def floor_batch(processor_class, output_schema: str, partitions: int, rows: bool = False, query: str = "floor"):
     """A ``foreachBatch`` function running ``processor_class()`` as
     ``TransformWithState(..., "key", time_mode="EventTime", event_time_column="ts")`` does,
-    with :class:`DictHandle` state (see the module docstring)."""
+    with :class:`DictHandle` state (see the module docstring); ``query`` names the state, kept
+    in each Python worker per query and partition (two floor queries in one session must not
+    share it)."""
     import sys
     import time as _time
 
@@ -242,9 +244,9 @@ def floor_batch(processor_class, output_schema: str, partitions: int, rows: bool
             # the worker's dicts, kept between batches (a bench function travels by value, so
             # its own module globals would be new in every task)
             worker = sys.__dict__.setdefault("_antkv_processor_floor", {})
-            dicts = worker.get(p)
+            dicts = worker.get((query, p))
             if dicts is None:
-                dicts = worker[p] = PartitionDicts()
+                dicts = worker[(query, p)] = PartitionDicts()
             state = RunnerPartition(dicts, key_group_range(DEFAULT_KEY_GROUPS, partitions, p))
             produced = sum(len(out) for out in _run_partition(batch, state, frames, DictHandle))
             newest = state.reports.get("max_event_time_ms")

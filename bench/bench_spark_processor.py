@@ -73,7 +73,7 @@ from antkv.spark.tools.batch_report import FATE_LETTERS, fate_of  # noqa: E402
 from bench.processor_floor import floor_batch  # noqa: E402
 
 ENGINES = ("spark", "antkv", "floor")
-WARMUPS = ("warm-up antkv", "warm-up floor")  # antkv's and the floor's plans over inputs of their own, run
+WARMUPS = ("warm-up-antkv", "warm-up-floor")  # antkv's and the floor's plans over inputs of their own, run
 # first and not reported
 OUTPUT_SCHEMA = "key string, start long, end long, events long"
 INPUT_SCHEMA = "key string, value binary, ts timestamp"
@@ -86,16 +86,16 @@ def _queries(spark, work: str, partitions: int, api: str = "pandas"):
     processor = session_row_processor_class if rows else session_processor_class
     queries = {}
     for name in (*ENGINES, *WARMUPS):
-        inputs = os.path.join(work, f"input-{name.replace(' ', '-')}")
+        inputs = os.path.join(work, f"input-{name}")
         os.makedirs(inputs)
         stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(inputs)
-        checkpoint = os.path.join(work, f"checkpoint-{name.replace(' ', '-')}")
+        checkpoint = os.path.join(work, f"checkpoint-{name}")
         if name == "spark":
             grouped = stream.withWatermark("ts", "0 seconds").select("key", "ts").groupBy("key")
             spark_api = grouped.transformWithState if rows else grouped.transformWithStateInPandas
             out = spark_api(processor()(), OUTPUT_SCHEMA, "Update", "EventTime")
             writer = out.writeStream.format("noop").outputMode("update")
-        elif name in ("floor", "warm-up floor"):
+        elif name in ("floor", "warm-up-floor"):
             writer = stream.select("key", "ts").writeStream.foreachBatch(
                 floor_batch(processor(), OUTPUT_SCHEMA, partitions, rows, query=name))
         else:
@@ -105,7 +105,7 @@ def _queries(spark, work: str, partitions: int, api: str = "pandas"):
                                         partitions=partitions, metrics_path=os.path.join(work, f"{own}-metrics.jsonl"),
                                         rows=rows)
             writer = stream.select("key", "ts").writeStream.foreachBatch(runner.foreach_batch())
-        query = writer.option("checkpointLocation", checkpoint).queryName(f"processor-{name.replace(' ', '-')}").start()
+        query = writer.option("checkpointLocation", checkpoint).queryName(f"processor-{name}").start()
         queries[name] = (query, inputs)
     return queries
 

@@ -205,6 +205,33 @@ def test_composite_state_values_come_back_as_spark_types(store):
     assert v2.get()[3].asDict() == {"x": 1.0, "y": 2.5} and v2.get()[1] == ["x", "y"]
 
 
+def test_a_value_read_again_sees_every_write_since_whoever_made_it(store):
+    """``exists()`` then ``get()`` read the store once (the handle remembers the last value
+    read); any write of the value in between, by any state object of that name, and a new
+    current key, are seen, and a restored value is a new object at every read."""
+    h = handle_for(store)
+    a = h.getValueState("v", "n long")
+    b = h.getValueState("v", "n long")  # Spark's state objects act on a name
+    tags = h.getValueState("tags", "tags array<string>")
+    h.set_current_key(1, ("k",))
+    assert not a.exists() and a.get() is None
+    b.update((1,))
+    assert a.exists() and a.get() == (1,)
+    b.clear()
+    assert not a.exists() and a.get() is None
+    a.update((2,))
+    assert b.get() == (2,) and a.get() == (2,)
+    h.set_current_key(1, ("other",))
+    assert a.get() is None
+    b.update((3,))
+    h.set_current_key(1, ("k",))
+    assert a.get() == (2,) and b.exists()
+    tags.update((["x"],))
+    got = tags.get()
+    got[0].append("y")
+    assert tags.get() == (["x"],)
+
+
 @pytest.mark.parametrize("value, words", [
     ((1, "x"), "value state 's', field 'tags': expects array<string>, got str"),
     ((1, ["a", 2]), r"field 'tags'\[1\]: expects string, got int 2"),

@@ -114,6 +114,9 @@ class ProcessorHandle:
         self.current_key = b""
         self._kg_number = None  # the key group of _kg_prefix, the last one set
         self._kg_prefix = b""
+        # the last value state read: (the current key it was read for, state id, stored row or
+        # None), owned by ValueState (which forgets it on every write of a value state)
+        self.value_read = None
         # Spark's handle state: CREATED while init() runs, INITIALIZED from the first handler
         # call on (the runner sets a current key before each one)
         self.phase = "CREATED"
@@ -204,6 +207,7 @@ class ProcessorHandle:
         if not isinstance(stateName, str):
             raise TypeError("a state name must be a str")
         self._in_init("delete_if_exists", "deleting state")
+        self.value_read = None
         for variable in self._variables.values():
             if variable.name == stateName:
                 variable.deleted()

@@ -169,8 +169,16 @@ class StateVariable:
 
     def _live_row(self, stored_key: bytes, where: str):
         """The one row a value (or a map entry) holds at ``stored_key``, restored, or None when
-        absent or expired; read through the store's decoded values.  More rows than one is
-        damage (``where`` names the place in the error)."""
+        absent or expired (:meth:`_stored_row`)."""
+        row = self._stored_row(stored_key, where)
+        if row is None or self._schema.flat:
+            return row
+        return self._schema.restore(row)
+
+    def _stored_row(self, stored_key: bytes, where: str):
+        """The one row a value (or a map entry) holds at ``stored_key``, as stored (not
+        restored), or None when absent or expired; read through the store's decoded values.
+        More rows than one is damage (``where`` names the place in the error)."""
         handle = self._handle
         stored = handle.store.get_decoded(stored_key, ROWS)
         if stored is None:
@@ -180,8 +188,7 @@ class StateVariable:
         expiry, row = stored[0]
         if expiry is not None and handle.batch_timestamp_ms >= expiry:  # (_live, inlined: a read per call)
             return None
-        schema = self._schema
-        return row if schema.flat else schema.restore(row)
+        return row
 
     def _index(self, key: bytes, expiry) -> None:
         """Enter ``key`` (a stored key of this variable) in the TTL index at ``expiry``."""
@@ -202,11 +209,24 @@ class ValueState(StateVariable):
     _kind_name = "value"
 
     def _read(self, operation: str):
+        """The current key's row, or None.  The handle remembers the last value read
+        (``ProcessorHandle.value_read``), so that ``exists()`` then ``get()`` read the store
+        once: it is the row read for this state id and this very current key (``set_current_key``
+        encodes each key anew), and every write of a value state forgets it."""
         handle = self._handle
         kg = handle.current_kg  # (_key(operation), inlined: a read is one call per key)
         if kg is None or self._deleted:
             self._unusable(operation)
-        return self._live_row(kg + self._sid + handle.current_key, "")
+        key, sid = handle.current_key, self._sid
+        last = handle.value_read
+        if last is not None and last[0] is key and last[1] == sid:
+            row = last[2]
+        else:
+            row = self._stored_row(kg + sid + key, "")
+            handle.value_read = (key, sid, row)
+        if row is None or self._schema.flat:
+            return row
+        return self._schema.restore(row)
 
     def exists(self) -> bool:
         return self._read("exists") is not None
@@ -222,6 +242,7 @@ class ValueState(StateVariable):
         key = kg + self._sid + handle.current_key
         schema = self._schema
         row = schema.fit(newValue)
+        handle.value_read = None
         expiry = None if self._ttl is None else self._expiry()
         if schema.plain:  # kept decoded, encoded when the batch's writes settle
             handle.store.put_decoded(key, ((expiry, row),), ROWS)
@@ -231,9 +252,11 @@ class ValueState(StateVariable):
             self._index(key, expiry)
 
     def clear(self) -> None:
+        self._handle.value_read = None
         self._handle.store.delete(self._key("clear"))
 
     def expire(self, key: bytes, now: int) -> None:
+        self._handle.value_read = None
         _expire_single(self._handle.store, key, now)
 
 

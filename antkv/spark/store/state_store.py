@@ -90,8 +90,8 @@ from the location and the local cache (:mod:`antkv.spark.store.opening`).
 from __future__ import annotations
 
 import logging
-from itertools import compress, repeat
-from operator import is_, is_not, itemgetter
+from itertools import compress, filterfalse, repeat
+from operator import is_, is_not, itemgetter, not_
 
 import xxhash
 
@@ -391,9 +391,9 @@ class StateStore:
                 keep = pending
                 pending = dict(zip(keep, encode_many(list(keep.values())) if encode_many is not None
                                    else map(codec.encode, keep.values())))
-            else:  # (keys and values in lists of their own, no tuple per entry: as _pending's comment says)
-                decoded = [k for k, v in pending.items() if v is not None and type(v) is not bytes]
-                keep = dict(zip(decoded, map(pending.__getitem__, decoded)))
+            else:  # (sorted from the bytes and deletions -- a settle hook's few among many -- in C)
+                is_decoded = list(map(not_, map(_ENCODED_TYPES.__contains__, map(type, pending.values()))))
+                keep = dict(zip(compress(pending, is_decoded), compress(pending.values(), is_decoded)))
                 pending.update(zip(keep, encode_many(list(keep.values())) if encode_many is not None
                                    else map(codec.encode, keep.values())))
         if self._untracked:
@@ -401,7 +401,7 @@ class StateStore:
         else:
             changes = self._changes
             fresh = not changes  # every pending key is new to the change set (one settle a batch: all)
-            new = pending if fresh else [k for k in pending if k not in changes]  # (keys, iterated in order)
+            new = pending if fresh else list(filterfalse(changes.__contains__, pending))  # (keys, in order)
             # what the row cache holds for them, before the writes: what the base holds, if anything
             found = list(map(self._rows.rows.get, new, repeat(MISSING, len(new))))
             if new and not self._ranges and not self._learn_base_live(new, found) and not self._base_unknown:
@@ -426,7 +426,8 @@ class StateStore:
                 self._changes = pending  # (no copy: nothing changes pending from here on)
             else:
                 changes.update(pending)
-            self._write(pending, keep, found if fresh else None, added)
+            # (found is what the cache held for each pending key, in order, when every one is new)
+            self._write(pending, keep, found if len(new) == len(pending) else None, added)
             if self._change_bytes > self._max_change_bytes:
                 self._drop_changes()
 
@@ -514,7 +515,6 @@ class StateStore:
         decoded value of each raw it decodes in bulk, None for the others), the entries it
         decodes are kept decoded too, so that their reads decode nothing.  Returns the entries read."""
         self._check_active()
-        self._settle()  # (in bulk per call: cheaper than letting the batch's writes pile up)
         rows = self._rows
         wanted = set()
         for prefix in prefixes:
@@ -522,6 +522,9 @@ class StateStore:
                 raise antkv.InvalidArgumentError(f"warm: a prefix is {PREFIX_LEN} bytes, not {prefix!r}")
             if prefix not in rows.complete:
                 wanted.add(prefix)
+        if not wanted:  # (the batch's writes settle once, at commit, when every warm reads nothing)
+            return 0
+        self._settle()  # (before the scans fill the cache)
         read = 0
         if wanted and self._deferred and not wanted.isdisjoint(map(_PREFIX, self._deferred)):
             # a deferred write falls in a key group read here: the database must hold it first

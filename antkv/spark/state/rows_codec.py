@@ -152,19 +152,38 @@ def _varint_matrix(a: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     return out, lengths
 
 
-def _cut(data: bytes, lengths: np.ndarray) -> list:
-    """``data`` cut into consecutive pieces of ``lengths``."""
-    ends = np.cumsum(lengths)
-    return list(map(data.__getitem__, map(slice, (ends - lengths).tolist(), ends.tolist())))
+def _row_bytes(matrix: np.ndarray, lengths: np.ndarray | None, keep: np.ndarray | None = None) -> list:
+    """Each row of the uint8 matrix ``matrix`` as bytes: the whole row when ``lengths`` is None,
+    else row ``i``'s ``lengths[i]`` (at least 1) bytes that ``keep[i]`` marks (its first ones
+    when ``keep`` is None).  The rows of one length are made by numpy at once -- an item of a
+    void dtype converts to bytes, zero bytes kept -- not one slice per row."""
+    n, width = matrix.shape
+    if lengths is None:
+        return np.ascontiguousarray(matrix).view(f"V{width}").ravel().tolist()
+    if keep is None:
+        keep = np.arange(width) < lengths[:, None]
+    shortest, longest = int(lengths.min()), int(lengths.max())
+    if shortest == longest:  # (the common case: every row one length)
+        return matrix[keep].view(f"V{shortest}").tolist()
+    order = np.argsort(lengths, kind="stable")
+    by_length = lengths[order]
+    flat = matrix[order][keep[order]]  # the rows' bytes, shortest rows first
+    starts = [0, *(np.flatnonzero(np.diff(by_length)) + 1).tolist(), n]
+    made, pos = [], 0
+    for begin, end in zip(starts, starts[1:]):
+        length = int(by_length[begin])
+        made += flat[pos:pos + (end - begin) * length].view(f"V{length}").tolist()
+        pos += (end - begin) * length
+    where = np.empty(n, dtype=np.intp)
+    where[order] = np.arange(n)
+    return list(map(made.__getitem__, where.tolist()))
 
 
 def _varint_pieces(ints) -> list:
     """``[int_piece(v) for v in ints]`` for ints of -2**63..2**63-1, in numpy
     (:func:`_varint_matrix`)."""
     out, lengths = _varint_matrix(np.array(ints, dtype=np.int64))
-    if lengths is None:
-        return _cut(out.tobytes(), np.full(len(out), out.shape[1]))
-    return _cut(out[np.arange(out.shape[1]) < lengths[:, None]].tobytes(), lengths)
+    return _row_bytes(out, lengths)
 
 
 _JOIN_ROWS = 8192  # rows _joined_int_rows encodes at a time (bounding its matrices)
@@ -196,31 +215,34 @@ def _joined_int_rows(segments: list, rows: list, width: int, leading: list | Non
         lengths = np.zeros(n, dtype=np.int64)
         for block, column_lengths in pieces:
             lengths += block.shape[1] if column_lengths is None else column_lengths
+        keep = None
         if any(column_lengths is not None for _, column_lengths in pieces):  # some pieces shorter than their block
-            laid = laid[np.concatenate([np.ones(block.shape, dtype=bool) if column_lengths is None else
-                                        np.arange(block.shape[1]) < column_lengths[:, None]
-                                        for block, column_lengths in pieces], axis=1)]
-        encoded += _cut(laid.tobytes(), lengths)
+            keep = np.concatenate([np.ones(block.shape, dtype=bool) if column_lengths is None else
+                                   np.arange(block.shape[1]) < column_lengths[:, None]
+                                   for block, column_lengths in pieces], axis=1)
+        encoded += _row_bytes(laid, None if keep is None else lengths, keep)
     return encoded
 
 
 _BULK_VALUES = 32  # values encoded by encode_values' bulk paths at least (fewer: one call each)
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _TUPLES = frozenset((tuple,))
-_ONE, _TWO = frozenset((1,)), frozenset((2,))
+_ONE, _TWO = frozenset((1,)), {2}
 _BYTES = {bytes}
 
 
-def _int_rows_width(rows: list) -> int:
+def _int_rows_width(rows: list, width: int | None = None) -> int:
     """The width of every row of ``rows`` when they are all tuples of that one width (1 to
-    0x7F) of exact ints and Nones, else 0."""
-    if not _TUPLES.issuperset(map(type, rows)):
-        return 0
-    widths = set(map(len, rows))
-    if len(widths) != 1:
-        return 0
-    width = widths.pop()
-    if not 0 < width < 0x80 or not _INT_ROW_TYPES.issuperset(map(type, chain.from_iterable(rows))):
+    0x7F) of exact ints and Nones, else 0.  ``width``: the rows are known to be tuples of
+    that one width."""
+    if width is None:
+        if not _TUPLES.issuperset(map(type, rows)):
+            return 0
+        widths = set(map(len, rows))
+        if len(widths) != 1:
+            return 0
+        width = widths.pop()
+    if not 0 < width < 0x80 or not _INT_ROW_TYPES.issuperset(set(map(type, chain.from_iterable(rows)))):
         return 0
     return width
 
@@ -248,6 +270,33 @@ def _columns_with_bytes(rows: list) -> list | None:
     return pieces
 
 
+def _expiring_int_rows(pairs: list) -> list | None:
+    """The encodings of ``pairs`` -- ``(expiry, row)`` tuples (the processor's values), an
+    expiry an int or None, a row a tuple -- when every row is of one width of exact ints and
+    Nones and every expiry an int or None: ``2 | expiry | R_ROW | count | pieces``; else None."""
+    expiries = list(map(_FIRST, pairs))
+    if not _INT_ROW_TYPES.issuperset(set(map(type, expiries))):
+        return None
+    inner = list(map(_SECOND, pairs))
+    width = _int_rows_width(inner)
+    if not width:
+        return None
+    tail = ROW_PIECE + COUNT_PIECES[width]
+    if expiries.count(None) == len(expiries):  # no time to live: one head
+        head = _PAIR_PIECE + NONE_PIECE + tail
+        if _large_ints(inner):
+            encoded = _joined_int_rows([head, *range(width)], inner, width)
+            if encoded is not None:
+                return encoded
+        return list(map(b"".join, zip(repeat(head), *_int_rows_pieces(inner, width))))
+    # (expiries are times: large ints)
+    encoded = _joined_int_rows([_PAIR_PIECE, -1, tail, *range(width)], inner, width, expiries)
+    if encoded is not None:
+        return encoded
+    return list(map(b"".join, zip(repeat(_PAIR_PIECE), _int_column_pieces(expiries), repeat(tail),
+                                  *_int_rows_pieces(inner, width))))
+
+
 def encode_values(values: list) -> list:
     """``[encode_rows(v) for v in values]`` for the decoded values of a batch (tuples of rows).
 
@@ -262,32 +311,18 @@ def encode_values(values: list) -> list:
     (:func:`_joined_int_rows`).  Any other list is encoded value by value."""
     if len(values) >= _BULK_VALUES and _TUPLES.issuperset(map(type, values)) and _ONE.issuperset(map(len, values)):
         rows = list(map(_FIRST, values))
-        width = _int_rows_width(rows)
+        widths = set(map(len, rows)) if _TUPLES.issuperset(map(type, rows)) else ()
+        if widths == _TWO and type(rows[0][1]) is tuple:  # the processor's shape, likely: (expiry, row)
+            encoded = _expiring_int_rows(rows)
+            if encoded is not None:
+                return encoded
+        width = _int_rows_width(rows, widths.pop()) if len(widths) == 1 else 0
         if width:  # a view's: count | pieces
             if _large_ints(rows):
                 encoded = _joined_int_rows([COUNT_PIECES[width], *range(width)], rows, width)
                 if encoded is not None:
                     return encoded
             return list(map(b"".join, zip(repeat(COUNT_PIECES[width]), *_int_rows_pieces(rows, width))))
-        if _TUPLES.issuperset(map(type, rows)) and _TWO.issuperset(map(len, rows)):
-            expiries = list(map(_FIRST, rows))
-            inner = list(map(_SECOND, rows))
-            width = _int_rows_width(inner) if _INT_ROW_TYPES.issuperset(map(type, expiries)) else 0
-            if width:  # the processor's: 2 | expiry | R_ROW | count | pieces
-                tail = ROW_PIECE + COUNT_PIECES[width]
-                if expiries.count(None) == len(expiries):  # no time to live: one head
-                    head = _PAIR_PIECE + NONE_PIECE + tail
-                    if _large_ints(inner):
-                        encoded = _joined_int_rows([head, *range(width)], inner, width)
-                        if encoded is not None:
-                            return encoded
-                    return list(map(b"".join, zip(repeat(head), *_int_rows_pieces(inner, width))))
-                # (expiries are times: large ints)
-                encoded = _joined_int_rows([_PAIR_PIECE, -1, tail, *range(width)], inner, width, expiries)
-                if encoded is not None:
-                    return encoded
-                return list(map(b"".join, zip(repeat(_PAIR_PIECE), _int_column_pieces(expiries), repeat(tail),
-                                              *_int_rows_pieces(inner, width))))
         columns = _columns_with_bytes(rows)  # (after the processor's shape: it is tried on every commit)
         if columns is not None:  # a view's, with bytes: count | pieces and heads with bytes
             return list(map(b"".join, zip(repeat(COUNT_PIECES[len(rows[0])]), *columns)))

@@ -515,6 +515,7 @@ class StateStore:
         decoded value of each raw it decodes in bulk, None for the others), the entries it
         decodes are kept decoded too, so that their reads decode nothing.  Returns the entries read."""
         self._check_active()
+        self._settle()  # (in bulk per call: cheaper than letting the batch's writes pile up)
         rows = self._rows
         wanted = set()
         for prefix in prefixes:
@@ -522,9 +523,6 @@ class StateStore:
                 raise antkv.InvalidArgumentError(f"warm: a prefix is {PREFIX_LEN} bytes, not {prefix!r}")
             if prefix not in rows.complete:
                 wanted.add(prefix)
-        if not wanted:  # (the batch's writes settle once, at commit, when every warm reads nothing)
-            return 0
-        self._settle()  # (before the scans fill the cache)
         read = 0
         if wanted and self._deferred and not wanted.isdisjoint(map(_PREFIX, self._deferred)):
             # a deferred write falls in a key group read here: the database must hold it first

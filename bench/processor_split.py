@@ -73,12 +73,14 @@ def _frames(names, groups, owned, batch: int):
 
 
 class _Clock:
-    """CPU seconds spent in wrapped methods, by part (a part inside another counts in both),
+    """CPU seconds spent in wrapped methods, by part (a part inside another counts in both; a
+    call inside a call of the same part -- a settle hook's write that settles -- counts once),
     and in the cyclic garbage collector's passes (``gc``: they run inside whatever allocated,
     so their time is in the other parts too).  :meth:`close` puts every method back."""
 
     def __init__(self):
         self.spent = Counter()
+        self._running = Counter()  # part -> its calls under way
         self._gc_start = 0.0
         self._wrapped: list[tuple[object, str, object]] = []
         gc.callbacks.append(self._on_gc)
@@ -95,10 +97,13 @@ class _Clock:
 
         def timed(*args, **kwargs):
             t0 = time.process_time()
+            clock._running[part] += 1
             try:
                 return inner(*args, **kwargs)
             finally:
-                clock.spent[part] += time.process_time() - t0
+                clock._running[part] -= 1
+                if not clock._running[part]:
+                    clock.spent[part] += time.process_time() - t0
         self._wrapped.append((owner, name, inner))
         setattr(owner, name, timed)
 

@@ -256,6 +256,32 @@ def test_the_processor_split_runs_both_engines_and_splits_antkvs_extra(tmp_path,
     assert StateStore.__dict__["_settle"] is settle and gc.callbacks == callbacks
 
 
+def test_the_processor_split_clock_counts_a_part_called_inside_itself_once():
+    """A settle hook's write may settle the store again inside the settle: that inner call's
+    time is already in the outer one's, and the part is counted once."""
+    import time
+
+    from bench.processor_split import _Clock
+
+    class Work:
+        def run(self, depth):
+            end = time.process_time() + 0.02
+            while time.process_time() < end:
+                pass
+            if depth:
+                self.run(depth - 1)
+
+    clock = _Clock()
+    try:
+        clock.wrap(Work, "run", "work")
+        t0 = time.process_time()
+        Work().run(3)
+        spent = time.process_time() - t0
+    finally:
+        clock.close()
+    assert 0.08 <= clock.take()["work"] <= spent and "run" in Work.__dict__
+
+
 def test_the_processor_bench_orders_run_every_batch_of_every_query_once_after_the_warm_up():
     """The warm-ups' batches first (they warm the JVM and are not reported), then every batch of
     every query once, each query's in order; ``--order streams``: antkv's, Spark's, the floor's."""

@@ -206,27 +206,30 @@ def test_composite_state_values_come_back_as_spark_types(store):
 
 
 def test_a_value_read_again_sees_every_write_since_whoever_made_it(store):
-    """``exists()`` then ``get()`` read the store once (the handle remembers the last value
-    read); any write of the value in between, by any state object of that name, and a new
+    """``exists()`` then ``get()`` read the store once (the handle remembers what exists()
+    read); a write of the value in between, by any state object of that name, and a new
     current key, are seen, and a restored value is a new object at every read."""
     h = handle_for(store)
     a = h.getValueState("v", "n long")
     b = h.getValueState("v", "n long")  # Spark's state objects act on a name
     tags = h.getValueState("tags", "tags array<string>")
     h.set_current_key(1, ("k",))
-    assert not a.exists() and a.get() is None
+    assert not a.exists()
     b.update((1,))
-    assert a.exists() and a.get() == (1,)
+    assert a.get() == (1,) and a.exists()
     b.clear()
-    assert not a.exists() and a.get() is None
+    assert a.get() is None and not a.exists()
     a.update((2,))
-    assert b.get() == (2,) and a.get() == (2,)
+    assert a.exists() and b.get() == (2,) and a.get() == (2,)
     h.set_current_key(1, ("other",))
-    assert a.get() is None
+    assert a.get() is None and not a.exists()
     b.update((3,))
     h.set_current_key(1, ("k",))
     assert a.get() == (2,) and b.exists()
+    h.set_current_key(1, ("other",))
+    assert a.get() == (3,)
     tags.update((["x"],))
+    assert tags.exists()
     got = tags.get()
     got[0].append("y")
     assert tags.get() == (["x"],)

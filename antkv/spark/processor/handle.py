@@ -114,8 +114,8 @@ class ProcessorHandle:
         self.current_key = b""
         self._kg_number = None  # the key group of _kg_prefix, the last one set
         self._kg_prefix = b""
-        # the last value state read: (the current key it was read for, state id, stored row or
-        # None), owned by ValueState (which forgets it on every write of a value state)
+        # what a value state's exists() read last: (the current key it was read for, state id,
+        # stored row or None), owned by ValueState (every write of a value state forgets it)
         self.value_read = None
         # Spark's handle state: CREATED while init() runs, INITIALIZED from the first handler
         # call on (the runner sets a current key before each one)

@@ -208,31 +208,35 @@ class ValueState(StateVariable):
     kind = b"v"
     _kind_name = "value"
 
-    def _read(self, operation: str):
-        """The current key's row, or None.  The handle remembers the last value read
-        (``ProcessorHandle.value_read``), so that ``exists()`` then ``get()`` read the store
-        once: it is the row read for this state id and this very current key (``set_current_key``
-        encodes each key anew), and every write of a value state forgets it."""
+    def exists(self) -> bool:
+        """Whether the current key has a value.  The handle remembers the row read
+        (``ProcessorHandle.value_read``), so that a ``get()`` next reads nothing -- Spark's
+        ``if state.exists(): state.get()``: it is the row of this state id for this very
+        current key (``set_current_key`` encodes each key anew), and every write of a value
+        state forgets it."""
         handle = self._handle
-        kg = handle.current_kg  # (_key(operation), inlined: a read is one call per key)
+        kg = handle.current_kg  # (_key("exists"), inlined: a read is one call per key)
         if kg is None or self._deleted:
-            self._unusable(operation)
+            self._unusable("exists")
         key, sid = handle.current_key, self._sid
-        last = handle.value_read
-        if last is not None and last[0] is key and last[1] == sid:
+        row = self._stored_row(kg + sid + key, "")
+        handle.value_read = (key, sid, row)
+        return row is not None
+
+    def get(self):
+        handle = self._handle
+        kg = handle.current_kg  # (_key("get"), inlined)
+        if kg is None or self._deleted:
+            self._unusable("get")
+        key = handle.current_key
+        last = handle.value_read  # (what exists() read, if it was called last for this key)
+        if last is not None and last[0] is key and last[1] == self._sid:
             row = last[2]
         else:
-            row = self._stored_row(kg + sid + key, "")
-            handle.value_read = (key, sid, row)
+            row = self._stored_row(kg + self._sid + key, "")
         if row is None or self._schema.flat:
             return row
         return self._schema.restore(row)
-
-    def exists(self) -> bool:
-        return self._read("exists") is not None
-
-    def get(self):
-        return self._read("get")
 
     def update(self, newValue) -> None:  # noqa: N803 - Spark's parameter name
         handle = self._handle

@@ -227,7 +227,7 @@ def _joined_int_rows(segments: list, rows: list, width: int, leading: list | Non
 _BULK_VALUES = 32  # values encoded by encode_values' bulk paths at least (fewer: one call each)
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _TUPLES = frozenset((tuple,))
-_ONE, _TWO = frozenset((1,)), {2}
+_ONE, _TWO = frozenset((1,)), frozenset((2,))
 _BYTES = {bytes}
 
 

@@ -4,7 +4,7 @@ Usage::
 
     .venv/bin/python bench/bench_spark_processor.py                          # 10,000 keys
     .venv/bin/python bench/bench_spark_processor.py --keys 100000 --batches 6   # the full size
-        [--partitions 4] [--order interleave|alternate|streams] [--api pandas|rows] [--warmup 6]
+        [--partitions 4] [--order interleave|alternate|streams|streams-reversed] [--api pandas|rows] [--warmup 6]
         [--dir /tmp] [--json out.json]
 
 The session-window ``StatefulProcessor`` of ``bench_spark_baseline.py`` (event time, a value
@@ -39,6 +39,9 @@ steady stream.  The report gives antkv's load time and each partition's copy (``
 ``--order streams`` measures steady streams: antkv's batches run back to back, then Spark's,
 then the floor's, as queries fed faster than they process (each query then sees the machine on
 its own; a batch of antkv's pays for the copies its previous batch parks in the background).
+``--order streams-reversed`` runs the same streams the other way round, the floor's first and
+antkv's last: a machine whose speed drifts over the run's minutes favours one of the two orders
+as much as it hurts the other, so a run of each, taken together, cancels that drift.
 
 Before any of that, ``--warmup`` batches (default 6) of two more queries, antkv's and the
 floor's plans (antkv on a location of its own) over their own copies of the input, taking
@@ -143,6 +146,8 @@ def _schedule(order: str, batches: int, warmup: int = 0) -> list[tuple[int, str]
 def _measured(order: str, batches: int) -> list[tuple[int, str]]:
     if order == "streams":
         return [(b, engine) for engine in ("antkv", "spark", "floor") for b in range(batches)]
+    if order == "streams-reversed":
+        return [(b, engine) for engine in ("floor", "spark", "antkv") for b in range(batches)]
     if order == "interleave":
         return [(b, engine) for b in range(batches) for engine in ENGINES]
     return [(b, engine) for b in range(batches)
@@ -220,9 +225,10 @@ def main(argv=None) -> None:
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--order", choices=("interleave", "alternate", "streams"), default="interleave",
+    p.add_argument("--order", choices=("interleave", "alternate", "streams", "streams-reversed"), default="interleave",
                    help="interleave: Spark, antkv, the floor every batch; alternate: the order reverses every other batch; "
-                        "streams: antkv's batches back to back, then Spark's, then the floor's")
+                        "streams: antkv's batches back to back, then Spark's, then the floor's; "
+                        "streams-reversed: the floor's, Spark's, then antkv's")
     p.add_argument("--warmup", type=int, default=6,
                    help="batches of antkv's and the floor's plans run first, unreported, to warm the JVM")
     p.add_argument("--api", choices=("pandas", "rows"), default="pandas",

@@ -284,13 +284,15 @@ def test_the_processor_split_clock_counts_a_part_called_inside_itself_once():
 
 def test_the_processor_bench_orders_run_every_batch_of_every_query_once_after_the_warm_up():
     """The warm-ups' batches first (they warm the JVM and are not reported), then every batch of
-    every query once, each query's in order; ``--order streams``: antkv's, Spark's, the floor's."""
+    every query once, each query's in order; ``--order streams``: antkv's, Spark's, the floor's (reversed:
+    the floor's first)."""
     from bench.bench_spark_processor import ENGINES, WARMUPS, _schedule
 
-    for order in ("interleave", "alternate", "streams"):
+    for order in ("interleave", "alternate", "streams", "streams-reversed"):
         schedule = _schedule(order, 4, 3)
         assert schedule[:6] == [(b, name) for b in range(3) for name in WARMUPS]
         assert sorted(schedule[6:]) == sorted((b, e) for b in range(4) for e in ENGINES)
         for engine in ENGINES:
             assert [b for b, e in schedule if e == engine] == [0, 1, 2, 3]
     assert [e for _, e in _schedule("streams", 2)] == ["antkv", "antkv", "spark", "spark", "floor", "floor"]
+    assert [e for _, e in _schedule("streams-reversed", 2)] == ["floor", "floor", "spark", "spark", "antkv", "antkv"]

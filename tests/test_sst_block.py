@@ -163,6 +163,25 @@ def test_bloom_filter_matches_the_documented_format():
     assert xxhash.xxh3_64_intdigest(raw) == GOLDEN_FILTER_XXH3
 
 
+def test_both_ways_of_building_a_filter_give_the_documented_bytes():
+    """The array build (numpy, for large filters) and the loop build write the same bits, for
+    every number of masks and for sizes on both sides of the size that picks between them."""
+    from antkv.sst import bloom as bloom_module
+
+    assert bloom_module._import_numpy() is not None  # (numpy comes with the test dependencies)
+    rng = random.Random(11)
+    for n, bits in ((1, 10), (255, 10), (256, 10), (257, 10), (3000, 10), (2000, 1), (2000, 4),
+                    (2000, 7), (2000, 13), (2000, 16), (2000, 40)):
+        keys = [rng.randbytes(rng.randint(0, 24)) for _ in range(n)]
+        digests = key_digests(keys)
+        expected = reference_filter(keys, bits)
+        t = expected[-1] // 3
+        nblocks = (len(expected) - 1) // 64
+        for build in (bloom_module._bits_numpy, bloom_module._bits_python):
+            assert build(digests, n, t, nblocks) + expected[-1:] == expected, (build.__name__, n, bits)
+        assert build_filter(digests, bits) == expected
+
+
 def test_decode_filter_rejects_malformed_contents():
     good, _ = bloom([b"k%d" % i for i in range(100)], 10)
     bad = [

@@ -158,6 +158,15 @@ class TableBuilder:
         flush's.  For the same reason rows are split into columns per window (``zip(*rows)``),
         not up front.
         """
+        self._add_sorted(keys, rows, None)
+
+    def add_sorted_values(self, keys: list[bytes], values: list[bytes], seq: int, kind: int) -> None:
+        """:meth:`add_sorted` of the rows ``(seq, kind, values[i])``, without making them (an
+        external table's entries: one sequence number and kind for all)."""
+        self._add_sorted(keys, values, (seq, kind))
+
+    def _add_sorted(self, keys: list[bytes], rows: list, uniform: tuple[int, int] | None) -> None:
+        """:meth:`add_sorted`; with ``uniform`` ``(seq, kind)``, ``rows`` are the values alone."""
         n = len(keys)
         if not n:
             return
@@ -174,10 +183,14 @@ class TableBuilder:
             # the running sizes of the next `window` entries and the blocks that end inside
             # it (if none does, widen it); this pass also brings the entries into cache
             ks = keys[start : start + window]
-            try:
-                seqs, kinds, vs = zip(*rows[start : start + window])
-            except (TypeError, ValueError):
-                raise TypeError("add_sorted: rows must be (seq, kind, value) tuples") from None
+            if uniform is None:
+                try:
+                    seqs, kinds, vs = zip(*rows[start : start + window])
+                except (TypeError, ValueError):
+                    raise TypeError("add_sorted: rows must be (seq, kind, value) tuples") from None
+            else:
+                vs = rows[start : start + window]
+                seqs, kinds = (uniform[0],) * len(vs), (uniform[1],) * len(vs)
             sizes = list(accumulate(map(add, map(add, map(len, ks), map(len, vs)), repeat(_ENTRY_OVERHEAD))))
             last = len(sizes)
             ends = []  # the end (exclusive, in the window) of each complete block

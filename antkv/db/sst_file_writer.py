@@ -23,6 +23,8 @@ ingest refuses them: their footer is missing).
 from __future__ import annotations
 
 import os
+from itertools import compress, repeat
+from operator import ge
 
 from ..base.dbformat import DELETION, VALUE, VALUE_POINTER
 from ..base.filenames import external_vlog_path
@@ -138,16 +140,16 @@ class SstFileWriter:
             raise InvalidArgumentError(
                 f"keys must be added in strictly increasing order: {keys[0]!r} after {self._last!r}"
             )
+        kinds = VALUE
         if max(map(len, values)) >= self._min_blob:
             if not all(map(bytes.__lt__, keys, keys[1:])):  # before any value is stored
                 raise InvalidArgumentError("put_sorted: keys must be strictly increasing")
-            rows = [(EXTERNAL_SEQ, VALUE, value) for value in values]
-            for i, value in enumerate(values):
-                if len(value) >= self._min_blob:
-                    rows[i] = (EXTERNAL_SEQ, VALUE_POINTER, self._blob(keys[i], value))
-            self._builder.add_sorted(keys, rows)
-        else:  # (no value goes to the value log: every row is (EXTERNAL_SEQ, VALUE, value))
-            self._builder.add_sorted_values(keys, values, EXTERNAL_SEQ, VALUE)
+            kinds = [VALUE] * len(values)
+            large = map(ge, map(len, values), repeat(self._min_blob))
+            for i in list(compress(range(len(values)), large)):
+                values[i] = self._blob(keys[i], values[i])  # (values is a copy)
+                kinds[i] = VALUE_POINTER
+        self._builder.add_sorted_values(keys, values, EXTERNAL_SEQ, kinds)
         self._last = keys[-1]
 
     def delete(self, key) -> None:

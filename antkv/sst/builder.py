@@ -160,13 +160,17 @@ class TableBuilder:
         """
         self._add_sorted(keys, rows, None)
 
-    def add_sorted_values(self, keys: list[bytes], values: list[bytes], seq: int, kind: int) -> None:
-        """:meth:`add_sorted` of the rows ``(seq, kind, values[i])``, without making them (an
-        external table's entries: one sequence number and kind for all)."""
-        self._add_sorted(keys, values, (seq, kind))
+    def add_sorted_values(self, keys: list[bytes], values: list[bytes], seq: int, kinds: int | list[int]) -> None:
+        """:meth:`add_sorted` of the rows ``(seq, kinds[i], values[i])`` -- or ``(seq, kinds,
+        values[i])`` for an int ``kinds`` --, without making them (an external table's entries:
+        one sequence number for all)."""
+        if type(kinds) is not int and len(kinds) != len(values):
+            raise InvalidArgumentError("add_sorted_values: as many kinds as values needed")
+        self._add_sorted(keys, values, (seq, kinds))
 
-    def _add_sorted(self, keys: list[bytes], rows: list, uniform: tuple[int, int] | None) -> None:
-        """:meth:`add_sorted`; with ``uniform`` ``(seq, kind)``, ``rows`` are the values alone."""
+    def _add_sorted(self, keys: list[bytes], rows: list, columns: tuple | None) -> None:
+        """:meth:`add_sorted`; with ``columns`` ``(seq, kinds)``, :meth:`add_sorted_values`'s
+        (``rows`` are then the values)."""
         n = len(keys)
         if not n:
             return
@@ -183,14 +187,15 @@ class TableBuilder:
             # the running sizes of the next `window` entries and the blocks that end inside
             # it (if none does, widen it); this pass also brings the entries into cache
             ks = keys[start : start + window]
-            if uniform is None:
+            if columns is None:
                 try:
                     seqs, kinds, vs = zip(*rows[start : start + window])
                 except (TypeError, ValueError):
                     raise TypeError("add_sorted: rows must be (seq, kind, value) tuples") from None
             else:
                 vs = rows[start : start + window]
-                seqs, kinds = (uniform[0],) * len(vs), (uniform[1],) * len(vs)
+                seqs = (columns[0],) * len(vs)
+                kinds = (columns[1],) * len(vs) if type(columns[1]) is int else columns[1][start : start + window]
             sizes = list(accumulate(map(add, map(add, map(len, ks), map(len, vs)), repeat(_ENTRY_OVERHEAD))))
             last = len(sizes)
             ends = []  # the end (exclusive, in the window) of each complete block

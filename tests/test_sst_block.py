@@ -171,7 +171,7 @@ def test_both_ways_of_building_a_filter_give_the_documented_bytes():
     assert bloom_module._import_numpy() is not None  # (numpy comes with the test dependencies)
     rng = random.Random(11)
     for n, bits in ((1, 10), (255, 10), (256, 10), (257, 10), (3000, 10), (2000, 1), (2000, 4),
-                    (2000, 7), (2000, 13), (2000, 16), (2000, 40)):
+                    (2000, 7), (2000, 13), (2000, 16), (2000, 40), (140_000, 10)):  # (the last: three chunks)
         keys = [rng.randbytes(rng.randint(0, 24)) for _ in range(n)]
         digests = key_digests(keys)
         expected = reference_filter(keys, bits)

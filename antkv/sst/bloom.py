@@ -117,6 +117,7 @@ def _lanes(digests: bytes, n: int, j: int) -> array:
 
 
 _NUMPY_MIN_KEYS = 256  # below this many keys the loop is as quick as numpy's fixed costs
+_NUMPY_CHUNK = 1 << 16  # keys whose bits _bits_numpy sets at a time
 _numpy = None  # numpy, imported at the first filter large enough to use it (False: not installed)
 _numpy_positions = None  # the bits of MASK_TABLE[i] as a (2**14, 3) array, made with it
 
@@ -154,15 +155,18 @@ def build_filter(digests: bytes, bits_per_key: int) -> bytes:
 def _bits_numpy(digests: bytes, n: int, t: int, nblocks: int) -> bytes:
     """The bit array of ``nblocks`` blocks for ``n`` digests of ``t`` masks, in array
     operations: each key's bit positions (its block's first bit plus the positions of its
-    masks) set in one array of booleans, packed least significant bit first.  REQUIRES:
-    :func:`_import_numpy` found numpy."""
+    masks) set in one array of booleans, packed least significant bit first; the keys are
+    taken :data:`_NUMPY_CHUNK` at a time, so its temporary arrays stay a few MB whatever the
+    table's size.  REQUIRES: :func:`_import_numpy` found numpy."""
     numpy = _numpy
-    block = numpy.frombuffer(digests, dtype="<u4")[0::4].astype(numpy.int64) % nblocks
-    lanes = numpy.frombuffer(digests, dtype="<u2").reshape(n, 8)[:, 2 : 2 + t] & LANE_MASK
-    positions = _numpy_positions[lanes]  # (n, t, 3): the bits of each key's masks in its block
-    positions += (block * BLOCK_BITS)[:, None, None]
     bits = numpy.zeros(nblocks * BLOCK_BITS, dtype=bool)
-    bits[positions.ravel()] = True
+    for begin in range(0, n, _NUMPY_CHUNK):
+        chunk = digests[16 * begin : 16 * (begin + _NUMPY_CHUNK)]
+        block = numpy.frombuffer(chunk, dtype="<u4")[0::4].astype(numpy.int64) % nblocks
+        lanes = numpy.frombuffer(chunk, dtype="<u2").reshape(-1, 8)[:, 2 : 2 + t] & LANE_MASK
+        positions = _numpy_positions[lanes]  # (keys, t, 3): the bits of each key's masks in its block
+        positions += (block * BLOCK_BITS)[:, None, None]
+        bits[positions.ravel()] = True
     return numpy.packbits(bits, bitorder="little").tobytes()
 
 

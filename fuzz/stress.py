@@ -291,8 +291,16 @@ class Stress:
             seen = dict(first)
             for k in m.keys[lo:min(len(m.keys) - 1, lo + 50)]:
                 m.check_read(k, seen.get(k), t0, t1, "snapshot scan")
-                if db.get(k, snapshot=snap) != seen.get(k):
-                    raise StressFailure(f"get under a snapshot disagrees with its scan at {k!r}")
+                got = db.get(k, snapshot=snap)
+                if got != seen.get(k):
+                    again = db.get(k, snapshot=snap)
+                    rescan = dict(db.items(start, stop, snapshot=snap)).get(k)
+                    raise StressFailure(
+                        f"get under snapshot {snap.sequence} disagrees with its scan at {k!r}: scan "
+                        f"{_short(seen.get(k))}, get {_short(got)}; read again: get {_short(again)}, "
+                        f"scan {_short(rescan)}; during [{t0}, {t1}] the history allows "
+                        f"[{', '.join(map(_short, KeyHistory(list(m.hist[m.index(k)].ops)).allowed(t0, t1)))}]; "
+                        f"tables {db.property('antkv.num-files-at-level0')} in L0")
 
     def _cursor(self, db, rng) -> None:
         m = self.model

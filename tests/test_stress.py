@@ -34,6 +34,31 @@ def test_the_harness_catches_a_lost_write(tmp_path, monkeypatch):
         run_one("default", seed=3, seconds=2.0, workdir=str(tmp_path), reopen_every=10.0)
 
 
+def test_a_snapshot_get_that_disagrees_with_its_scan_is_reported_with_both_answers(tmp_path, monkeypatch):
+    """A get under a snapshot that answers differently from the scan under the same snapshot
+    fails the run, and the report gives both answers, read twice, and what the history allows."""
+    import random
+
+    import antkv
+    from fuzz.stress import Stress, StressFailure
+
+    s = Stress(str(tmp_path / "db"), "default", seed=1, seconds=1.0)
+    try:
+        db = s.handle()
+        first = random.Random(0).randrange(len(s.model.keys))  # where _snapshot_read's scan starts
+        db.put(s.model.keys[first], b"v0")
+        s.model.end([s.model.begin(first, b"v0")])
+        real_get = antkv.DB.get
+        monkeypatch.setattr(antkv.DB, "get", lambda self, key, default=None, *, snapshot=None:
+                            b"bogus" if snapshot is not None else real_get(self, key, default))
+        with pytest.raises(StressFailure, match=r"scan b'v0', get b'bogus'; read again: get b'bogus', "
+                                                r"scan b'v0'.*allows \[b'v0'\]"):
+            s._snapshot_read(db, random.Random(0))
+    finally:
+        monkeypatch.undo()
+        s.handle().close()
+
+
 def test_key_history_allows_exactly_the_overlapping_values():
     from fuzz.stress import KeyHistory
 

@@ -497,3 +497,33 @@ def test_thousands_of_tombstones_do_not_make_reads_crawl(where):
     assert got == [b"k009991", b"k009993", b"k000009"]
     assert lines < 300, lines
     db.close()
+
+
+def test_a_tombstone_added_while_a_reader_builds_the_fragments_is_not_lost(monkeypatch):
+    """A point read builds the memtable's fragmented tombstones without a lock.  When a
+    ``delete_range`` lands between its copy of the tombstones and its store of the view -- the
+    interleaving forced here by adding the tombstone from inside the fragmenting -- every later
+    read must still see the new tombstone (a view cached without it hid it from every point read
+    of the memtable, while scans, which fragment on their own, saw it)."""
+    from antkv.memtable import memtable as memtable_module
+
+    db = antkv.open("db", **dict(BASE, file_system=MemoryFileSystem()))
+    db.put(b"k", b"v")
+    db.delete_range(b"a", b"b")  # a tombstone elsewhere: the read below fragments the list
+    real_fragment = memtable_module.fragment
+    landed = []
+
+    def fragment_while_a_writer_adds(tombstones, *args):
+        view = real_fragment(tombstones, *args)
+        if not landed:  # the writer, between the reader's copy of the list and its store
+            landed.append(True)
+            db.delete_range(b"j", b"l")
+        return view
+
+    monkeypatch.setattr(memtable_module, "fragment", fragment_while_a_writer_adds)
+    assert db.get(b"k") == b"v"  # (read before the second tombstone was published)
+    assert landed
+    assert db.get(b"k") is None
+    assert list(db.items()) == []
+    assert db.get(b"k", snapshot=db.snapshot()) is None
+    db.close()

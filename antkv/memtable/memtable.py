@@ -14,7 +14,10 @@ A memtable holds two structures, as RocksDB does:
   key.  A put only appends to ``pending``: sorting happens in bulk, in C, the first time an
   iterator needs order (:meth:`_settle`), which keeps the put path free of per-key sorting;
 * the *range-tombstone memtable*: the list of ``(begin, end, seq)`` from ``delete_range``, with a
-  fragmented view (:mod:`antkv.memtable.rangedel`) built lazily and cached until the next tombstone.
+  fragmented view (:mod:`antkv.memtable.rangedel`) built lazily and cached with the number of
+  tombstones it was built from: a reader builds it without a lock, so a tombstone may be added
+  between its copy of the list and its store of the view, and a view of fewer tombstones than the
+  list holds is never used again (:meth:`MemTable.fragments`).
 
 Invariants: every key of ``versions`` is in exactly one of ``keys`` and ``pending``, once;
 ``older[k]`` (a tuple or a list) is strictly ascending in seq and older than ``versions[k]``.
@@ -84,7 +87,7 @@ class MemTable:
         self.keys = SortedList()
         self.pending: list[bytes] = []
         self.range_dels: list[tuple[bytes, bytes, int]] = []
-        self._fragments: FragmentedRangeTombstones | None = EMPTY
+        self._fragments: tuple[int, FragmentedRangeTombstones] = (0, EMPTY)  # (tombstones it covers, view)
         self.memory = 0
         self.num_range_deletes = 0
         self.lock = threading.Lock()
@@ -104,7 +107,6 @@ class MemTable:
         mem = cls()
         mem.versions, mem.older, mem.range_dels = versions, older, range_dels
         mem.pending = list(versions)  # sorted into ``keys`` by the first iterator
-        mem._fragments = None
         return mem
 
     def add(self, seq: int, kind: int, key: bytes, value: bytes) -> int:
@@ -247,8 +249,7 @@ class MemTable:
         return own + other
 
     def add_range_deletion(self, seq: int, begin: bytes, end: bytes) -> int:
-        self.range_dels.append((begin, end, seq))
-        self._fragments = None
+        self.range_dels.append((begin, end, seq))  # (the cached view, of fewer, is stale now: fragments)
         added = RANGE_DEL_OVERHEAD + len(begin) + len(end)
         self.memory += added
         self.num_range_deletes += 1
@@ -270,10 +271,18 @@ class MemTable:
         return None
 
     def fragments(self) -> FragmentedRangeTombstones:
-        """The fragmented range tombstones (cached until the next ``add_range_deletion``)."""
-        f = self._fragments
-        if f is None:
-            f = self._fragments = fragment(list(self.range_dels))
+        """The fragmented range tombstones, built once per count of tombstones.  ``range_dels``
+        only grows, so a cached view is current exactly when it was built from as many
+        tombstones as the list holds.  A reader builds the view without a lock, and a writer
+        may add a tombstone between the reader's copy of the list and its store of the view:
+        the view stored then covers fewer tombstones than the list holds, and the next reader
+        builds it again (a view cached as current would hide that tombstone from every later
+        point read of this memtable)."""
+        built, f = self._fragments
+        n = len(self.range_dels)
+        if built != n:
+            f = fragment(self.range_dels[:n])
+            self._fragments = (n, f)
         return f
 
     def _settle(self) -> None:

@@ -573,6 +573,32 @@ def test_keeping_a_key_groups_decoded_values_at_once_equals_keeping_each(seed):
     assert at_once.decoded == values and at_once.used == each.used
 
 
+def test_keeping_a_just_read_key_groups_decoded_values_takes_the_budget_they_need_at_once(monkeypatch):
+    """A cache that has just read key groups holds budget for their bytes only: keeping all
+    their decoded values at once takes the chunks they need in one step, with no charge
+    worked out value by value, and leaves the cache as keeping them one at a time does."""
+    from antkv.spark.state.rows_codec import ROWS
+    from antkv.spark.store import row_cache
+
+    one_by_one = []
+    monkeypatch.setattr(row_cache, "decoded_charge", lambda raw, value: one_by_one.append(raw) or decoded_charge(raw, value))
+
+    at_once, each = RowCache(RowBudget(1 << 30, None)), RowCache(RowBudget(1 << 30, None))
+    values = {b"kg%06d" % i: ((1_700_000_000_000 + i, i % 7, None),) for i in range(20_000)}
+    raws = {k: ROWS.encode(v) for k, v in values.items()}
+    for cache in (at_once, each):
+        cache.fill(sorted(raws.items()))
+    chunks_for_bytes = at_once.chunks
+    keys = list(values)
+    at_once.keep_decoded(keys, [raws[k] for k in keys], [values[k] for k in keys], ROWS)
+    assert one_by_one == []
+    for k in keys:
+        each.keep_decoded([k], [raws[k]], [values[k]], ROWS)
+    assert at_once.decoded == each.decoded == values
+    assert at_once.used == each.used and at_once.chunks == each.chunks > chunks_for_bytes
+    assert at_once.used <= at_once.chunks * CHUNK
+
+
 def test_warming_with_a_codec_leaves_a_reopened_copys_reads_nothing_to_decode(tmp_path):
     """A copy reopened from the machine starts with a cold row cache: warming its key groups
     with the batch's codec decodes their values in bulk, so that its reads decode none one by

@@ -426,6 +426,10 @@ class RowCache:
         if len(keys) > 1 and decoded.keys().isdisjoint(keys) and \
                 all(map(is_, map(rows.get, keys), raws)):  # (in C: a warmed key group's, as a whole)
             charge = decoded_charges(raws, values)
+            # (taking budget as the loop below would: a cache that just read its key groups
+            # holds no room beyond their bytes)
+            while used + charge > room and charge <= self._budget.limit and take(self):
+                room = self.chunks * CHUNK
             if used + charge <= room:
                 decoded.update(zip(keys, values))
                 self.used = used + charge

@@ -249,7 +249,7 @@ class MemTable:
         return own + other
 
     def add_range_deletion(self, seq: int, begin: bytes, end: bytes) -> int:
-        self.range_dels.append((begin, end, seq))  # (the cached view, of fewer, is stale now: fragments)
+        self.range_dels.append((begin, end, seq))  # (a view cached from fewer is rebuilt by the next reader: fragments)
         added = RANGE_DEL_OVERHEAD + len(begin) + len(end)
         self.memory += added
         self.num_range_deletes += 1

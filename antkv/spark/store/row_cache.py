@@ -279,7 +279,8 @@ class RowCache:
         those whose value is None: the store's batched writes, with ``put``'s common case
         (room left) inlined, and for a dict done in bulk when the cache has room for it all.
         Then :meth:`keep_decoded` ``keep`` (a dict ``key -> value``, REQUIRES: ``codec.decode(
-        changes[key]) == value``), which for a dict that fits is done in the same bulk step.
+        changes[key]) == value``, and ``keep`` lists its keys in ``changes``' order when it
+        holds them all), which for a dict that fits is done in the same bulk step.
         ``olds``, for a dict: what :attr:`rows` held for each of its keys, in order (``MISSING``
         where none), if the caller looked them up already."""
         rows = self.rows
@@ -328,13 +329,15 @@ class RowCache:
         if olds is None:
             olds = list(map(rows.get, changes, repeat(MISSING, n)))
         values = changes.values()
-        deleted = list(values).count(None)
+        every_kept = len(keep) == n  # (then keep lists changes' keys in order, and none is deleted)
+        deleted = 0 if every_kept else list(values).count(None)
         missing = olds.count(MISSING)
         held = not missing and None not in olds  # every key held with a value
         old_bytes = sum(map(len, olds)) if held else 0
         new_bytes = 0 if deleted else sum(map(len, values))
-        if decoded:  # the keys' decoded values go first (the module docstring's invariant)
-            dropped = list(map(decoded.pop, changes, repeat(MISSING, n)))
+        if decoded:  # the keys' decoded values go first (the module docstring's invariant) --
+            # unless keep replaces every one of them below, in place
+            dropped = list(map(decoded.get if every_kept else decoded.pop, changes, repeat(MISSING, n)))
             undecoded = dropped.count(MISSING)
             if not undecoded:  # (every key held decoded, so with bytes)
                 self.used -= decoded_charges(olds, dropped, old_bytes)
@@ -360,12 +363,14 @@ class RowCache:
                 else:
                     charge += len(value) - (0 if old is None else len(old))
         if keep:
-            charge += decoded_charges(list(map(changes.__getitem__, keep)), keep.values(),
-                                      new_bytes if len(keep) == n else None)  # (then the same keys)
+            charge += decoded_charges(list(values) if every_kept else list(map(changes.__getitem__, keep)),
+                                      keep.values(), new_bytes if every_kept else None)
         while self.used + charge > self.chunks * CHUNK and charge <= self._budget.limit \
                 and self._budget.take_chunk(self):
             pass
         if self.used + charge > self.chunks * CHUNK:
+            if every_kept and decoded:  # (as a refusal leaves them: dropped)
+                list(map(decoded.pop, changes, repeat(None, n)))
             return False
         if deleted == n:  # deleted keys are dropped, not cached as absent
             list(map(rows.pop, changes, repeat(None, n)))

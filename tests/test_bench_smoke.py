@@ -296,3 +296,48 @@ def test_the_processor_bench_orders_run_every_batch_of_every_query_once_after_th
             assert [b for b, e in schedule if e == engine] == [0, 1, 2, 3]
     assert [e for _, e in _schedule("streams", 2)] == ["antkv", "antkv", "spark", "spark", "floor", "floor"]
     assert [e for _, e in _schedule("streams-reversed", 2)] == ["floor", "floor", "spark", "spark", "antkv", "antkv"]
+
+
+def test_the_views_write_floor_leaves_what_the_views_leave(tmp_path):
+    """``bench/state_ops_floor.py`` does the views' writes with fewer steps, not other ones: a
+    batch reads its own writes, and after the commit its row cache holds, for every key
+    written, the bytes the views' batch committed in the store, with no key added; its changelog
+    holds those writes, published beside a manifest-sized object.  ``bench_state_ops`` reports
+    the views' share of it."""
+    from antkv.spark import StoreOptions, open_store
+    from antkv.spark.state.rows_codec import ROWS
+    from antkv.spark.store.objects import decode_changelog
+    from bench import bench_state_ops as ops
+
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"), park_copies=False)
+    keys = ops._keys(300)
+    stream = ops._Stream(f"file://{tmp_path}/loc", options, keys, f"file://{tmp_path}/floor")
+    calls = ops._operations()
+    written = {}
+    for op in ("value_update", "list_append", "map_put"):
+        floor = stream._write_floor()
+        before = dict(floor.rows)
+        for over in ("floor", "views"):
+            stream.time(over, calls[f"{over if over == 'floor' else 'view'}_{op}"][1])
+        changed = {k: v for k, v in floor.rows.items() if before.get(k) != v}
+        assert len(changed) == len(keys) and floor.keys_now == 0
+        written.update(changed)
+    store = open_store(stream.loc, "bench", 0, stream.version, manifest=stream.manifest, options=options)
+    assert {k: store.get(k) for k in written} == written
+    store.abort()
+
+    floor = stream._write_floor()
+    kg, key = keys[0]
+    floor.set_current_key(kg, key)
+    floor.value.update((8, 9, 10))
+    stored_key = next(k for k in floor.rows_written)
+    assert ROWS.decode(floor.rows[stored_key]) != ((8, 9, 10),)
+    assert ROWS.decode(floor.get(stored_key)) == ((8, 9, 10),)  # the batch's own write
+    floor.commit()
+    _, logged, values, _ = decode_changelog(floor.location.read(f"changelog-{floor.commits}"), "log")
+    assert logged == [stored_key] and ROWS.decode(values[0]) == ((8, 9, 10),)
+    assert floor.location.size(f"manifest-{floor.commits}") == floor.manifest_bytes > 0
+
+    result = {"set_key": (1.0, 0.0), "floor_set_key": (1.0, 0.0), "view_value_update": (3.0, 2.0),
+              "floor_value_update": (2.0, 1.0)}
+    assert "value update 50%" in ops.report(300, 1, result)

@@ -460,10 +460,11 @@ def test_a_batch_written_in_bulk_equals_each_entry_written_then_its_decoded_valu
     keys = [b"%02d-key-%04d" % (i % 5, i) for i in range(400)]
     met = set()  # the shapes met with decoded values held
     for batch in range(40):
-        shape = rng.choice(["new", "rewritten", "deleted", "mixed", "redecoded"])
+        shape = rng.choice(["new", "rewritten", "deleted", "mixed", "redecoded", "resized"])
         held = [k for k in keys if bulk.rows.get(k, MISSING) not in (MISSING, None)]
         pool = {"new": [k for k in keys if k not in bulk.rows], "mixed": keys,
-                "redecoded": list(bulk.decoded)}.get(shape, held)  # (redecoded: every key given a decoded value)
+                "redecoded": list(bulk.decoded), "resized": list(bulk.decoded)}.get(shape, held)
+        # (redecoded: every key held decoded is given a decoded value; resized: a short one)
         chosen = rng.sample(pool, min(len(pool), rng.randrange(1, 120)))
         changes, keep = {}, {}
         for k in chosen:
@@ -471,10 +472,10 @@ def test_a_batch_written_in_bulk_equals_each_entry_written_then_its_decoded_valu
                 changes[k] = None
             else:
                 value = ((rng.randrange(-5, 1 << 40), (rng.randrange(9),) * rng.randrange(4)),)
-                if rng.random() < 0.2:  # a value long enough to be charged its objects' measured size
+                if shape != "resized" and rng.random() < 0.2:  # long enough to be charged its objects' size
                     value = ((rng.randrange(9), "s" * rng.randrange(100, 400)),)
                 changes[k] = ROWS.encode(value)
-                if shape == "redecoded" or rng.random() < 0.7:
+                if shape in ("redecoded", "resized") or rng.random() < 0.7:
                     keep[k] = value
         if rng.random() < 0.1:  # a key the cache holds as absent
             k = rng.choice(keys)
@@ -494,13 +495,15 @@ def test_a_batch_written_in_bulk_equals_each_entry_written_then_its_decoded_valu
         assert bulk.used == expected
         if bulk.decoded and chosen:
             met.add(shape)
-    assert met == {"new", "rewritten", "deleted", "mixed", "redecoded"}
+    assert met == {"new", "rewritten", "deleted", "mixed", "redecoded", "resized"}
 
 
-def test_a_rewrite_of_decoded_values_that_does_not_fit_drops_them_and_stays_exact():
+@pytest.mark.parametrize("length", [100, 2000])
+def test_a_rewrite_of_decoded_values_that_does_not_fit_drops_them_and_stays_exact(length):
     """A batch rewriting every key the cache holds decoded, with values whose decoded charge
-    the budget cannot take: its bytes are written entry by entry (making room), the decoded
-    values dropped, and every charge stays exact."""
+    the budget cannot take -- short ones (charged by their length) or long ones (their objects
+    measured): its bytes are written entry by entry (making room), the decoded values dropped,
+    and every charge stays exact."""
     from antkv.spark.state.rows_codec import ROWS
 
     rows = RowCache(RowBudget(CHUNK, None))
@@ -508,7 +511,7 @@ def test_a_rewrite_of_decoded_values_that_does_not_fit_drops_them_and_stays_exac
     small = {k: ((i,),) for i, k in enumerate(keys)}
     rows.write_many({k: ROWS.encode(v) for k, v in small.items()}, dict(small), ROWS)
     assert rows.decoded == small
-    large = {k: ((i, "x" * 2000),) for i, k in enumerate(keys)}  # some 600 KiB decoded: more than the budget
+    large = {k: ((i, "x" * length),) for i, k in enumerate(keys)}  # more than the budget, bytes and decoded
     rows.write_many({k: ROWS.encode(v) for k, v in large.items()}, dict(large), ROWS)
     assert all(rows.rows[k] == ROWS.encode(v) for k, v in rows.decoded.items())
     assert all(rows.rows.get(k, ROWS.encode(large[k])) == ROWS.encode(large[k]) for k in keys)

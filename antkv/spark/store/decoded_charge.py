@@ -73,3 +73,12 @@ def decoded_charges(raws: list, values, raw_bytes: int | None = None) -> int:
     long_ones = list(map(LONG_VALUE.__le__, lengths))
     short_bytes = sum(lengths) - sum(compress(lengths, long_ones))
     return total + DECODED_PER_BYTE * short_bytes + held_bytes(compress(values, long_ones))
+
+
+def recharge(old_lengths: list, new_lengths: list) -> int | None:
+    """What the charge changes by when decoded values stored in ``old_lengths[i]`` bytes are
+    replaced by as many stored in ``new_lengths[i]`` bytes, if every one of them is short (its
+    charge then depends on its length alone); None if one is long (its objects are measured)."""
+    if max(old_lengths, default=0) >= LONG_VALUE or max(new_lengths, default=0) >= LONG_VALUE:
+        return None
+    return DECODED_PER_BYTE * (sum(new_lengths) - sum(old_lengths))

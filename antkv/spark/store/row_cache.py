@@ -61,7 +61,7 @@ from itertools import compress, islice, repeat
 from operator import is_, is_not
 
 import antkv
-from antkv.spark.store.decoded_charge import decoded_charge, decoded_charges
+from antkv.spark.store.decoded_charge import decoded_charge, decoded_charges, recharge
 
 ENTRY_OVERHEAD = 112  # bytes per cached entry beyond its key and value (dict slot, two bytes headers)
 CHUNK = 256 * 1024  # budget taken from (and given back to) the process's RowBudget at a time
@@ -333,44 +333,56 @@ class RowCache:
         deleted = 0 if every_kept else list(values).count(None)
         missing = olds.count(MISSING)
         held = not missing and None not in olds  # every key held with a value
-        old_bytes = sum(map(len, olds)) if held else 0
-        new_bytes = 0 if deleted else sum(map(len, values))
-        if decoded:  # the keys' decoded values go first (the module docstring's invariant) --
-            # unless keep replaces every one of them below, in place
-            dropped = list(map(decoded.get if every_kept else decoded.pop, changes, repeat(MISSING, n)))
-            undecoded = dropped.count(MISSING)
-            if not undecoded:  # (every key held decoded, so with bytes)
-                self.used -= decoded_charges(olds, dropped, old_bytes)
-            elif undecoded < n:
-                was_decoded = list(map(is_not, dropped, repeat(MISSING, n)))
-                self.used -= decoded_charges(list(compress(olds, was_decoded)), list(compress(dropped, was_decoded)))
-        # the commonest batches charged with sums in C: every key held with a value and
-        # rewritten, every key new, every key held with a value and deleted
-        if not deleted and held:
-            charge = new_bytes - old_bytes
-        elif not deleted and missing == n:
-            charge = sum(map(len, changes)) + new_bytes + ENTRY_OVERHEAD * n
-        elif deleted == n and held:
-            charge = -(sum(map(len, changes)) + old_bytes + ENTRY_OVERHEAD * n)
+        # a batch rewriting short values every one of which it held decoded (the steadiest
+        # batch: its charge follows from the lengths, and keep replaces the decoded values)
+        rewritten = None  # ... the decoded values' change of charge
+        if every_kept and held and decoded.keys() >= changes.keys():
+            old_lengths, new_lengths = list(map(len, olds)), list(map(len, values))
+            rewritten = recharge(old_lengths, new_lengths)
+        if rewritten is not None:
+            charge = sum(new_lengths) - sum(old_lengths) + rewritten
         else:
-            charge = 0
-            for key, value, old in zip(changes, values, olds):
-                if old is MISSING:
-                    if value is not None:
-                        charge += len(key) + len(value) + ENTRY_OVERHEAD
-                elif value is None:
-                    charge -= len(key) + (0 if old is None else len(old)) + ENTRY_OVERHEAD
-                else:
-                    charge += len(value) - (0 if old is None else len(old))
-        if keep:
-            charge += decoded_charges(list(values) if every_kept else list(map(changes.__getitem__, keep)),
-                                      keep.values(), new_bytes if every_kept else None)
+            old_bytes = sum(map(len, olds)) if held else 0
+            new_bytes = 0 if deleted else sum(map(len, values))
+            if decoded:  # the keys' decoded values go first (the module docstring's invariant) --
+                # unless keep replaces every one of them below, in place
+                dropped = list(map(decoded.get if every_kept else decoded.pop, changes, repeat(MISSING, n)))
+                undecoded = dropped.count(MISSING)
+                if not undecoded:  # (every key held decoded, so with bytes)
+                    self.used -= decoded_charges(olds, dropped, old_bytes)
+                elif undecoded < n:
+                    was_decoded = list(map(is_not, dropped, repeat(MISSING, n)))
+                    self.used -= decoded_charges(list(compress(olds, was_decoded)),
+                                                 list(compress(dropped, was_decoded)))
+            # the commonest batches charged with sums in C: every key held with a value and
+            # rewritten, every key new, every key held with a value and deleted
+            if not deleted and held:
+                charge = new_bytes - old_bytes
+            elif not deleted and missing == n:
+                charge = sum(map(len, changes)) + new_bytes + ENTRY_OVERHEAD * n
+            elif deleted == n and held:
+                charge = -(sum(map(len, changes)) + old_bytes + ENTRY_OVERHEAD * n)
+            else:
+                charge = 0
+                for key, value, old in zip(changes, values, olds):
+                    if old is MISSING:
+                        if value is not None:
+                            charge += len(key) + len(value) + ENTRY_OVERHEAD
+                    elif value is None:
+                        charge -= len(key) + (0 if old is None else len(old)) + ENTRY_OVERHEAD
+                    else:
+                        charge += len(value) - (0 if old is None else len(old))
+            if keep:
+                charge += decoded_charges(list(values) if every_kept else list(map(changes.__getitem__, keep)),
+                                          keep.values(), new_bytes if every_kept else None)
         while self.used + charge > self.chunks * CHUNK and charge <= self._budget.limit \
                 and self._budget.take_chunk(self):
             pass
         if self.used + charge > self.chunks * CHUNK:
             if every_kept and decoded:  # (as a refusal leaves them: dropped)
-                list(map(decoded.pop, changes, repeat(None, n)))
+                popped = list(map(decoded.pop, changes, repeat(MISSING, n)))
+                if rewritten is not None:  # (their charges were not taken back yet)
+                    self.used -= decoded_charges(olds, popped, sum(old_lengths))
             return False
         if deleted == n:  # deleted keys are dropped, not cached as absent
             list(map(rows.pop, changes, repeat(None, n)))

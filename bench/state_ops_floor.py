@@ -41,7 +41,7 @@ class WriteFloor:
         self.manifest_bytes = manifest_bytes
         self.rows_written: dict[bytes, tuple] = {}  # key -> a value's decoded form, (row,)
         self.bytes_written: dict[bytes, bytes] = {}  # key -> a list's bytes
-        self.keys_now = None  # after a commit: the keys the batch added to the state
+        self.keys_added = None  # after a commit: how many keys the batch added to the state
         self.commits = 0
         self._key_group = None
         self._prefix = b""
@@ -67,7 +67,7 @@ class WriteFloor:
         rows = self.rows_written
         if rows:
             written.update(zip(rows, ROWS.encode_many(list(rows.values()))))
-        self.keys_now = list(map(self.rows.get, written, repeat(None))).count(None)  # (new keys)
+        self.keys_added = list(map(self.rows.get, written, repeat(None))).count(None)
         self.deferred.update(written)
         self.rows.update(written)
         self.decoded.update(rows)

@@ -320,7 +320,7 @@ def test_the_views_write_floor_leaves_what_the_views_leave(tmp_path):
         for over in ("floor", "views"):
             stream.time(over, calls[f"{over if over == 'floor' else 'view'}_{op}"][1])
         changed = {k: v for k, v in floor.rows.items() if before.get(k) != v}
-        assert len(changed) == len(keys) and floor.keys_now == 0
+        assert len(changed) == len(keys) and floor.keys_added == 0
         written.update(changed)
     store = open_store(stream.loc, "bench", 0, stream.version, manifest=stream.manifest, options=options)
     assert {k: store.get(k) for k in written} == written

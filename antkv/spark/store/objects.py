@@ -422,8 +422,8 @@ def _changelog_payload(ranges, keys: list, values: list) -> bytes:
     has few distinct lengths, so each head is packed once.  Puts whose keys share one length
     and values another (a state variable's, of one shape) have one head and one value length
     between each key and value: each record's key and value are joined around the one, and
-    the records joined with the other; other puts are joined record by record from their four
-    parts; deletions are laid out by slice assignments (heads, keys) and joined once."""
+    the records joined with the other; other puts, and deletions, are laid out by slice
+    assignments (heads, keys, values) and joined once."""
     rec, ln, put, delete = _REC.pack, _LEN.pack, CHANGE_PUT, CHANGE_DELETE
     parts = [b"".join((rec(CHANGE_DELETE_RANGE, len(b)), b, ln(len(e)), e)) for b, e in ranges]
     deleted = values.count(None)
@@ -433,8 +433,13 @@ def _changelog_payload(ranges, keys: list, values: list) -> bytes:
         if len(key_sizes) == 1 and len(value_sizes) == 1:
             head, between = rec(put, key_sizes.pop()), ln(value_sizes.pop())
             parts.append(head + head.join(map(between.join, zip(keys, values))))
-        else:
-            parts += map(b"".join, zip(_heads(lambda size: rec(put, size), keys), keys, _heads(ln, values), values))
+        else:  # the records' four parts laid out by slice assignments and joined once
+            points = [b""] * (4 * n)
+            points[0::4] = _heads(lambda size: rec(put, size), keys, key_sizes)
+            points[1::4] = keys
+            points[2::4] = _heads(ln, values, value_sizes)
+            points[3::4] = values
+            parts += points
     elif deleted == n:
         points = [b""] * (2 * n)
         points[0::2] = _heads(lambda size: rec(delete, size), keys)
@@ -446,9 +451,11 @@ def _changelog_payload(ranges, keys: list, values: list) -> bytes:
     return b"".join(parts)
 
 
-def _heads(pack, items: list) -> list:
-    """``[pack(len(item)) for item in items]``, packing each distinct length once."""
-    sizes = set(map(len, items))
+def _heads(pack, items: list, sizes: set | None = None) -> list:
+    """``[pack(len(item)) for item in items]``, packing each distinct length once; ``sizes``,
+    if known: the set of those lengths."""
+    if sizes is None:
+        sizes = set(map(len, items))
     if len(sizes) == 1:
         return [pack(sizes.pop())] * len(items)
     packed = {size: pack(size) for size in sizes}

@@ -9,6 +9,9 @@ Usage::
 One store (a local checkpoint location, one partition owning every key group) holds, for each
 of ``--keys`` string grouping keys, a committed value (``start long, last long, events long``,
 the processor bench's session), a list of one element, a map entry and an event-time timer.
+Every row written -- the committed ones and each batch's -- differs per key and per batch (its
+times in milliseconds: ints of 41 bits), so that the row codec, the changelog and its
+compression meet values as a stream gives them, not one value over and over.
 Each operation then runs once per key, in key order as a batch meets them, in a batch of its
 own on the newest committed version (opened warm: the working copy and its row cache are the
 previous batch's, as in a steady stream; as the runners do, the batch first reads the key groups
@@ -16,8 +19,8 @@ it touches densely whole into the row cache, untimed, which costs nothing once t
 and is timed over all keys; the batch then commits
 (timed apart, per key).  The figure is the CPU time of the process (every thread: a flush or
 compaction the writes cause counts) over the loop divided by the keys, including
-setting the current key (one ``set_current_key`` per key, reported alone as ``set_key``) -- the
-cost a processor's handler pays per call.  The timer deletion deletes the timer the registration
+setting the current key (one ``set_current_key`` per key, reported alone as ``set_key``, the
+views' as ``view_set_key``) -- the cost a processor's handler pays per call.  The timer deletion deletes the timer the registration
 before it added, so every round meets the same state but for the lists, one element longer.
 
 Operations (``processor_*``: :class:`antkv.spark.processor.handle.ProcessorHandle`; ``view_*``:
@@ -63,6 +66,14 @@ def _keys(n: int) -> list[tuple[int, tuple]]:
     return sorted((xxhash.xxh64_intdigest(k[0].encode()) % KEY_GROUPS, k) for k in keys)
 
 
+def _rows(n: int, batch: int) -> list[tuple]:
+    """The row each of ``n`` keys writes in batch ``batch``: a session (start, last, events) as
+    the processor bench keeps, its times in milliseconds (41-bit ints), different for every key
+    and every batch, so that no encoding, changelog or compression meets one value over and over."""
+    start = 1_700_000_000_000
+    return [(start + 1_000 * i, start + 1_000 * i + 60_000 * batch + i % 997, batch + i % 13) for i in range(n)]
+
+
 class _Processor:
     """The processor handle and its state variables over one store."""
 
@@ -97,44 +108,45 @@ def _populate(loc: str, options, keys) -> str:
     store = open_store(loc, "bench", 0, 0, manifest=None, options=options)
     p = _Processor(store)
     v = _Views(store)
-    for kg, key in keys:
+    for (kg, key), row in zip(keys, _rows(len(keys), 0)):
         p.handle.set_current_key(kg, key)
-        p.value.update((1, 2, 3))
-        p.list.appendValue((1, 2, 3))
-        p.map.updateValue((7,), (1, 2, 3))
+        p.value.update(row)
+        p.list.appendValue(row)
+        p.map.updateValue((7,), row)
         p.handle.registerTimer(1_000)
         v.keyed.set_current_key(kg, key)
-        v.value.update((1, 2, 3))
-        v.list.appendValue((1, 2, 3))
-        v.map.updateValue((7,), (1, 2, 3))
+        v.value.update(row)
+        v.list.appendValue(row)
+        v.map.updateValue((7,), row)
     return store.commit().manifest
 
 
 def _operations():
-    """name -> (what it runs over: "processor", "views" or "dict", the per-key call)."""
-    row = (4, 5, 6)
+    """name -> (what it runs over: "processor", "views" or "dict", the per-key call, given the
+    state and the key's row for the batch)."""
     return {
-        "set_key": ("processor", lambda s: None),
-        "processor_value_get": ("processor", lambda s: s.value.get()),
-        "processor_value_update": ("processor", lambda s: s.value.update(row)),
-        "processor_list_append": ("processor", lambda s: s.list.appendValue(row)),
-        "processor_map_put": ("processor", lambda s: s.map.updateValue((7,), row)),
-        "processor_timer_register": ("processor", lambda s: s.handle.registerTimer(2_000)),
-        "processor_timer_delete": ("processor", lambda s: s.handle.deleteTimer(2_000)),
-        "view_value_get": ("views", lambda s: s.value.get()),
-        "view_value_update": ("views", lambda s: s.value.update(row)),
-        "view_list_append": ("views", lambda s: s.list.appendValue(row)),
-        "view_map_put": ("views", lambda s: s.map.updateValue((7,), row)),
-        "floor_set_key": ("floor", lambda s: None),
-        "floor_value_update": ("floor", lambda s: s.value.update(row)),
-        "floor_list_append": ("floor", lambda s: s.list.appendValue(row)),
-        "floor_map_put": ("floor", lambda s: s.map.updateValue((7,), row)),
-        "dict_value_get": ("dict", lambda s: s.values.get(s.key)),
-        "dict_value_update": ("dict", lambda s: s.values.__setitem__(s.key, row)),
-        "dict_list_append": ("dict", lambda s: s.lists[s.key].append(row)),
-        "dict_map_put": ("dict", lambda s: s.maps[s.key].__setitem__((7,), row)),
-        "dict_timer_register": ("dict", lambda s: s.timers.add((s.key, 2_000))),
-        "dict_timer_delete": ("dict", lambda s: s.timers.discard((s.key, 2_000))),
+        "set_key": ("processor", lambda s, row: None),
+        "view_set_key": ("views", lambda s, row: None),
+        "processor_value_get": ("processor", lambda s, row: s.value.get()),
+        "processor_value_update": ("processor", lambda s, row: s.value.update(row)),
+        "processor_list_append": ("processor", lambda s, row: s.list.appendValue(row)),
+        "processor_map_put": ("processor", lambda s, row: s.map.updateValue((7,), row)),
+        "processor_timer_register": ("processor", lambda s, row: s.handle.registerTimer(2_000)),
+        "processor_timer_delete": ("processor", lambda s, row: s.handle.deleteTimer(2_000)),
+        "view_value_get": ("views", lambda s, row: s.value.get()),
+        "view_value_update": ("views", lambda s, row: s.value.update(row)),
+        "view_list_append": ("views", lambda s, row: s.list.appendValue(row)),
+        "view_map_put": ("views", lambda s, row: s.map.updateValue((7,), row)),
+        "floor_set_key": ("floor", lambda s, row: None),
+        "floor_value_update": ("floor", lambda s, row: s.value.update(row)),
+        "floor_list_append": ("floor", lambda s, row: s.list.appendValue(row)),
+        "floor_map_put": ("floor", lambda s, row: s.map.updateValue((7,), row)),
+        "dict_value_get": ("dict", lambda s, row: s.values.get(s.key)),
+        "dict_value_update": ("dict", lambda s, row: s.values.__setitem__(s.key, row)),
+        "dict_list_append": ("dict", lambda s, row: s.lists[s.key].append(row)),
+        "dict_map_put": ("dict", lambda s, row: s.maps[s.key].__setitem__((7,), row)),
+        "dict_timer_register": ("dict", lambda s, row: s.timers.add((s.key, 2_000))),
+        "dict_timer_delete": ("dict", lambda s, row: s.timers.discard((s.key, 2_000))),
     }
 
 
@@ -142,9 +154,10 @@ class _Dicts:
     """State in plain dicts, keyed by the grouping key: no persistence, no encoding."""
 
     def __init__(self, keys):
-        self.values = {k: (1, 2, 3) for _, k in keys}
-        self.lists = {k: [(1, 2, 3)] for _, k in keys}
-        self.maps = {k: {(7,): (1, 2, 3)} for _, k in keys}
+        rows = _rows(len(keys), 0)
+        self.values = {k: row for (_, k), row in zip(keys, rows)}
+        self.lists = {k: [row] for (_, k), row in zip(keys, rows)}
+        self.maps = {k: {(7,): row} for (_, k), row in zip(keys, rows)}
         self.timers = {(k, t) for _, k in keys for t in (1_000, 2_000)}
         self.key = None
 
@@ -170,7 +183,8 @@ class _Stream:
             self.touched[prefix] = self.touched.get(prefix, 0) + 1
 
     def time(self, over: str, call) -> tuple[float, float]:
-        """Seconds per key of ``call`` over every key in one batch, and of the batch's commit."""
+        """Seconds per key of ``call`` over every key in one batch, and of the batch's commit;
+        the keys write the rows of the newest version's batch (:func:`_rows`)."""
         from antkv.spark import open_store
 
         keys = self.keys
@@ -185,10 +199,11 @@ class _Stream:
             store.warm_touched(self.touched)  # as the runners do: dense key groups read whole, once
             state = _Processor(store) if over == "processor" else _Views(store)
             set_key = state.handle.set_current_key if over == "processor" else state.keyed.set_current_key
+        rows = _rows(len(keys), self.version)
         start = time.process_time()
-        for kg, key in keys:
+        for (kg, key), row in zip(keys, rows):
             set_key(kg, key)
-            call(state)
+            call(state, row)
         elapsed = time.process_time() - start
         if over == "dict":
             return elapsed / len(keys), 0.0
@@ -245,13 +260,15 @@ def run(n: int, rounds: int, names) -> dict:
 
 def report(keys: int, rounds: int, result: dict) -> str:
     """The table of ``result`` (:func:`run`), and the views' writes' share of their floor."""
-    set_keys = {"floor": result.get("floor_set_key", (0.0, 0.0))[0], "": result.get("set_key", (0.0, 0.0))[0]}
+    set_key = result.get("set_key", (0.0, 0.0))[0]
+    set_keys = {"floor": result.get("floor_set_key", (0.0, 0.0))[0], "view": result.get("view_set_key", (set_key,))[0],
+                "": set_key}
 
     def alone(name: str) -> float:
         us = result[name][0]
         if name.startswith("dict_") or name.endswith("set_key"):
             return us
-        return us - set_keys["floor" if name.startswith("floor_") else ""]
+        return us - set_keys[name.split("_")[0] if name.startswith(("floor_", "view_")) else ""]
 
     lines = [f"{keys:,} keys, best of {rounds}; us per key: the call with setting the key, the call alone, "
              f"the batch's commit", f"{'operation':<28}{'us/key':>10}{'op alone':>10}{'commit':>10}"]

@@ -6,11 +6,12 @@ the working copy's row cache, as bytes and, for a row, decoded, (3) reach the wo
 database (its deferred writes), (4) keep the key count exact, and (5) be published by the
 commit as a changelog, with a manifest naming it.  :class:`WriteFloor` does those and nothing
 else, on dicts as large as the store's: a call builds the stored key as the views do and puts
-the value in one dict (a row of plain values kept as given, a list's bytes extended); the
-commit encodes the rows in bulk (``RowsCodec.encode_many``), looks each key up once in the row
-cache (what the key count and the cache's charge read), updates the cache's two dicts and the
-deferred writes once each, and writes the changelog (``encode_changelog``) and an object the
-size of the store's manifest through the same location, each synced.
+the row, of plain values, as given in one dict (a value's or map entry's, or a list's appended
+row); the commit encodes the rows in bulk (``RowsCodec.encode_many``), looks each key up once
+in the row cache (what the key count and the cache's charge read, and a list's bytes before),
+extends the lists' bytes, updates the cache's two dicts and the deferred writes once each, and
+writes the changelog (``encode_changelog``) and an object the size of the store's manifest
+through the same location, each synced.
 
 What it leaves out is what the store adds around those steps: the checks of a call (a store
 committed, a codec switched, a key group outside the partition), settling in bounded steps,
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from itertools import repeat
 
-from antkv.spark.state.codec import encode_key, encode_row
+from antkv.spark.state.codec import encode_key
 from antkv.spark.state.rows_codec import PLAIN_TYPES, ROWS
 from antkv.spark.store.keygroups import key_group_prefix, state_id_bytes
 from antkv.spark.store.objects import encode_changelog
@@ -40,7 +41,7 @@ class WriteFloor:
         self.location = location
         self.manifest_bytes = manifest_bytes
         self.rows_written: dict[bytes, tuple] = {}  # key -> a value's decoded form, (row,)
-        self.bytes_written: dict[bytes, bytes] = {}  # key -> a list's bytes
+        self.rows_appended: dict[bytes, tuple] = {}  # key -> the row appended to a list, as (row,)
         self.keys_added = None  # after a commit: how many keys the batch added to the state
         self.commits = 0
         self._key_group = None
@@ -59,22 +60,31 @@ class WriteFloor:
         row = self.rows_written.get(key)
         if row is not None:
             return ROWS.encode(row)
-        value = self.bytes_written.get(key)
-        return self.rows.get(key) if value is None else value
+        value = self.rows.get(key)
+        appended = self.rows_appended.get(key)
+        if appended is None:
+            return value
+        return (value or b"") + ROWS.encode(appended)
 
     def commit(self) -> None:
-        written = self.bytes_written
-        rows = self.rows_written
+        """REQUIRES: the batch wrote values or appended to lists, not both (each bench batch
+        does one operation), one row to each list."""
+        rows, appended = self.rows_written, self.rows_appended
+        keys = list(rows or appended)
+        olds = list(map(self.rows.get, keys, repeat(None)))
+        self.keys_added = olds.count(None)
         if rows:
-            written.update(zip(rows, ROWS.encode_many(list(rows.values()))))
-        self.keys_added = list(map(self.rows.get, written, repeat(None))).count(None)
+            written = dict(zip(keys, ROWS.encode_many(list(rows.values()))))
+        else:
+            encoded = ROWS.encode_many(list(appended.values()))
+            written = dict(zip(keys, map(bytes.__add__, [old or b"" for old in olds], encoded)))
         self.deferred.update(written)
         self.rows.update(written)
         self.decoded.update(rows)
         self.commits += 1
         self.location.write(f"changelog-{self.commits}", encode_changelog([], written))
         self.location.write(f"manifest-{self.commits}", bytes(self.manifest_bytes))
-        self.rows_written, self.bytes_written = {}, {}
+        self.rows_written, self.rows_appended = {}, {}
 
 
 class _Variable:
@@ -94,10 +104,12 @@ class _Value(_Variable):
 class _List(_Variable):
     def appendValue(self, row: tuple) -> None:  # noqa: N802 - Spark's name
         floor = self._floor
+        if type(row) is not tuple or not PLAIN_TYPES.issuperset(map(type, row)):
+            raise TypeError("the write floor takes rows of plain values")
         key = floor._prefix + self._sid + floor._key
-        old = floor.bytes_written.get(key) or floor.rows.get(key)
-        suffix = encode_row(row)
-        floor.bytes_written[key] = suffix if old is None else old + suffix
+        if key in floor.rows_appended:
+            raise ValueError("the write floor appends one row to a list per batch")
+        floor.rows_appended[key] = (row,)
 
 
 class _Map(_Variable):

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import antkv
 from antkv.spark.state.codec import decode_key, decode_row, decode_rows, encode_key, encode_row, encode_rows
 from antkv.spark.state.rows_codec import ROWS as ROWS_CODEC
-from antkv.spark.state.rows_codec import decode_laid_out, encode_expiring_int_row, encode_values
+from antkv.spark.state.rows_codec import decode_laid_out, encode_values
 from antkv.spark.runtime.routing import route
 from antkv.spark.store.keygroups import KeyGroupError, KeyGroupRange, key_group_range
 from antkv.spark.state.views import KeyedState, group_batch, iter_groups, row_slicer
@@ -169,10 +169,8 @@ INT_ROWS = st.lists(st.one_of(st.none(), st.integers(-70, 70), INT64, st.integer
 
 @given(st.lists(INT_ROWS.map(tuple), max_size=40), st.integers(1, 4), st.one_of(st.none(), INT64), st.booleans())
 def test_row_pieces_encode_as_the_codec(rows, width, expiry, pairs):
-    """Rows of ints encoded from table pieces, one by one or a batch's values in bulk, are the
-    codec's bytes; values of mixed shapes fall back to it."""
-    for row in rows:
-        assert encode_expiring_int_row(expiry, row) == encode_row((expiry, row))
+    """Rows of ints encoded from table pieces, a batch's values in bulk, are the codec's bytes;
+    values of mixed shapes fall back to it."""
     same = [(r + (None,) * width)[:width] for r in rows] * 2  # one width: the bulk paths' shape
     values = [((expiry, r),) for r in same] if pairs else [(r,) for r in same]
     assert encode_values(values) == [encode_rows(v) for v in values]

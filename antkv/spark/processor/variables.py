@@ -49,7 +49,7 @@ from pyspark.sql import Row
 from antkv import CorruptionError, InvalidArgumentError
 
 from antkv.spark.state.codec import decode_key, decode_row, encode_key, encode_row
-from antkv.spark.state.rows_codec import ROWS, encode_expiring_int_row
+from antkv.spark.state.rows_codec import ROWS
 from antkv.spark.state.schema import StateSchema
 from antkv.spark.store.keygroups import KEY_GROUP_BYTES, STATE_ID_BYTES, key_group_prefix, state_id_bytes
 
@@ -310,9 +310,10 @@ class ListState(StateVariable):
         expiry = None if ttl is None else handle.batch_timestamp_ms + ttl
         schema = self._schema
         row = schema.fit(newState)
-        # bytes appended: no decoding
-        encoded = encode_expiring_int_row(expiry, row) if schema.ints else encode_row((expiry, row))
-        handle.store.append(key, encoded)
+        if schema.plain:  # appended decoded, encoded when the batch's writes settle (as update's)
+            handle.store.append_decoded(key, ((expiry, row),), ROWS)
+        else:
+            handle.store.append(key, encode_row((expiry, row)))
         if expiry is not None:
             self._index(key, expiry)
 

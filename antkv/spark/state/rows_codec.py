@@ -1,6 +1,5 @@
-"""The codec of the rows the state store keeps decoded (:data:`ROWS`), and its encoders
-specialised to rows of integers: one row whose ints a schema vouches for (a processor's list
-element, :func:`encode_expiring_int_row`), and a batch's values in bulk.
+"""The codec of the rows the state store keeps decoded (:data:`ROWS`), and its encoder of a
+batch's values in bulk, specialised to rows of integers.
 
 A value state's row and a map entry's value are kept by the store as the Python rows
 themselves (``StateStore.put_decoded`` / ``get_decoded``), a tuple of rows per stored value,
@@ -39,7 +38,6 @@ from antkv.spark.state.codec import (
     ROW_PIECE,
     int_piece,
     decode_rows,
-    encode_row,
     encode_rows,
 )
 
@@ -79,15 +77,6 @@ _MAX_HEADS = 4096  # lengths _BYTES_HEADS keeps the head of
 _BYTES_HEADS = _BytesHeads({n: bytes((R_BYTES, n)) for n in range(0x80)})
 _INT_ROW_TYPES = frozenset((int, type(None)))
 _PAIR_PIECE = COUNT_PIECES[2]
-
-
-def encode_expiring_int_row(expiry, row: tuple) -> bytes:
-    """:func:`encode_row` ``((expiry, row))`` -- an element with its expiry, as the processor's
-    state stores it -- for ``expiry`` an int or None and ``row`` a tuple of exact ints and Nones."""
-    count = len(row)
-    if count >= 0x80:
-        return encode_row((expiry, row))
-    return b"".join([_PAIR_PIECE, _piece(expiry), ROW_PIECE, COUNT_PIECES[count], *map(_piece, row)])
 
 
 def _large_ints(rows: list) -> bool:

@@ -365,7 +365,7 @@ class StateSchema:
         self.flat = all(isinstance(t, str) and t != "timestamp" for _, t, _ in self.fields)
         # fit gives rows of exact int, str, float, bool, bytes or None: they decode as themselves
         self.plain = all(isinstance(t, str) and (t in _PLAIN or t in ("float", "binary")) for _, t, _ in self.fields)
-        # fit gives rows of exact ints and Nones: rows_codec.encode_expiring_int_row encodes them
+        # fit gives rows of exact ints and Nones
         self.ints = all(isinstance(t, str) and t in _INT_RANGES for _, t, _ in self.fields)
         # the bound of every field's magnitude when all are nullable integers of one type (the
         # commonest schema: all long): fit's first test is then one loop over the values

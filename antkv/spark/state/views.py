@@ -69,6 +69,7 @@ class KeyedState:
         self._get_decoded = getattr(store, "get_decoded", None) or _decoding_get(store)
         self._put_decoded = getattr(store, "put_decoded", None) or _encoding_put(store)
         self._append = getattr(store, "append", None) or _appending(store)
+        self._append_decoded = getattr(store, "append_decoded", None) or _appending_decoded(self._append)
         self._names: dict[str, tuple[int, bytes]] = {}
         self._key_group_bytes: bytes | None = None
         self._key_group = None  # the key group _key_group_bytes encodes
@@ -168,6 +169,12 @@ def _appending(store):
     return append
 
 
+def _appending_decoded(append):
+    def append_decoded(key: bytes, value, codec) -> None:
+        append(key, codec.encode(value))
+    return append_decoded
+
+
 def _one_row(stored: tuple | None, what: str):
     """The row of a value or map entry read as decoded rows (None: absent)."""
     if stored is None:
@@ -237,8 +244,11 @@ class ListState(_StateVariable):
         prefix = keyed._key_group_bytes  # (_key(), inlined: an append is one call per row)
         if prefix is None:
             keyed._prefix(self._sid)  # raises: no current key
-        # (encode_row, with no test for a row of ints first: for one row it is the quicker)
-        keyed._append(prefix + self._sid + keyed._encoded_key, encode_row(new_state))
+        # a plain row is appended decoded, encoded when the batch's writes settle (as update's)
+        if type(new_state) is tuple and PLAIN_TYPES.issuperset(map(type, new_state)):
+            keyed._append_decoded(prefix + self._sid + keyed._encoded_key, (new_state,), ROWS)
+        else:
+            keyed._append(prefix + self._sid + keyed._encoded_key, encode_row(new_state))
 
     def appendList(self, new_state) -> None:  # noqa: N802 - Spark's name
         """Append the rows of ``new_state`` (not empty, as in Spark)."""

@@ -12,7 +12,9 @@ Version 8 becomes *the* version 8 only when the driver publishes the batch marke
 ``msg.manifest`` (``commit_protocol.py``); until then it is one candidate among the attempts.
 
 **Writes** cost a dict store each: ``put``, ``append``, ``delete`` and ``put_decoded`` record
-the key's newest value in the batch's *pending* writes, which every read consults first.  They
+the key's newest value in the batch's *pending* writes, which every read consults first;
+``append_decoded`` records the value appended, and the key's value is looked up and extended
+when the writes settle (or when the batch reads the key first).  They
 *settle* in bulk -- into the batch's net change set ``{key: value or None}`` (plus its list of
 range deletions), the working copy's row cache (:mod:`antkv.spark.store.row_cache`) and its
 *deferred* writes (``WorkingCopy.deferred``) -- when anything reads the database (a scan, a
@@ -29,7 +31,8 @@ them first, so that the database alone is the base its key count reads.  So
 scans and prefix scans are the engine's own, and a point read is the pending writes', the row
 cache's, the deferred writes' or the database's.
 ``put_decoded`` takes a Python value and its codec: the value is encoded when it settles (the
-batch's values at once, ``codec.encode_many``), and kept decoded in the row cache, as
+batch's values at once, ``codec.encode_many``, with the values ``append_decoded`` appended),
+and kept decoded in the row cache, as
 ``get_decoded`` keeps what it decodes, so a value written or read in one batch is read in the
 next without decoding.  The change set is bounded: each
 changed key counts its bytes plus ``_ENTRY_BYTES`` (the Python objects that hold it) against
@@ -90,8 +93,8 @@ from the location and the local cache (:mod:`antkv.spark.store.opening`).
 from __future__ import annotations
 
 import logging
-from itertools import compress, filterfalse, repeat
-from operator import is_, is_not, itemgetter, not_
+from itertools import chain, compress, filterfalse, islice, repeat
+from operator import add, countOf, is_, is_not, itemgetter, not_
 
 import xxhash
 
@@ -117,6 +120,7 @@ from antkv.spark.store.working_copy import WorkingCopy
 _SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base instead of reading each
 _LIVE = object()  # a changed key whose new value is not kept (the batch commits a snapshot)
 _ENCODED_TYPES = frozenset((bytes, type(None)))  # a pending write's value that is not a decoded one
+_APPENDED = object()  # a pending write appending the values StateStore._appends holds (append_decoded)
 _ENTRY_BYTES = 160  # a change set entry's Python objects: its dict slot and two bytes headers
 _SETTLE_EVERY = 65536  # pending writes gathered before they settle (into the change set, row cache, deferred writes) ...
 _SETTLE_BYTES = 8 * MiB  # ... or bytes of the values put
@@ -182,6 +186,11 @@ class StateStore:
         self._pending: dict[bytes, object] = {}
         self._codec = None  # the codec of the decoded values in _pending (None: no put_decoded yet, it holds none)
         self._pending_bytes = 0  # bytes of the values put in _pending (not counting overwrites)
+        # the values of _codec appended to keys whose pending write is _APPENDED (append_decoded):
+        # key -> the one value, or a list of them in order (decoded values are never lists); a
+        # key whose pending write is no longer _APPENDED was written since, and is ignored
+        self._appends: dict[bytes, object] = {}
+        self._appended = 0  # values appended in _appends
         # pending writes settle at these counts: a quarter of the change set's bound at most
         self._settle_every = max(1, min(_SETTLE_EVERY, options.max_changelog_bytes // (4 * _ENTRY_BYTES)))
         self._settle_bytes = min(_SETTLE_BYTES, options.max_changelog_bytes // 4)
@@ -220,7 +229,10 @@ class StateStore:
         if value is not MISSING:
             if value is None:
                 return default
-            return value if type(value) is bytes else self._codec.encode(value)  # decoded, not encoded yet
+            if type(value) is bytes:
+                return value
+            # decoded, or appended to, and not encoded yet
+            return self._resolve_appends(key) if value is _APPENDED else self._codec.encode(value)
         value = self._rows.lookup(key)
         if value is MISSING:
             value = self._read_through(key)
@@ -260,6 +272,8 @@ class StateStore:
         if value is not MISSING:
             if value is None:
                 return None
+            if value is _APPENDED:
+                value = self._resolve_appends(key)
             if type(value) is bytes:
                 return codec.decode(value)
             return value if codec is self._codec else codec.decode(self._codec.encode(value))
@@ -338,13 +352,100 @@ class StateStore:
             old = rows.rows.get(key, MISSING)  # (RowCache.lookup, inlined)
             if old is MISSING:
                 old = None if key[:PREFIX_LEN] in rows.complete else self._read_through(key)
-        elif old is not None and type(old) is not bytes:
-            old = self._codec.encode(old)  # decoded, not encoded yet
+        elif old is not None and type(old) is not bytes:  # decoded, or appended to, and not encoded yet
+            old = self._resolve_appends(key) if old is _APPENDED else self._codec.encode(old)
         value = suffix if old is None else old + suffix
         pending[key] = value
         self._pending_bytes += len(value)
         if len(pending) >= self._settle_every or self._pending_bytes >= self._settle_bytes:
             self._settle()
+
+    def append_decoded(self, key: bytes, value, codec) -> None:
+        """``append(key, codec.encode(value))`` -- a list state's element, given decoded -- with
+        the encoding and the lookup of the key's value done when the write settles, in bulk
+        with the batch's other appends (``codec.encode_many``).  ``codec`` and ``value`` meet
+        :meth:`get_decoded`'s contract; the encodings of a key's values must concatenate to
+        the encoding of a list (as the rows codec's do).  REQUIRES: ``key`` is bytes."""
+        if self._done:
+            self._check_active()
+        if codec is not self._codec:
+            self._settle()  # the pending decoded values are all of one codec
+            self._codec = codec
+        pending = self._pending
+        old = pending.get(key, MISSING)
+        if old is MISSING:
+            pending[key] = _APPENDED
+            self._appends[key] = value
+        elif old is _APPENDED:
+            appends = self._appends
+            earlier = appends[key]
+            if type(earlier) is list:
+                earlier.append(value)
+            else:
+                appends[key] = [earlier, value]
+        else:  # the batch wrote the key: appended to what it wrote, now
+            self.append(key, codec.encode(value))
+            return
+        self._appended += 1
+        if len(pending) >= self._settle_every or self._appended >= self._settle_every:
+            self._settle()
+
+    def _base_value(self, key: bytes):
+        """``key``'s value (None: absent) before the batch's pending writes: the row cache's,
+        else the database's (:meth:`_read_through`)."""
+        rows = self._rows
+        value = rows.rows.get(key, MISSING)  # (RowCache.lookup, inlined)
+        if value is MISSING:
+            return None if key[:PREFIX_LEN] in rows.complete else self._read_through(key)
+        return value
+
+    def _resolve_appends(self, key: bytes) -> bytes:
+        """The bytes of ``key``, whose pending write is :data:`_APPENDED`: its value before with
+        the values appended encoded after it, made its pending write."""
+        earlier = self._appends.pop(key)
+        values = earlier if type(earlier) is list else [earlier]
+        self._appended -= len(values)
+        base = self._base_value(key)
+        value = b"".join([b"" if base is None else base, *map(self._codec.encode, values)])
+        self._pending[key] = value
+        self._pending_bytes += len(value)
+        return value
+
+    def _settle_appends(self) -> list | None:
+        """Make the pending appends (:meth:`append_decoded`) pending writes of bytes: the
+        values appended encoded in bulk, each key's after its value before (looked up in the
+        row cache in bulk, the others as :meth:`append` does).  Returns, when every pending
+        write is one of them, what the row cache held for each pending key before the writes,
+        in order (``MISSING`` where none), as :meth:`_settle` reads it; else None."""
+        appends, pending = self._appends, self._pending
+        if countOf(pending.values(), _APPENDED) == len(appends):  # (a pending _APPENDED is a key of appends)
+            keys = list(appends)
+        else:  # some were written since: those are not appended to
+            keys = list(compress(appends, map(is_, map(pending.__getitem__, appends), repeat(_APPENDED))))
+            appends = {k: appends[k] for k in keys}
+        values = list(appends.values())
+        codec = self._codec
+        encode_many = getattr(codec, "encode_many", None)
+        if list in set(map(type, values)):  # keys appended to more than once: their values in a run
+            counts = [len(v) if type(v) is list else 1 for v in values]
+            values = list(chain.from_iterable(v if type(v) is list else (v,) for v in values))
+        else:
+            counts = None
+        encoded = encode_many(values) if encode_many is not None else list(map(codec.encode, values))
+        if counts is not None:
+            run = iter(encoded)
+            encoded = [b"".join(islice(run, n)) for n in counts]
+        n = len(keys)
+        rows = self._rows
+        found = bases = list(map(rows.rows.get, keys, repeat(MISSING, n)))
+        if not all(map(is_not, found, repeat(MISSING, n))) or not all(found):  # (absent, empty or not cached)
+            complete = rows.complete  # (a key the cache does not hold is read, unless its key group is whole)
+            found = [b if b is not MISSING or k[:PREFIX_LEN] in complete else self._read_through(k)
+                     for k, b in zip(keys, found)]
+            bases = [b"" if b is None or b is MISSING else b for b in found]
+        pending.update(zip(keys, map(add, bases, encoded)))
+        self._appends, self._appended = {}, 0  # (kept until here: a value that fails to encode leaves them)
+        return found if n == len(pending) else None  # (then pending's keys are keys, in order)
 
     def put_decoded(self, key: bytes, value, codec) -> None:
         """Write ``codec.encode(value)`` at ``key``, encoded when the write settles, and keep
@@ -378,6 +479,7 @@ class StateStore:
         if self._settle_hooks:
             for hook in self._settle_hooks:
                 hook()
+        appended_found = self._settle_appends() if self._appends else None
         pending = self._pending
         if not pending:
             return
@@ -403,7 +505,8 @@ class StateStore:
             fresh = not changes  # every pending key is new to the change set (one settle a batch: all)
             new = pending if fresh else list(filterfalse(changes.__contains__, pending))  # (keys, in order)
             # what the row cache holds for them, before the writes: what the base holds, if anything
-            found = list(map(self._rows.rows.get, new, repeat(MISSING, len(new))))
+            found = appended_found if fresh and appended_found is not None else \
+                list(map(self._rows.rows.get, new, repeat(MISSING, len(new))))
             if new and not self._ranges and not self._learn_base_live(new, found) and not self._base_unknown:
                 # the base is read at commit (pinned before a write reaches the database), where
                 # the database alone must hold it: earlier batches' writes carried in the
@@ -854,7 +957,7 @@ class StateStore:
         self._rows.deactivate()
         if self._base_snapshot is not None:
             self._base_snapshot.release()
-        self._changes, self._ranges, self._base_live, self._pending = {}, [], {}, {}
+        self._changes, self._ranges, self._base_live, self._pending, self._appends = {}, [], {}, {}, {}
         self._settle_hooks = []
 
     def _discard(self) -> None:

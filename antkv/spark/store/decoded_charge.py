@@ -75,10 +75,11 @@ def decoded_charges(raws: list, values, raw_bytes: int | None = None) -> int:
     return total + DECODED_PER_BYTE * short_bytes + held_bytes(compress(values, long_ones))
 
 
-def recharge(old_lengths: list, new_lengths: list) -> int | None:
-    """What the charge changes by when decoded values stored in ``old_lengths[i]`` bytes are
-    replaced by as many stored in ``new_lengths[i]`` bytes, if every one of them is short (its
-    charge then depends on its length alone); None if one is long (its objects are measured)."""
-    if max(old_lengths, default=0) >= LONG_VALUE or max(new_lengths, default=0) >= LONG_VALUE:
+def recharge(longest: int, grown: int) -> int | None:
+    """What the charge changes by when decoded values are replaced by as many others, whose
+    stored bytes are ``grown`` more in all, if every one of either is short (stored in at most
+    ``longest`` bytes, less than :data:`LONG_VALUE`: its charge then depends on its length
+    alone); None if one is long (its objects are measured)."""
+    if longest >= LONG_VALUE:
         return None
-    return DECODED_PER_BYTE * (sum(new_lengths) - sum(old_lengths))
+    return DECODED_PER_BYTE * grown

@@ -41,14 +41,14 @@ def in_range(counts: dict, begin: bytes, end: bytes) -> dict:
 
 
 def count_changes(db, snap, base_keys: int, base_counts: dict | None, changes: dict, known: dict,
-                  ranges: list, scan_factor: int) -> tuple[int, dict | None]:
+                  ranges: list, scan_factor: int, known_all: bool = False) -> tuple[int, dict | None]:
     """``(keys now, counts now or None)`` of a state whose base (read at snapshot ``snap`` of
     ``db``) held ``base_keys`` keys with ``base_counts``, after the batch's net ``changes``
     (key -> value, ``None`` if deleted, any other object if live) and its merged range
     deletions ``ranges`` (point changes are newer than every range).  ``known[k]`` tells
     whether ``k`` was live in the base when the batch read it; other keys are read at ``snap``
     (one point read each, or one scan of the base when more than ``1/scan_factor`` of it is to
-    be read)."""
+    be read).  ``known_all``: the caller knows that ``known`` holds every key of ``changes``."""
     per = None if base_counts is None else {}
     if base_keys == 0:
         total = 0
@@ -59,7 +59,7 @@ def count_changes(db, snap, base_keys: int, base_counts: dict | None, changes: d
                     p = k[:PREFIX_LEN]
                     per[p] = per.get(p, 0) + 1
         return total, _limited(per)
-    unknown = [] if known.keys() >= changes.keys() else [k for k in changes if k not in known]
+    unknown = [] if known_all or known.keys() >= changes.keys() else [k for k in changes if k not in known]
     if unknown:
         known = dict(known)
         if len(unknown) * scan_factor > base_keys:

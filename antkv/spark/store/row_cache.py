@@ -274,7 +274,7 @@ class RowCache:
         self.used += charge
         return True
 
-    def write_many(self, changes, keep=None, codec=None, olds=None) -> None:
+    def write_many(self, changes, keep=None, codec=None, olds=None, value_bytes=None) -> None:
         """:meth:`put` every ``(key, value)`` of ``changes`` (pairs, or a dict), :meth:`discard`
         those whose value is None: the store's batched writes, with ``put``'s common case
         (room left) inlined, and for a dict done in bulk when the cache has room for it all.
@@ -282,12 +282,13 @@ class RowCache:
         changes[key]) == value``, and ``keep`` lists its keys in ``changes``' order when it
         holds them all), which for a dict that fits is done in the same bulk step.
         ``olds``, for a dict: what :attr:`rows` held for each of its keys, in order (``MISSING``
-        where none), if the caller looked them up already."""
+        where none), if the caller looked them up already; ``value_bytes``, for a dict: the
+        bytes of its values (None counting none), if the caller summed them already."""
         rows = self.rows
         if type(changes) is dict:
             if keep and codec is not self.codec:
                 self.use_codec(codec)
-            if self._write_dict(changes, keep or {}, olds):  # (it dropped the keys' decoded values)
+            if self._write_dict(changes, keep or {}, olds, value_bytes):  # (it dropped the keys' decoded values)
                 return
             raws = changes
             changes = changes.items()
@@ -319,7 +320,7 @@ class RowCache:
             raws = dict(raws)
             self.keep_decoded(list(keep), list(map(raws.__getitem__, keep)), list(keep.values()), codec)
 
-    def _write_dict(self, changes: dict, keep: dict, olds: list | None = None) -> bool:
+    def _write_dict(self, changes: dict, keep: dict, olds: list | None = None, value_bytes: int | None = None) -> bool:
         """:meth:`write_many` of a dict in bulk, ``keep``'s decoded values with it (of
         :attr:`codec`), if what it adds fits the budget (taking more of it as :meth:`put`
         would); False if it does not, having changed nothing but dropped the keys' decoded
@@ -336,14 +337,16 @@ class RowCache:
         # a batch rewriting short values every one of which it held decoded (the steadiest
         # batch: its charge follows from the lengths, and keep replaces the decoded values)
         rewritten = None  # ... the decoded values' change of charge
-        if every_kept and held and decoded.keys() >= changes.keys():
-            old_lengths, new_lengths = list(map(len, olds)), list(map(len, values))
-            rewritten = recharge(old_lengths, new_lengths)
+        old_bytes = sum(map(len, olds)) if held else 0
+        if not deleted:
+            new_bytes = sum(map(len, values)) if value_bytes is None else value_bytes
+        if n and every_kept and held and decoded.keys() >= changes.keys():
+            rewritten = recharge(max(max(map(len, olds)), max(map(len, values))), new_bytes - old_bytes)
         if rewritten is not None:
-            charge = sum(new_lengths) - sum(old_lengths) + rewritten
+            charge = new_bytes - old_bytes + rewritten
         else:
-            old_bytes = sum(map(len, olds)) if held else 0
-            new_bytes = 0 if deleted else sum(map(len, values))
+            if deleted:
+                new_bytes = 0
             if decoded:  # the keys' decoded values go first (the module docstring's invariant) --
                 # unless keep replaces every one of them below, in place
                 dropped = list(map(decoded.get if every_kept else decoded.pop, changes, repeat(MISSING, n)))
@@ -382,7 +385,7 @@ class RowCache:
             if every_kept and decoded:  # (as a refusal leaves them: dropped)
                 popped = list(map(decoded.pop, changes, repeat(MISSING, n)))
                 if rewritten is not None:  # (their charges were not taken back yet)
-                    self.used -= decoded_charges(olds, popped, sum(old_lengths))
+                    self.used -= decoded_charges(olds, popped, old_bytes)
             return False
         if deleted == n:  # deleted keys are dropped, not cached as absent
             list(map(rows.pop, changes, repeat(None, n)))

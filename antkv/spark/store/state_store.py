@@ -521,7 +521,8 @@ class StateStore:
                 old_bytes = sum([len(v) for v in map(changes.get, pending) if type(v) is bytes])
             else:  # (its values are bytes or None; filter drops None, and empty values, which add nothing)
                 old_bytes = sum(map(len, filter(None, map(changes.get, pending))))
-            added = sum(map(len, pending)) + sum(map(len, filter(None, pending.values())))
+            value_bytes = sum(map(len, filter(None, pending.values())))
+            added = sum(map(len, pending)) + value_bytes
             self._change_bytes += _ENTRY_BYTES * len(new) + added - old_bytes
             if self._overflow:
                 changes.update({k: None if v is None else _LIVE for k, v in pending.items()})
@@ -530,7 +531,7 @@ class StateStore:
             else:
                 changes.update(pending)
             # (found is what the cache held for each pending key, in order, when every one is new)
-            self._write(pending, keep, found if len(new) == len(pending) else None, added)
+            self._write(pending, keep, found if len(new) == len(pending) else None, added, value_bytes)
             if self._change_bytes > self._max_change_bytes:
                 self._drop_changes()
 
@@ -543,11 +544,11 @@ class StateStore:
         self._settle_hooks.append(hook)
 
     def _write(self, changes: dict, keep: dict | None = None, olds: list | None = None,
-               size: int | None = None) -> None:
+               size: int | None = None, value_bytes: int | None = None) -> None:
         """``changes`` (key -> value or None) into the database, as one batch, and the row
         cache, which keeps ``keep`` (key -> the decoded value of ``changes[key]``) too;
         ``olds``, if known: what the row cache held for each key (:meth:`RowCache.write_many`);
-        ``size``, if known: the keys' and values' bytes.  (The store's keys and values are
+        ``size`` and ``value_bytes``, if known: the keys' and values' bytes, and the values'.  (The store's keys and values are
         bytes, or None for a deletion: ``put``, ``append`` and ``delete`` checked or require
         them, ``put_decoded`` requires its keys bytes, and its codec encodes to bytes.)"""
         if size is None:
@@ -557,7 +558,7 @@ class StateStore:
         else:
             self._pin_base_if_unknown()
             self._copy.write(changes, size)
-        self._rows.write_many(changes, keep, self._codec, olds)
+        self._rows.write_many(changes, keep, self._codec, olds, value_bytes)
 
     def _write_through(self) -> None:
         """Settle the pending writes and write the deferred ones into the database: before
@@ -739,8 +740,11 @@ class StateStore:
         self._settle()
         if self._untracked:
             return count_all(self._db)
+        # (a batch without range deletions that learnt every key it wrote, _base_unknown False,
+        # knows whether each was live in the base: _settle learns the keys as they settle)
         return count_changes(self._db, self._base_snapshot, self._base_keys, self._base_counts, self._changes,
-                             self._base_live, merge_ranges(self._ranges), _SCAN_FACTOR)
+                             self._base_live, merge_ranges(self._ranges), _SCAN_FACTOR,
+                             known_all=not self._base_unknown and not self._ranges)
 
     # ------------------------------------------------------------------ ingest
 

@@ -190,7 +190,7 @@ class StateStore:
         # key -> the one value, or a list of them in order (decoded values are never lists); a
         # key whose pending write is no longer _APPENDED was written since, and is ignored
         self._appends: dict[bytes, object] = {}
-        self._appended = 0  # values appended in _appends
+        self._appended = 0  # values in _appends beyond each key's first
         # pending writes settle at these counts: a quarter of the change set's bound at most
         self._settle_every = max(1, min(_SETTLE_EVERY, options.max_changelog_bytes // (4 * _ENTRY_BYTES)))
         self._settle_bytes = min(_SETTLE_BYTES, options.max_changelog_bytes // 4)
@@ -376,6 +376,8 @@ class StateStore:
         if old is MISSING:
             pending[key] = _APPENDED
             self._appends[key] = value
+            if len(pending) >= self._settle_every:
+                self._settle()
         elif old is _APPENDED:
             appends = self._appends
             earlier = appends[key]
@@ -383,12 +385,11 @@ class StateStore:
                 earlier.append(value)
             else:
                 appends[key] = [earlier, value]
+            self._appended += 1
+            if self._appended >= self._settle_every:
+                self._settle()
         else:  # the batch wrote the key: appended to what it wrote, now
             self.append(key, codec.encode(value))
-            return
-        self._appended += 1
-        if len(pending) >= self._settle_every or self._appended >= self._settle_every:
-            self._settle()
 
     def _base_value(self, key: bytes):
         """``key``'s value (None: absent) before the batch's pending writes: the row cache's,
@@ -404,7 +405,7 @@ class StateStore:
         the values appended encoded after it, made its pending write."""
         earlier = self._appends.pop(key)
         values = earlier if type(earlier) is list else [earlier]
-        self._appended -= len(values)
+        self._appended -= len(values) - 1
         base = self._base_value(key)
         value = b"".join([b"" if base is None else base, *map(self._codec.encode, values)])
         self._pending[key] = value

@@ -366,11 +366,8 @@ class StateStore:
         with the batch's other appends (``codec.encode_many``).  ``codec`` and ``value`` meet
         :meth:`get_decoded`'s contract; the encodings of a key's values must concatenate to
         the encoding of a list (as the rows codec's do).  REQUIRES: ``key`` is bytes."""
-        if self._done:
-            self._check_active()
-        if codec is not self._codec:
-            self._settle()  # the pending decoded values are all of one codec
-            self._codec = codec
+        if self._done or codec is not self._codec:
+            self._writing_codec(codec)
         pending = self._pending
         old = pending.get(key, MISSING)
         if old is MISSING:
@@ -390,6 +387,14 @@ class StateStore:
                 self._settle()
         else:  # the batch wrote the key: appended to what it wrote, now
             self.append(key, codec.encode(value))
+
+    def _writing_codec(self, codec) -> None:
+        """Before a write of a decoded value of ``codec``: the store is active, and the pending
+        decoded values are all of ``codec`` (those of another settle first)."""
+        self._check_active()
+        if codec is not self._codec:
+            self._settle()
+            self._codec = codec
 
     def _base_value(self, key: bytes):
         """``key``'s value (None: absent) before the batch's pending writes: the row cache's,
@@ -452,11 +457,8 @@ class StateStore:
         """Write ``codec.encode(value)`` at ``key``, encoded when the write settles, and keep
         ``value`` as the key's decoded value (:meth:`get_decoded`, whose contract ``codec`` and
         ``value`` meet).  REQUIRES: ``key`` is bytes."""
-        if self._done:
-            self._check_active()
-        if codec is not self._codec:
-            self._settle()  # the pending decoded values are all of one codec
-            self._codec = codec
+        if self._done or codec is not self._codec:
+            self._writing_codec(codec)
         pending = self._pending
         pending[key] = value
         if len(pending) >= self._settle_every:

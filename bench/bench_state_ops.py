@@ -223,7 +223,7 @@ class _Stream:
         it (that store then commits no change: the next version holds the same state)."""
         if self._floor is None:
             from antkv.spark import open_store
-            from antkv.spark.store.state_store import as_location
+            from antkv.spark.store.location import as_location
             from bench.state_ops_floor import WriteFloor
 
             store = open_store(self.loc, "bench", 0, self.version, manifest=self.manifest, options=self.options)

@@ -138,7 +138,7 @@ class PipelineFloor:
     def __init__(self, func, key, schema: str, struct, input_columns, partitions: int, location,
                  operator: str, key_groups: int = DEFAULT_KEY_GROUPS):
         from antkv.spark.runtime.output_schema import OutputCheck
-        from antkv.spark.store.state_store import as_location
+        from antkv.spark.store.location import as_location
 
         self.key = [key] if isinstance(key, str) else list(key)
         self.struct = struct  # the output's StructType (parsing DDL needs the JVM: on the driver)
@@ -196,7 +196,7 @@ def share_counting(location: str, reports: list[dict], count: int) -> float:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from antkv.spark.store.state_store import as_location
+    from antkv.spark.store.location import as_location
 
     where = as_location(location)
     total = hits = 0

@@ -142,7 +142,8 @@ def test_state_verify_reads_every_object_and_names_what_is_missing_or_damaged(ru
     before = {name: open(os.path.join(loc, name), "rb").read() for name in _objects(loc)}
     # damage an object only version 2 names, and remove one both versions share
     manifests = antkv.spark.CommitCoordinator(loc, "clicks", 2, query_id="q").base_manifests(2)
-    from antkv.spark.store.state_store import Location, read_manifest
+    from antkv.spark.store.location import Location
+    from antkv.spark.store.published import read_manifest
 
     v2 = read_manifest(Location(loc), manifests[0])
     v1_objects = set()

@@ -226,7 +226,7 @@ def test_every_published_batch_holds_each_row_once_whatever_fails(spark, tmp_pat
 
 
 def location_marker_outputs(location, version):
-    from antkv.spark.store.state_store import read_marker
+    from antkv.spark.store.published import read_marker
 
     return read_marker(location, "sums", version).outputs
 

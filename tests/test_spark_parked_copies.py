@@ -20,7 +20,7 @@ import pytest
 from antkv.spark import CommitCoordinator, CommitMessage, Location, StoreOptions, open_store, release_idle_stores
 from antkv.spark.store.idle_copies import cache_for
 from antkv.spark.store.parked_copies import RECORD, ParkedCopies
-from antkv.spark.store.state_store import read_manifest
+from antkv.spark.store.published import read_manifest
 
 OP = "op"
 

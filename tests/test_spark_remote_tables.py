@@ -29,7 +29,7 @@ from antkv.spark import CommitCoordinator, Location, StoreOptions, open_store, r
 from antkv.spark.store.block_cache import BlockCache
 from antkv.spark.store.idle_copies import blocks_for
 from antkv.spark.store.local_cache import tree_bytes
-from antkv.spark.store.state_store import read_manifest
+from antkv.spark.store.published import read_manifest
 
 from bench.s3_server import start_s3_server
 from test_spark_store_model import s3_location, s3_server  # noqa: F401

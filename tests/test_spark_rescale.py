@@ -23,7 +23,7 @@ from antkv.fs.os_file_system import OSFileSystem
 from antkv.spark import CommitCoordinator, Location, StoreOptions, open_store, release_idle_stores
 from antkv.spark.store.keygroups import key_group_range, plan_rescale
 from antkv.spark.store.rescale import open_rescaled_store
-from antkv.spark.store.state_store import read_manifest
+from antkv.spark.store.published import read_manifest
 
 from test_spark_faults import Fault, make_faulty
 

@@ -27,7 +27,7 @@ from antkv.spark import (
     release_idle_stores,
 )
 from antkv.spark.store.local_cache import LocalCache
-from antkv.spark.store.location import partition_dir
+from antkv.spark.store.location import as_location, partition_dir
 from antkv.spark.store.memory import worker_memory
 from antkv.spark.store.objects import (
     KIND_CHANGELOG,
@@ -37,7 +37,7 @@ from antkv.spark.store.objects import (
     file_digest,
     seal,
 )
-from antkv.spark.store.state_store import as_location, read_manifest
+from antkv.spark.store.published import read_manifest
 
 from test_spark_store_model import location_objects, referenced_objects, s3_server  # noqa: F401 (a fixture)
 
@@ -833,4 +833,19 @@ def test_a_snapshot_holds_the_live_state_about_once_whatever_batches_stacked(tmp
     with open_store(loc, "op", 0, 4, manifest=coord.base_manifests(4)[0], options=cold) as s:
         assert s.copy_fate == "rebuilt" and dict(s.items()) == values
         assert int(s._db.property("antkv.estimate-num-keys")) == len(keys)  # one run: each key once
+    release_idle_stores()
+
+
+def test_warming_the_last_prefix_holds_it_whole(tmp_path):
+    """The prefix ``ff ff`` (the operator's metadata keys) has no prefix after it: warming it
+    scans to the end of the keys and holds it whole, as any other."""
+    options = StoreOptions(cache_dir=str(tmp_path / "cache"), park_copies=False)
+    s = open_store(f"file://{tmp_path}/state", "op", 0, 0, options=options)
+    s.put(b"\xff\xffmeta", b"m")
+    s.put(b"\x00\x01k", b"v")
+    manifest = s.commit().manifest
+    s = open_store(f"file://{tmp_path}/state", "op", 0, 1, manifest=manifest, options=options)
+    assert s.warm([b"\xff\xff", b"\x00\x01"]) == 2
+    assert s.get(b"\xff\xffmeta") == b"m" and s.get(b"\xff\xffnone") is None and s.get(b"\x00\x01k") == b"v"
+    s.abort()
     release_idle_stores()

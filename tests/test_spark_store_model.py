@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import antkv
 from antkv.spark import CommitCoordinator, Location, StoreOptions, open_store, release_idle_stores
-from antkv.spark.store.state_store import read_manifest
+from antkv.spark.store.published import read_manifest
 from bench.s3_server import start_s3_server
 
 KEYS = st.sampled_from([b"", b"a", b"aa", b"aab", b"ab", b"b", b"ba", b"c", b"cc", b"d", b"\xff", b"k1", b"k1z", b"k2"])

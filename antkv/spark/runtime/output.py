@@ -40,7 +40,9 @@ import antkv
 
 from antkv.spark.store.commit_protocol import CommitCoordinator
 from antkv.spark.store.location import (
+    OUTPUT_LOG_DIR,
     Location,
+    as_location,
     check_operator,
     check_version,
     marker_name,
@@ -48,14 +50,13 @@ from antkv.spark.store.location import (
     output_dir,
     output_file_name,
     output_log_name,
-    OUTPUT_LOG_DIR,
     parse_output_file_name,
     parse_output_log_name,
     parse_temporary_name,
 )
 from antkv.spark.store.multipart import abort_uploads, incomplete_uploads
 from antkv.spark.store.objects import OutputLogRecord
-from antkv.spark.store.state_store import as_location, read_marker
+from antkv.spark.store.published import read_marker
 
 FILE_ROWS = 1 << 22  # rows per output file before an attempt starts its next one
 

@@ -84,14 +84,13 @@ from antkv.spark.store.keygroups import (
     plan_rescale,
     validate_parallelism,
 )
-from antkv.spark.store.location import check_operator
+from antkv.spark.store.location import as_location, check_operator
 from antkv.spark.store.pipeline_record import check_key_columns, ensure_pipeline_record
 from antkv.spark.store.rescale import open_rescaled_store
 from antkv.spark.state.chunks import whole_key_chunks
 from antkv.spark.state.views import KeyedState, group_batch, groups_of
 from antkv.spark.store.idle_copies import local_cache_counters
 from antkv.spark.store.opening import open_store
-from antkv.spark.store.state_store import as_location
 from antkv.spark.store.store_options import StoreOptions
 
 log = logging.getLogger("antkv.spark")

@@ -47,19 +47,20 @@ import antkv
 from antkv.spark.store.commit_message import CommitMessage
 from antkv.spark.store.location import (
     MARKER_DIR,
+    as_location,
     check_operator,
     check_version,
     marker_name,
     parse_marker_name,
-    parse_output_file_name,
     parse_object_name,
+    parse_output_file_name,
     parse_temporary_name,
     partition_dir,
 )
 from antkv.spark.store.multipart import abort_uploads, incomplete_uploads
 from antkv.spark.store.objects import Marker
 from antkv.spark.store.presence import Listing, needed_objects
-from antkv.spark.store.state_store import as_location, read_manifest, read_marker
+from antkv.spark.store.published import read_manifest, read_marker
 
 
 class CommitError(antkv.Error):

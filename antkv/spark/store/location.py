@@ -551,3 +551,8 @@ def _copy_stream(src, dst, chunk: int = 4 << 20) -> None:
         if not b:
             break
         dst.write(b)
+
+
+def as_location(location) -> Location:
+    """``location`` as a :class:`Location` (a URI or path is opened as one)."""
+    return location if isinstance(location, Location) else Location(location)

@@ -12,13 +12,14 @@ import logging
 
 import antkv
 from antkv.spark.store.idle_copies import blocks_for, cache_for, held
-from antkv.spark.store.location import Location, check_operator, check_partition, check_version
+from antkv.spark.store.location import Location, as_location, check_operator, check_partition, check_version
 from antkv.spark.store.memory import worker_row_budget
 from antkv.spark.store.objects import Manifest
 from antkv.spark.store.parked_copies import ParkedCopies
 from antkv.spark.store.presence import Listing, needed_objects
 from antkv.spark.store.row_cache import RowCache
-from antkv.spark.store.state_store import StateStore, as_location, read_manifest, read_marker
+from antkv.spark.store.state_store import StateStore
+from antkv.spark.store.published import read_manifest, read_marker
 from antkv.spark.store.store_options import StoreOptions
 from antkv.spark.store.working_copy import WorkingCopy
 

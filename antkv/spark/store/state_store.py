@@ -49,21 +49,15 @@ commit, not at the write, and the batch fails with nothing published; or, after 
 commit (which the location alone makes durable), when the copy is parked, where it is logged
 and the copy dropped: the next open rebuilds the version from the location.
 
-**The exact key count** costs no read per write.  The count of version ``v + 1`` is the count
-of ``v`` plus, over every key the batch touched, ``live now - live in v``.  "Live now" is known
-from the change set; "live in v" is learned for free when the key's first write settles and
-the row cache knows the key (or its key group whole), or when the batch read it from the
-database before writing it, and otherwise read at commit, in one
-pass, from a snapshot taken before the first write the batch learnt nothing about reaches
-the database (until then the database is the base, read as it is): a point read per key, or
-one scan of the base's keys when the batch blind-wrote more than 1/8 of them; none when the
-base is empty.
-A range deletion removes the keys of ``v`` in the range: read from the manifest's counts per
-key prefix when the range is aligned to prefixes (a key-group range is), else by one scan of
-the range at commit (:mod:`antkv.spark.store.key_counts`).  Cost: at most one point read per
-*distinct blind-written* key per batch, none per write.  The snapshot keeps the base's
-versions through compactions that run during the batch.  ``ingest_version`` (a rescale's
-bring-in) settles the count and restarts it from the state after the ingest.
+**The exact key count** costs no read per write (:mod:`antkv.spark.store.key_counts`: the
+base's count plus, per key the batch changed, ``live now - live in the base``, range
+deletions by the counts per prefix).  Whether a key was live in the base is learned for free
+when its first write settles and the row cache knows the key (or its key group whole), or
+when the batch read it before writing it; otherwise it is read at commit from a snapshot
+taken before the first write the batch learnt nothing about reaches the database (a point
+read per such key, or one scan of the base when they are more than 1/8 of it).
+``ingest_version`` (a rescale's bring-in) settles the count and restarts it from the state
+after the ingest.
 
 **Commit** writes, under names carrying the new version and a random attempt id:
 
@@ -80,37 +74,35 @@ choosing a snapshot when the chain since the last snapshot would exceed
 changed nothing writes only the manifest.
 
 **Working copies are reused**: after a commit the copy stays open in this process (up to
-``max_idle_stores``), and a checkpoint of it is parked on the machine for any other process
-(``park_copies``, :mod:`antkv.spark.store.parked_copies`; after a changelog commit, a copy whose
-batches stacked the state's keys in several tables is first rewritten into one,
-``WorkingCopy.rewrite_stacked``); opening the next version on the base
-it committed picks up the idle copy without reading anything, or in another process reopens the
-parked one; a copy of an older version that the wanted one extends (same snapshot, its
-changelogs first) catches up by applying the changelogs it lacks.  Any other open rebuilds
-from the location and the local cache (:mod:`antkv.spark.store.opening`).
+``max_idle_stores``) and is parked on the machine for any other process (``park_copies``,
+:mod:`antkv.spark.store.parked_copies`; a copy whose batches stacked the state's keys in
+several tables is first rewritten into one, ``WorkingCopy.rewrite_stacked``), for the next
+open to continue from (:mod:`antkv.spark.store.opening`).
 """
 
 from __future__ import annotations
 
 import logging
-from itertools import chain, compress, filterfalse, islice, repeat
-from operator import add, countOf, is_, is_not, itemgetter, not_
+from itertools import compress, filterfalse, repeat
+from operator import is_, itemgetter, not_
 
 import xxhash
 
 import antkv
 from antkv.record.batch import as_bytes
 
+from antkv.spark.store.appends import APPENDED as _APPENDED, settle_appends
 from antkv.spark.store.commit_message import CommitMessage
 from antkv.spark.store.idle_copies import background_parking, held
-from antkv.spark.store.location import Location, changelog_name, manifest_name, marker_name, new_attempt_id
+from antkv.spark.store.location import Location, changelog_name, manifest_name, new_attempt_id
 from antkv.spark.store.key_counts import add_counts, aligned, count_all, count_changes, in_range, scan_counts
 from antkv.spark.store.row_cache import MISSING, PREFIX_LEN
 from antkv.spark.store.parked_copies import ParkedCopies
+from antkv.spark.store.published import read_manifest
+from antkv.spark.store.read_ahead import hold_whole, prefix_runs
 from antkv.spark.store.objects import (
     FileRef,
     Manifest,
-    Marker,
     encode_changelog,
     merge_ranges,
 )
@@ -120,30 +112,12 @@ from antkv.spark.store.working_copy import WorkingCopy
 _SCAN_FACTOR = 8  # blind-written keys beyond 1/8 of the base: scan the base instead of reading each
 _LIVE = object()  # a changed key whose new value is not kept (the batch commits a snapshot)
 _ENCODED_TYPES = frozenset((bytes, type(None)))  # a pending write's value that is not a decoded one
-_APPENDED = object()  # a pending write appending the values StateStore._appends holds (append_decoded)
 _ENTRY_BYTES = 160  # a change set entry's Python objects: its dict slot and two bytes headers
 _SETTLE_EVERY = 65536  # pending writes gathered before they settle (into the change set, row cache, deferred writes) ...
 _SETTLE_BYTES = 8 * MiB  # ... or bytes of the values put
 log = logging.getLogger(__name__)
 _PREFIX = itemgetter(slice(PREFIX_LEN))  # a key's row-cache prefix (its key group), in C
 _WARM_FACTOR = 8  # warm a key group the batch touches at least 1/8 of (one read beats 8 scanned)
-
-
-def as_location(location) -> Location:
-    return location if isinstance(location, Location) else Location(location)
-
-
-def read_marker(location: Location, operator: str, version: int) -> Marker:
-    name = marker_name(operator, version)
-    marker = Marker.decode(location.read(name), location.path(name))
-    if marker.operator != operator or marker.version != version:
-        raise antkv.CorruptionError(
-            f"marker is for operator {marker.operator!r} version {marker.version}", location.path(name))
-    return marker
-
-
-def read_manifest(location: Location, name: str) -> Manifest:
-    return Manifest.decode(location.read(name), location.path(name))
 
 
 class StateStore:
@@ -396,62 +370,19 @@ class StateStore:
             self._settle()
             self._codec = codec
 
-    def _base_value(self, key: bytes):
-        """``key``'s value (None: absent) before the batch's pending writes: the row cache's,
-        else the database's (:meth:`_read_through`)."""
-        rows = self._rows
-        value = rows.rows.get(key, MISSING)  # (RowCache.lookup, inlined)
-        if value is MISSING:
-            return None if key[:PREFIX_LEN] in rows.complete else self._read_through(key)
-        return value
-
     def _resolve_appends(self, key: bytes) -> bytes:
         """The bytes of ``key``, whose pending write is :data:`_APPENDED`: its value before with
         the values appended encoded after it, made its pending write."""
         earlier = self._appends.pop(key)
         values = earlier if type(earlier) is list else [earlier]
         self._appended -= len(values) - 1
-        base = self._base_value(key)
+        base = self._rows.lookup(key)  # (its value before the batch's pending writes)
+        if base is MISSING:
+            base = self._read_through(key)
         value = b"".join([b"" if base is None else base, *map(self._codec.encode, values)])
         self._pending[key] = value
         self._pending_bytes += len(value)
         return value
-
-    def _settle_appends(self) -> list | None:
-        """Make the pending appends (:meth:`append_decoded`) pending writes of bytes: the
-        values appended encoded in bulk, each key's after its value before (looked up in the
-        row cache in bulk, the others as :meth:`append` does).  Returns, when every pending
-        write is one of them, what the row cache held for each pending key before the writes,
-        in order (``MISSING`` where none), as :meth:`_settle` reads it; else None."""
-        appends, pending = self._appends, self._pending
-        if countOf(pending.values(), _APPENDED) == len(appends):  # (a pending _APPENDED is a key of appends)
-            keys = list(appends)
-        else:  # some were written since: those are not appended to
-            keys = list(compress(appends, map(is_, map(pending.__getitem__, appends), repeat(_APPENDED))))
-            appends = {k: appends[k] for k in keys}
-        values = list(appends.values())
-        codec = self._codec
-        encode_many = getattr(codec, "encode_many", None)
-        if list in set(map(type, values)):  # keys appended to more than once: their values in a run
-            counts = [len(v) if type(v) is list else 1 for v in values]
-            values = list(chain.from_iterable(v if type(v) is list else (v,) for v in values))
-        else:
-            counts = None
-        encoded = encode_many(values) if encode_many is not None else list(map(codec.encode, values))
-        if counts is not None:
-            run = iter(encoded)
-            encoded = [b"".join(islice(run, n)) for n in counts]
-        n = len(keys)
-        rows = self._rows
-        found = bases = list(map(rows.rows.get, keys, repeat(MISSING, n)))
-        if not all(map(is_not, found, repeat(MISSING, n))) or not all(found):  # (absent, empty or not cached)
-            complete = rows.complete  # (a key the cache does not hold is read, unless its key group is whole)
-            found = [b if b is not MISSING or k[:PREFIX_LEN] in complete else self._read_through(k)
-                     for k, b in zip(keys, found)]
-            bases = [b"" if b is None or b is MISSING else b for b in found]
-        pending.update(zip(keys, map(add, bases, encoded)))
-        self._appends, self._appended = {}, 0  # (kept until here: a value that fails to encode leaves them)
-        return found if n == len(pending) else None  # (then pending's keys are keys, in order)
 
     def put_decoded(self, key: bytes, value, codec) -> None:
         """Write ``codec.encode(value)`` at ``key``, encoded when the write settles, and keep
@@ -482,7 +413,10 @@ class StateStore:
         if self._settle_hooks:
             for hook in self._settle_hooks:
                 hook()
-        appended_found = self._settle_appends() if self._appends else None
+        appended_found = None  # (what the row cache held for each pending key, when all were appended to)
+        if self._appends:
+            appended_found = settle_appends(self._pending, self._appends, self._codec, self._rows, self._read_through)
+            self._appends, self._appended = {}, 0  # (kept until here: a value that fails to encode leaves them)
         pending = self._pending
         if not pending:
             return
@@ -630,27 +564,12 @@ class StateStore:
                 raise antkv.InvalidArgumentError(f"warm: a prefix is {PREFIX_LEN} bytes, not {prefix!r}")
             if prefix not in rows.complete:
                 wanted.add(prefix)
-        read = 0
         if wanted and self._deferred and not wanted.isdisjoint(map(_PREFIX, self._deferred)):
             # a deferred write falls in a key group read here: the database must hold it first
             # (one that falls in none, as a batch's earlier frames' writes do, stays deferred;
             # a key group held whole already is not read: nothing need be written for it)
             self._write_through()
-        for begin, end in _prefix_runs(sorted(wanted)):  # adjacent prefixes: one scan
-            rows.complete.update(p for p in wanted if begin <= p < end)  # (those without keys too)
-            items = self._db.items(begin, end)
-            if codec is None:
-                read += rows.fill(items)  # an eviction un-marks a prefix
-                continue
-            items = list(items)
-            read += rows.fill(items)
-            if items:
-                keys, raws = map(list, zip(*items))
-                values = codec.decode_some(raws)
-                decoded = list(map(is_not, values, repeat(None, len(values))))
-                rows.keep_decoded(list(compress(keys, decoded)), list(compress(raws, decoded)),
-                                  list(compress(values, decoded)), codec)
-        return read
+        return hold_whole(self._db, rows, wanted, codec)
 
     def warm_touched(self, touched: dict, codec=None) -> int:
         """:meth:`warm` the prefixes where the batch is dense: ``touched[prefix]`` grouping
@@ -683,7 +602,7 @@ class StateStore:
         if not touched:
             return
         self._write_through()
-        plan = self._db.data_blocks(ranges=_prefix_runs(sorted(touched)))
+        plan = self._db.data_blocks(ranges=prefix_runs(sorted(touched)))
         if sum(length for blocks in plan.values() for _, length in blocks) <= \
                 sum(touched.values()) * remote.blocks.chunk_bytes:
             remote.prefetch(plan, self, self.options.memory_bytes // 4)
@@ -977,16 +896,3 @@ class StateStore:
     def __repr__(self) -> str:
         return f"StateStore({self.location.uri!r}, {self.operator!r}, partition={self.partition}, version={self.version})"
 
-
-def _prefix_runs(prefixes: list[bytes]):
-    """``[begin, end)`` ranges covering sorted fixed-length ``prefixes``, adjacent ones merged
-    (``end`` None: unbounded)."""
-    runs = []
-    for p in prefixes:
-        n = int.from_bytes(p, "big") + 1
-        nxt = None if n >> (8 * len(p)) else n.to_bytes(len(p), "big")  # None: no key is above p
-        if runs and runs[-1][1] == p:
-            runs[-1][1] = nxt
-        else:
-            runs.append([p, nxt])
-    return runs

@@ -68,11 +68,10 @@ from antkv.spark.store.keygroups import (
     key_group_range,
     validate_parallelism,
 )
-from antkv.spark.store.location import check_operator, event_time_name
+from antkv.spark.store.location import as_location, check_operator, event_time_name
 from antkv.spark.store.pipeline_record import ensure_pipeline_record, read_pipeline_record
 from antkv.spark.store.objects import KIND_EVENT_TIME, seal
 from antkv.spark.store.opening import open_store
-from antkv.spark.store.state_store import as_location
 from antkv.spark.store.store_options import StoreOptions
 from antkv.spark.tools.spark_state import (
     APPLY_IN_PANDAS_WITH_STATE,

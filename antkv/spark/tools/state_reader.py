@@ -24,12 +24,12 @@ import os
 import antkv
 
 from antkv.spark.store.commit_protocol import CommitCoordinator
-from antkv.spark.store.location import MARKER_DIR, check_operator, parse_marker_name
+from antkv.spark.store.location import MARKER_DIR, as_location, check_operator, parse_marker_name
 from antkv.spark.store.keygroups import METADATA_PREFIX
 from antkv.spark.store.pipeline_record import read_pipeline_record
 from antkv.spark.tools.state_records import fold_records, partition_records
 from antkv.spark.store.opening import open_store
-from antkv.spark.store.state_store import as_location, read_manifest
+from antkv.spark.store.published import read_manifest
 from antkv.spark.store.store_options import StoreOptions
 
 _EXPORT_BATCH = 4096  # keys per write batch of an export

@@ -39,9 +39,8 @@ import antkv
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StringType, StructType
 
-from antkv.spark.store.location import check_operator
+from antkv.spark.store.location import as_location, check_operator
 from antkv.spark.store.opening import open_store
-from antkv.spark.store.state_store import as_location
 from antkv.spark.store.store_options import StoreOptions
 from antkv.spark.tools.state_reader import key_columns, published_version, reading_options
 from antkv.spark.tools.state_records import partition_records

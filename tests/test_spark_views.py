@@ -187,12 +187,14 @@ _EDGES = [0, -1, 1, 63, 64, -64, -65, 127, 128, -(2**63), 2**63 - 1, 2**62, -(2*
 
 @settings(max_examples=60)
 @given(st.integers(128, 700), st.sampled_from([(-64, 63), (-(2**20), 2**20), (0, 2**42), (-(2**63), 2**63 - 1),
-                                               (2**63 - 5, 2**63 + 5), (-(2**70), 2**70)]),
+                                               (2**63 - 5, 2**63 + 5), (-(2**70), 2**70),
+                                               (2**41 - 3, 2**41 + 3), (2**48, 2**55), (-(2**55), -(2**48))]),
        st.integers(0, 3), st.booleans(), st.randoms(use_true_random=False))
 def test_long_columns_of_large_ints_encode_as_the_codec(n, bounds, nones, pairs, rnd):
     """A batch's columns of mostly large ints (times, ids), which are encoded column by column
     in numpy, encode as the codec does: every length of varint, both signs, 64-bit edges, and
-    the columns that fall back (Nones among them, ints beyond 64 bits, mostly small ints)."""
+    the columns that fall back (Nones among them, ints beyond 64 bits, mostly small ints), and
+    columns whose pieces are all of one length, or but for a few, at a length's edge."""
     low, high = bounds
     column = [rnd.choice(_EDGES) if rnd.random() < 0.1 else rnd.randint(low, high) for _ in range(n)]
     rows = [(v, rnd.randint(low, high), None if i < nones else rnd.randint(-64, 63)) for i, v in enumerate(column)]

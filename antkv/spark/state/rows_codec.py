@@ -129,7 +129,9 @@ def _varint_matrix(a: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     groups_needed = max(1, (top.bit_length() + 6) // 7)
     groups = ((z[:, None] >> _GROUP_SHIFTS[:groups_needed]) & np.uint64(0x7F)).astype(np.uint8)
     lengths = None
-    if groups_needed > 1:
+    if groups_needed > 1 and int(z.min()) >> (7 * (groups_needed - 1)):  # every piece the longest
+        groups[:, :-1] |= 0x80  # (times of one era, ids of one range: the common case)
+    elif groups_needed > 1:
         nonzero = groups != 0
         lengths = groups_needed - np.argmax(nonzero[:, ::-1], axis=1)  # up to the highest non-zero group
         lengths[~nonzero.any(axis=1)] = 1  # zero: one group

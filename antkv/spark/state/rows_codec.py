@@ -426,11 +426,16 @@ def decode_laid_out(raws: list) -> list:
         pending = np.nonzero(lengths == length)[0].tolist()
         for _ in range(_LAYOUTS_TRIED):  # the layout of the first pending value, then of the first left
             indexes, values = _decode_same_layout(list(map(raws.__getitem__, pending)), length)
-            for i, value in zip(indexes, values):
-                out[pending[i]] = value
-            done = set(indexes)
-            done.add(0)
-            pending = [w for i, w in enumerate(pending) if i not in done]
+            if len(indexes) == len(pending):  # all laid out alike (the common case)
+                if len(pending) == len(raws):
+                    return values
+                list(map(out.__setitem__, pending, values))
+                break
+            list(map(out.__setitem__, map(pending.__getitem__, indexes), values))  # (loops in C)
+            left = np.ones(len(pending), dtype=bool)
+            left[indexes] = False
+            left[0] = False  # (the first is done: decoded, or of no layout)
+            pending = list(compress(pending, left.tolist()))
             if len(pending) < _BULK_DECODE:
                 break
     return out

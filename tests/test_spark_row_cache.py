@@ -459,17 +459,31 @@ def test_a_batch_written_in_bulk_equals_each_entry_written_then_its_decoded_valu
     bulk, each = RowCache(RowBudget(1 << 30, None)), RowCache(RowBudget(1 << 30, None))
     keys = [b"%02d-key-%04d" % (i % 5, i) for i in range(400)]
     met = set()  # the shapes met with decoded values held
-    for batch in range(40):
-        shape = rng.choice(["new", "rewritten", "deleted", "mixed", "redecoded", "resized"])
+    for batch in range(60):
+        shape = rng.choice(["new", "rewritten", "deleted", "mixed", "redecoded", "resized", "uniform"])
         held = [k for k in keys if bulk.rows.get(k, MISSING) not in (MISSING, None)]
         pool = {"new": [k for k in keys if k not in bulk.rows], "mixed": keys,
-                "redecoded": list(bulk.decoded), "resized": list(bulk.decoded)}.get(shape, held)
-        # (redecoded: every key held decoded is given a decoded value; resized: a short one)
+                "redecoded": list(bulk.decoded), "resized": list(bulk.decoded),
+                "uniform": [k for k in held if len(bulk.rows[k]) == 11]}.get(shape, held)
+        # (redecoded: every key held decoded is given a decoded value; resized: a short one;
+        # uniform: keys holding values of one length, some decoded, given values of another)
+        if shape == "uniform" and len(pool) < 20:
+            shape, pool = "redecoded", keys  # (values of one length written first, all decoded)
         chosen = rng.sample(pool, min(len(pool), rng.randrange(1, 120)))
+        if shape == "uniform":  # some of them no longer held decoded
+            undecoded = [k for k in chosen if rng.random() < 0.3]
+            bulk.drop_decoded(undecoded)
+            each.drop_decoded(undecoded)
         changes, keep = {}, {}
         for k in chosen:
             if shape == "deleted" or (shape == "mixed" and rng.random() < 0.3):
                 changes[k] = None
+            elif shape == "uniform" or (shape == "redecoded" and pool is keys):
+                value = (((1 << 41) + rng.randrange(1 << 20), rng.randrange(9)),)  # 11 bytes stored
+                if shape == "uniform" and rng.random() < 0.5:
+                    value = ((value[0][0], value[0][1], 7),)  # 13 bytes
+                changes[k] = ROWS.encode(value)
+                keep[k] = value
             else:
                 value = ((rng.randrange(-5, 1 << 40), (rng.randrange(9),) * rng.randrange(4)),)
                 if shape != "resized" and rng.random() < 0.2:  # long enough to be charged its objects' size
@@ -495,11 +509,12 @@ def test_a_batch_written_in_bulk_equals_each_entry_written_then_its_decoded_valu
         assert bulk.used == expected
         if bulk.decoded and chosen:
             met.add(shape)
-    assert met == {"new", "rewritten", "deleted", "mixed", "redecoded", "resized"}
+    assert met == {"new", "rewritten", "deleted", "mixed", "redecoded", "resized", "uniform"}
 
 
+@pytest.mark.parametrize("first", [0, 1000])  # the values before: of two lengths; of one
 @pytest.mark.parametrize("length", [100, 2000])
-def test_a_rewrite_of_decoded_values_that_does_not_fit_drops_them_and_stays_exact(length):
+def test_a_rewrite_of_decoded_values_that_does_not_fit_drops_them_and_stays_exact(length, first):
     """A batch rewriting every key the cache holds decoded, with values whose decoded charge
     the budget cannot take -- short ones (charged by their length) or long ones (their objects
     measured): its bytes are written entry by entry (making room), the decoded values dropped,
@@ -508,7 +523,7 @@ def test_a_rewrite_of_decoded_values_that_does_not_fit_drops_them_and_stays_exac
 
     rows = RowCache(RowBudget(CHUNK, None))
     keys = [b"k%04d" % i for i in range(200)]
-    small = {k: ((i,),) for i, k in enumerate(keys)}
+    small = {k: ((first + i,),) for i, k in enumerate(keys)}
     rows.write_many({k: ROWS.encode(v) for k, v in small.items()}, dict(small), ROWS)
     assert rows.decoded == small
     large = {k: ((i, "x" * length),) for i, k in enumerate(keys)}  # more than the budget, bytes and decoded
